@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs every test of kvattn that this machine can run:
+#  1. the CPU backend, C ABI and validation under AddressSanitizer + UBSan: GoogleTest, then the Python
+#     suites (oracle, CPU sweep, API errors) against that sanitized library;
+#  2. when nvcc is present, the full build with the CUDA backend (archs 80;90a) and its GoogleTest run;
+#     the GPU suites run only where a GPU is (tools/gpu_check.sh on the GPU machine).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+bash tools/deps.sh
+
+echo "== build (CPU backend, ASan + UBSan)"
+bash tools/build.sh build-asan -DKVATTN_CUDA=OFF -DKVATTN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+echo "== GoogleTest (sanitized)"
+ctest --test-dir build-asan --output-on-failure -j2
+echo "== pytest (sanitized library)"
+LD_PRELOAD="$(g++ -print-file-name=libasan.so)" KVATTN_LIBRARY="$root/build-asan/libkvattn.so" \
+  PYTHONPATH="$root/python:$root" python3 -m pytest -q -p no:cacheprovider tests/python
+
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  echo "== build (CUDA backend, archs 80;90a)"
+  export PATH="$PATH:/usr/local/cuda/bin"
+  start=$(date +%s)
+  bash tools/build.sh build-cuda -DKVATTN_CUDA=ON
+  echo "full CUDA build took $(( $(date +%s) - start )) s"
+  echo "== GoogleTest (CUDA build, CPU backend cases)"
+  ctest --test-dir build-cuda --output-on-failure -j2
+fi
