@@ -109,8 +109,8 @@ struct FwdProblem {
   const int32_t* rotary_seqlens = nullptr;  // (b) optional; p_i, default the cache length of i
 
   // ---- scores and mask
-  float softmax_scale = 0.f;  // resolved (never the <= 0 default)
-  float softcap = 0.f;        // 0 = off
+  double softmax_scale = 0.0;  // resolved (never the <= 0 default); kernels round it to float
+  double softcap = 0.0;        // 0 = off
   bool causal = false;        // already folded into window_right = 0
   int32_t window_left = -1;   // -1 = unbounded
   int32_t window_right = -1;  // -1 = unbounded

@@ -1,0 +1,222 @@
+// cpu_fwd: CONTRACT.md steps 1-8 with plain loops. Scores, softmax and P V in double; each output
+// element is rounded once, to the out dtype. Parallel over (sequence, query head).
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <vector>
+
+#include "api/backend.hpp"
+#include "cpu/append.hpp"
+#include "cpu/merge.hpp"
+#include "cpu/numeric.hpp"
+#include "cpu/parallel.hpp"
+#include "cpu/rotary.hpp"
+#include "cpu/sequence.hpp"
+
+namespace kvattn {
+namespace {
+
+using cpu::Sequence;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+int64_t floor_div(int64_t a, int64_t b) {
+  const int64_t q = a / b;
+  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+// A half-open interval [lo, hi) of logical key positions; empty when hi <= lo.
+struct KeyRange {
+  int64_t lo = 0;
+  int64_t hi = 0;
+};
+
+// The keys a query at logical position qp sees (step 6). Validity, the window (causal is window_right 0)
+// and the attention chunk each bound kp to an interval, so together they leave one interval.
+KeyRange visible_keys(const FwdProblem& p, int64_t qp, int64_t kv_len) {
+  KeyRange keys{0, kv_len};
+  if (p.window_left >= 0) keys.lo = std::max(keys.lo, qp - p.window_left);
+  if (p.window_right >= 0) keys.hi = std::min(keys.hi, qp + p.window_right + 1);
+  if (p.attention_chunk > 0) {
+    // qp < 0 (more queries than keys) lands in a chunk of negative positions, which holds no key.
+    const int64_t chunk_start = floor_div(qp, p.attention_chunk) * p.attention_chunk;
+    keys.lo = std::max(keys.lo, chunk_start);
+    keys.hi = std::min(keys.hi, chunk_start + p.attention_chunk);
+  }
+  return keys;
+}
+
+// Key positions per split. num_splits: 0 = choose, 1 = none, n = at most n. The CPU backend already runs
+// (sequence, head) pairs in parallel, so "choose" means no split. A requested n cuts [0, kv_len) into at
+// most n equal chunks, as a split-KV kernel does: a chunk may hold none of a row's visible keys.
+int64_t split_length(const FwdProblem& p, int64_t kv_len) {
+  const int64_t n = p.num_splits > 1 ? std::min<int64_t>(p.num_splits, kv_len) : 1;
+  return n > 1 ? (kv_len + n - 1) / n : kv_len;
+}
+
+// One query head h of one sequence i: all its query rows.
+class HeadAttention {
+ public:
+  HeadAttention(const FwdProblem& p, int i, int h)
+      : p_(p),
+        i_(i),
+        h_(h),
+        kv_head_(h / (p.num_q_heads / p.num_kv_heads)),
+        seq_(cpu::sequence_of(p, i)),
+        split_len_(split_length(p, seq_.kv_len)),
+        num_chunks_(split_len_ > 0 ? (seq_.kv_len + split_len_ - 1) / split_len_ : 0),
+        sink_(p.sinks ? p.sinks[h] : 0.0),
+        slope_(p.alibi_slopes ? p.alibi_slopes[i * p.alibi_batch_stride + h] : 0.0),
+        q_(p.head_dim),
+        qv_(p.qv.ptr ? p.head_dim_v : 0),
+        k_(p.head_dim),
+        v_(p.head_dim_v),
+        o_parts_(num_chunks_ * p.head_dim_v),
+        lse_parts_(num_chunks_),
+        o_(p.head_dim_v) {}
+
+  void run() {
+    const int d = p_.head_dim;
+    const int dv = p_.head_dim_v;
+    for (int64_t t = 0; t < seq_.q_len; ++t) {
+      if (t >= seq_.q_used) {  // past seqused_q: nothing is read, out 0, lse -inf
+        std::fill(o_.begin(), o_.end(), 0.0);
+        write_row(t, -kInf);
+        continue;
+      }
+      const int64_t q_row = cpu::token_offset(p_.q, p_.cu_seqlens_q, i_, t) + h_ * p_.q.head_stride;
+      cpu::load_row(p_.q_dtype, p_.q.ptr, q_row, d, q_.data());
+      // q stays in double after rotary: it is never stored.
+      if (p_.rotary_dim > 0) cpu::rotate(p_, seq_.rotary_pos + (p_.rotary_q_per_token ? t : 0), q_.data());
+      if (p_.qv.ptr) {
+        const int64_t qv_row = cpu::token_offset(p_.qv, p_.cu_seqlens_q, i_, t) + h_ * p_.qv.head_stride;
+        cpu::load_row(p_.q_dtype, p_.qv.ptr, qv_row, dv, qv_.data());
+      }
+
+      const int64_t qp = t + seq_.kv_len - seq_.q_used;  // bottom-right aligned (step 4)
+      const KeyRange visible = visible_keys(p_, qp, seq_.kv_len);
+      // One (O, LSE) partial per split chunk, then the merge of step 7 (the sink enters only there).
+      for (int64_t c = 0; c < num_chunks_; ++c) {
+        const KeyRange keys{std::max(visible.lo, c * split_len_), std::min(visible.hi, (c + 1) * split_len_)};
+        lse_parts_[c] = attend_keys(qp, keys, &o_parts_[c * dv]);
+      }
+      const double lse = cpu::merge_partials(int(num_chunks_), dv, lse_parts_.data(), o_parts_.data(),
+                                             p_.sinks ? &sink_ : nullptr, o_.data());
+      write_row(t, lse);
+    }
+  }
+
+ private:
+  // Step 5 for the current q row (q_, qv_): x = scale (q.k + qv.v), softcap, ALiBi.
+  double score(int64_t qp, int64_t kp) {
+    const int64_t slot = seq_.leftpad + kp;
+    const int64_t k_row = cpu::slot_offset(p_, p_.k_cache, i_, slot) + kv_head_ * p_.k_cache.head_stride;
+    cpu::load_row(p_.kv_dtype, p_.k_cache.ptr, k_row, p_.head_dim, k_.data());
+    double dot = 0.0;
+    for (int c = 0; c < p_.head_dim; ++c) dot += q_[c] * k_[c];
+    if (p_.qv.ptr) {
+      load_v(kp);
+      for (int c = 0; c < p_.head_dim_v; ++c) dot += qv_[c] * v_[c];
+    }
+    double x = double(p_.softmax_scale) * dot;
+    if (p_.softcap > 0.f) x = double(p_.softcap) * std::tanh(x / double(p_.softcap));
+    if (p_.alibi_slopes) x -= slope_ * double(std::llabs(qp - kp));
+    return x;
+  }
+
+  void load_v(int64_t kp) {
+    const int64_t slot = seq_.leftpad + kp;
+    const int64_t v_row = cpu::slot_offset(p_, p_.v_cache, i_, slot) + kv_head_ * p_.v_cache.head_stride;
+    cpu::load_row(p_.kv_dtype, p_.v_cache.ptr, v_row, p_.head_dim_v, v_.data());
+  }
+
+  // Softmax over the keys alone, without the sink: o = sum_s exp(x_s - m) v_s / sum_s exp(x_s - m) (dv),
+  // returns lse = m + log(sum_s exp(x_s - m)), or -inf (o = 0) when there are no keys.
+  double attend_keys(int64_t qp, KeyRange keys, double* o) {
+    const int dv = p_.head_dim_v;
+    std::fill(o, o + dv, 0.0);
+    if (keys.hi <= keys.lo) return -kInf;
+    x_.resize(keys.hi - keys.lo);  // (keys) scores
+    double m = -kInf;              // pass 1: scores and their max
+    for (int64_t kp = keys.lo; kp < keys.hi; ++kp) {
+      x_[kp - keys.lo] = score(qp, kp);
+      m = std::max(m, x_[kp - keys.lo]);
+    }
+    double sum = 0.0;  // pass 2: P = exp(x - m), sum P and P V
+    for (int64_t kp = keys.lo; kp < keys.hi; ++kp) {
+      const double prob = std::exp(x_[kp - keys.lo] - m);
+      sum += prob;
+      load_v(kp);
+      for (int c = 0; c < dv; ++c) o[c] += prob * v_[c];
+    }
+    for (int c = 0; c < dv; ++c) o[c] /= sum;
+    return m + std::log(sum);
+  }
+
+  // out(i, t, h, :) = o_ rounded once to the out dtype; lse(i, h, t) = lse when requested.
+  void write_row(int64_t t, double lse) {
+    const int64_t out_row = cpu::token_offset(p_.out, p_.cu_seqlens_q, i_, t) + h_ * p_.out.head_stride;
+    cpu::store_row(p_.out_dtype, p_.out.ptr, out_row, p_.head_dim_v, o_.data());
+    if (p_.lse) {
+      const int64_t row = (p_.cu_seqlens_q ? p_.cu_seqlens_q[i_] : 0) + t;
+      p_.lse[i_ * p_.lse_batch_stride + h_ * p_.lse_head_stride + row * p_.lse_token_stride] = float(lse);
+    }
+  }
+
+  const FwdProblem& p_;
+  const int i_;
+  const int h_;
+  const int kv_head_;  // h / (hq / hk)
+  const Sequence seq_;
+  const int64_t split_len_;
+  const int64_t num_chunks_;
+  const double sink_;
+  const double slope_;
+  std::vector<double> q_;          // (d) rotated query row
+  std::vector<double> qv_;         // (dv) or empty without qv
+  std::vector<double> k_;          // (d) one key row
+  std::vector<double> v_;          // (dv) one value row
+  std::vector<double> x_;          // (keys of one chunk) scores
+  std::vector<double> o_parts_;    // (num_chunks, dv)
+  std::vector<double> lse_parts_;  // (num_chunks)
+  std::vector<double> o_;          // (dv) merged output row
+};
+
+// Varlen q rows that no sequence owns (before cu_seqlens_q[0] or from cu_seqlens_q[b] on) get out 0 and
+// lse -inf, so that every element of out and lse is defined.
+void clear_unowned_rows(const FwdProblem& p) {
+  if (!p.cu_seqlens_q) return;
+  const std::vector<double> zeros(p.head_dim_v, 0.0);
+  auto clear = [&](int64_t row) {
+    for (int h = 0; h < p.num_q_heads; ++h) {
+      cpu::store_row(p.out_dtype, p.out.ptr, row * p.out.token_stride + h * p.out.head_stride, p.head_dim_v,
+                     zeros.data());
+      if (p.lse)
+        p.lse[h * p.lse_head_stride + row * p.lse_token_stride] = -std::numeric_limits<float>::infinity();
+    }
+  };
+  for (int64_t row = 0; row < p.cu_seqlens_q[0]; ++row) clear(row);
+  for (int64_t row = p.cu_seqlens_q[p.batch]; row < p.total_q; ++row) clear(row);
+}
+
+}  // namespace
+
+kvattn_status cpu_fwd(const FwdProblem& p) {
+  if (!cpu::is_cpu_storage_dtype(p.q_dtype)) return cpu::unsupported_dtype("q", p.q_dtype);
+  if (!cpu::is_cpu_storage_dtype(p.kv_dtype)) return cpu::unsupported_dtype("k_cache", p.kv_dtype);
+  if (!cpu::is_cpu_storage_dtype(p.out_dtype)) return cpu::unsupported_dtype("out", p.out_dtype);
+  if (p.rotary_dim > 0 && !cpu::is_cpu_storage_dtype(p.rotary_dtype)) {
+    return cpu::unsupported_dtype("rotary_cos", p.rotary_dtype);
+  }
+  // Every append lands before any attention reads the cache.
+  cpu::append_new_tokens(p);
+  clear_unowned_rows(p);
+  const int64_t num_heads = p.num_q_heads;
+  cpu::parallel_for(int64_t(p.batch) * num_heads, [&](int64_t item) {
+    HeadAttention(p, int(item / num_heads), int(item % num_heads)).run();
+  });
+  return KVATTN_OK;
+}
+
+}  // namespace kvattn

@@ -1,0 +1,171 @@
+// Storage dtypes of the CPU backend (fp32, fp16, bf16) read into and written from double.
+//
+// fp16 and bf16 go through our own converters: decoding is exact, encoding rounds a double ONCE to the
+// nearest representable value, ties to even (rounding through float first could round twice).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "api/problem.hpp"
+#include "api/status.hpp"
+
+namespace kvattn::cpu {
+
+// A binary floating-point format narrower than double, IEEE-style (implicit bit, subnormals, inf, NaN).
+struct FloatFormat {
+  int exp_bits;
+  int mant_bits;
+};
+constexpr FloatFormat kF16{5, 10};
+constexpr FloatFormat kBF16{8, 7};
+
+inline double bits_to_double(uint32_t bits, FloatFormat f) {
+  const int bias = (1 << (f.exp_bits - 1)) - 1;
+  const uint32_t mant = bits & ((1u << f.mant_bits) - 1);
+  const uint32_t exp_field = (bits >> f.mant_bits) & ((1u << f.exp_bits) - 1);
+  const bool negative = (bits >> (f.exp_bits + f.mant_bits)) & 1u;
+  double magnitude;
+  if (exp_field == (1u << f.exp_bits) - 1) {
+    magnitude = mant ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  } else if (exp_field == 0) {  // subnormal: mant * 2^(1 - bias - mant_bits)
+    magnitude = std::ldexp(double(mant), 1 - bias - f.mant_bits);
+  } else {  // normal: re-bias the exponent and widen the mantissa, exactly
+    const uint64_t u =
+        (uint64_t(int(exp_field) - bias + 1023) << 52) | (uint64_t(mant) << (52 - f.mant_bits));
+    std::memcpy(&magnitude, &u, sizeof u);
+  }
+  return negative ? -magnitude : magnitude;
+}
+
+// Round to nearest, ties to even; overflow gives inf, NaN stays a (quiet) NaN.
+inline uint32_t double_to_bits(double x, FloatFormat f) {
+  constexpr uint64_t kMant52 = (uint64_t(1) << 52) - 1;
+  uint64_t u;
+  std::memcpy(&u, &x, sizeof u);
+  const uint32_t sign = uint32_t(u >> 63) << (f.exp_bits + f.mant_bits);
+  const uint32_t inf = ((1u << f.exp_bits) - 1) << f.mant_bits;
+  const uint64_t magnitude = u & ~(uint64_t(1) << 63);
+  const int exp_field = int(magnitude >> 52);
+  if (exp_field == 0x7ff) return sign | inf | ((magnitude & kMant52) ? 1u << (f.mant_bits - 1) : 0u);
+
+  const int bias = (1 << (f.exp_bits - 1)) - 1;
+  const int min_exp = 1 - bias;  // exponent of the smallest normal
+  const int exp = exp_field - 1023;
+  if (exp > bias) return sign | inf;
+  // Below half the smallest subnormal (2^(min_exp - mant_bits - 1)), or a double subnormal: rounds to 0.
+  if (exp_field == 0 || exp < min_exp - f.mant_bits - 1) return sign;
+
+  // Keep mant_bits bits after the leading one (fewer for a subnormal result); shift is at most 53.
+  const uint64_t mant = (magnitude & kMant52) | (uint64_t(1) << 52);
+  const int shift = 52 - f.mant_bits + std::max(0, min_exp - exp);
+  uint64_t kept = mant >> shift;
+  const uint64_t rest = mant & ((uint64_t(1) << shift) - 1);
+  const uint64_t half = uint64_t(1) << (shift - 1);
+  if (rest > half || (rest == half && (kept & 1))) ++kept;
+  // A carry out of the mantissa lands in the exponent field: the next binade, the smallest normal
+  // (from a subnormal) or inf (from the largest binade), all correct.
+  if (exp < min_exp) return sign | uint32_t(kept);
+  return sign | ((uint32_t(exp + bias) << f.mant_bits) + uint32_t(kept - (uint64_t(1) << f.mant_bits)));
+}
+
+inline double f16_to_double(uint16_t bits) {
+  return bits_to_double(bits, kF16);
+}
+inline double bf16_to_double(uint16_t bits) {
+  return bits_to_double(bits, kBF16);
+}
+inline uint16_t double_to_f16(double x) {
+  return uint16_t(double_to_bits(x, kF16));
+}
+inline uint16_t double_to_bf16(double x) {
+  return uint16_t(double_to_bits(x, kBF16));
+}
+
+inline bool is_cpu_storage_dtype(DType t) {
+  return t == DType::f32 || t == DType::f16 || t == DType::bf16;
+}
+
+inline const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::f32:
+      return "fp32";
+    case DType::f16:
+      return "fp16";
+    case DType::bf16:
+      return "bf16";
+    case DType::fp8_e4m3:
+      return "fp8_e4m3";
+    case DType::i32:
+      return "int32";
+    case DType::i64:
+      return "int64";
+    default:
+      return "none";
+  }
+}
+
+// Validation sends the CPU backend only fp32/fp16/bf16 storage; this keeps any other dtype from running
+// silently wrong if that ever changes.
+inline kvattn_status unsupported_dtype(const char* argument, DType t) {
+  return fail(KVATTN_ERROR_UNSUPPORTED, std::string(argument) + ": dtype " + dtype_name(t) +
+                                            " is not supported by the CPU backend (fp32, fp16, bf16)");
+}
+
+// dst[c] = element (offset + c) of `base`, c in [0, n). Unknown dtypes read as NaN, never as garbage.
+inline void load_row(DType t, const void* base, int64_t offset, int n, double* dst) {
+  switch (t) {
+    case DType::f32: {
+      const float* x = static_cast<const float*>(base) + offset;
+      for (int c = 0; c < n; ++c) dst[c] = x[c];
+      return;
+    }
+    case DType::f16: {
+      const uint16_t* x = static_cast<const uint16_t*>(base) + offset;
+      for (int c = 0; c < n; ++c) dst[c] = f16_to_double(x[c]);
+      return;
+    }
+    case DType::bf16: {
+      const uint16_t* x = static_cast<const uint16_t*>(base) + offset;
+      for (int c = 0; c < n; ++c) dst[c] = bf16_to_double(x[c]);
+      return;
+    }
+    default:
+      std::fill(dst, dst + n, std::numeric_limits<double>::quiet_NaN());
+  }
+}
+
+inline double load(DType t, const void* base, int64_t offset) {
+  double x;
+  load_row(t, base, offset, 1, &x);
+  return x;
+}
+
+// Element (offset + c) of `base` = src[c] rounded once to the dtype, c in [0, n).
+inline void store_row(DType t, void* base, int64_t offset, int n, const double* src) {
+  switch (t) {
+    case DType::f32: {
+      float* x = static_cast<float*>(base) + offset;
+      for (int c = 0; c < n; ++c) x[c] = static_cast<float>(src[c]);
+      return;
+    }
+    case DType::f16: {
+      uint16_t* x = static_cast<uint16_t*>(base) + offset;
+      for (int c = 0; c < n; ++c) x[c] = double_to_f16(src[c]);
+      return;
+    }
+    case DType::bf16: {
+      uint16_t* x = static_cast<uint16_t*>(base) + offset;
+      for (int c = 0; c < n; ++c) x[c] = double_to_bf16(src[c]);
+      return;
+    }
+    default:
+      return;  // unreachable: every entry point rejects other dtypes first
+  }
+}
+
+}  // namespace kvattn::cpu
