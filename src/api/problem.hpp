@@ -73,9 +73,9 @@ struct FwdProblem {
   // ---- KV cache
   CacheTensor k_cache;
   CacheTensor v_cache;
-  int64_t num_pages = 0;   // dim 0 of the cache: b_cache, num_pages, or total_k (packed)
-  int64_t page_size = 0;   // paged: page size; contiguous: s_cache; packed: unused (0)
-  int64_t capacity = 0;    // slots a row can hold: s_cache or pages_per_row * page_size (packed: per sequence)
+  int64_t num_pages = 0;  // dim 0 of the cache: b_cache, num_pages, or total_k (packed)
+  int64_t page_size = 0;  // paged: page size; contiguous: s_cache; packed: unused (0)
+  int64_t capacity = 0;   // slots a row can hold: s_cache or pages_per_row * page_size (packed: per sequence)
   const int32_t* page_table = nullptr;  // (b_pt, pages_per_row) optional
   int64_t page_table_stride = 0;
   int64_t page_table_rows = 0;  // b_pt
@@ -102,18 +102,18 @@ struct FwdProblem {
   DType rotary_dtype = DType::none;
   int64_t rotary_cos_stride = 0;
   int64_t rotary_sin_stride = 0;
-  int32_t rotary_dim = 0;   // even, <= d; cos/sin have rotary_dim / 2 columns
+  int32_t rotary_dim = 0;  // even, <= d; cos/sin have rotary_dim / 2 columns
   int32_t seqlen_ro = 0;
-  bool rotary_interleaved = true;     // pairs (2m, 2m+1); false: (m, m + rotary_dim / 2)
-  bool rotary_q_per_token = false;    // causal or window: q token t at p_i + t, else every token at p_i
+  bool rotary_interleaved = true;           // pairs (2m, 2m+1); false: (m, m + rotary_dim / 2)
+  bool rotary_q_per_token = false;          // causal or window: q token t at p_i + t, else every token at p_i
   const int32_t* rotary_seqlens = nullptr;  // (b) optional; p_i, default the cache length of i
 
   // ---- scores and mask
   double softmax_scale = 0.0;  // resolved (never the <= 0 default); kernels round it to float
   double softcap = 0.0;        // 0 = off
-  bool causal = false;        // already folded into window_right = 0
-  int32_t window_left = -1;   // -1 = unbounded
-  int32_t window_right = -1;  // -1 = unbounded
+  bool causal = false;         // already folded into window_right = 0
+  int32_t window_left = -1;    // -1 = unbounded
+  int32_t window_right = -1;   // -1 = unbounded
   int32_t attention_chunk = 0;
   const float* alibi_slopes = nullptr;  // slope(i, h) = alibi_slopes[i * alibi_batch_stride + h]
   int64_t alibi_batch_stride = 0;       // 0 for (hq,)
@@ -156,7 +156,7 @@ struct AppendProblem {
   TokenTensor key, value;  // batch_stride unused
   CacheTensor k_cache, v_cache;
   const int64_t* slot_mapping = nullptr;  // (num_tokens)
-  const float* k_scale = nullptr;  // fp8 only; per head when k_scale_per_head
+  const float* k_scale = nullptr;         // fp8 only; per head when k_scale_per_head
   const float* v_scale = nullptr;
   bool scale_per_head = false;
 };
@@ -167,8 +167,8 @@ struct CombineProblem {
   kvattn_device_type device_type = KVATTN_DEVICE_CPU;
   int32_t device_id = 0;
   void* stream = nullptr;
-  int32_t num_splits = 0;   // n
-  int32_t head_dim_v = 0;   // dv
+  int32_t num_splits = 0;            // n
+  int32_t head_dim_v = 0;            // dv
   int64_t row_shape[3] = {1, 1, 1};  // "..." padded to 3 dims; the last is the head axis for sinks
   const float* out_partials = nullptr;
   int64_t op_split_stride = 0;

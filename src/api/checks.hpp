@@ -1,0 +1,106 @@
+// The vocabulary of validation: small checks that read like a checklist. Each returns normally or throws a
+// Rejection; validate_*() catch it and turn it into fail(status, message), so a Rejection never leaves
+// src/api. Messages are generated from the argument's name: "<name>: <what was expected>, got <value>".
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "kvattn/kvattn.h"
+
+namespace kvattn {
+
+struct Rejection {
+  kvattn_status status;
+  std::string message;
+};
+
+[[noreturn]] void reject(kvattn_status status, const std::string& message);
+[[noreturn]] inline void invalid(const std::string& message) {
+  reject(KVATTN_ERROR_INVALID_ARGUMENT, message);
+}
+
+// Runs `checks` (which may throw Rejection) and returns KVATTN_OK, or fail()s with the rejection.
+template <class Checks>
+kvattn_status run_checks(Checks&& checks);
+
+const char* dtype_name(kvattn_dtype dtype);
+const char* device_name(kvattn_device_type device);
+std::string shape_str(const kvattn_tensor& t);  // "(2, 16, 4, 64)", "(3,)", "()"
+
+inline bool given(const kvattn_tensor& t) {
+  return t.data != nullptr;
+}
+
+// A named expected size of one dimension; kAny matches every size.
+constexpr int64_t kAny = -1;
+struct Dim {
+  int64_t size;
+  const char* symbol;  // "b", "hq", "d", ...
+};
+
+// The integer a C caller stored in an enum field, read without loading the enum: any int is legal in C,
+// but loading a C++ enum outside its range is undefined behaviour.
+template <class Enum>
+int32_t raw_enum(const Enum& field) {
+  static_assert(sizeof(Enum) == sizeof(int32_t), "C enums are int-sized");
+  int32_t raw;
+  std::memcpy(&raw, &field, sizeof(raw));
+  return raw;
+}
+
+// device_type is CPU or CUDA; device_id >= 0 on CUDA.
+void expect_device(const kvattn_device_type& device_type, int32_t device_id);
+
+// For every tensor that is given: ndim in [0, KVATTN_MAX_DIMS], a known dtype, sizes >= 0 and (unless
+// `last_dim_free`) a contiguous last dimension. Later checks rely on these.
+void expect_well_formed(const char* name, const kvattn_tensor& t, bool last_dim_free = false);
+
+void expect_given(const char* name, const kvattn_tensor& t);
+// "v: must be given together with k (k is given, v is not)"
+void expect_together(const char* name_a, const kvattn_tensor& a, const char* name_b, const kvattn_tensor& b);
+// "page_table: must not be given with cu_seqlens_k (...)"
+void expect_absent(const char* name, const kvattn_tensor& t, const std::string& because);
+
+// "q: expected 4 dims (b, sq, hq, d), got 3 dims, shape (2, 8, 64)"
+void expect_ndim(const char* name, const kvattn_tensor& t, int32_t ndim, const char* layout);
+// "k_cache: expected shape (b_cache, s_cache, hk, d) = (*, *, *, 128), got (2, 16, 4, 64)"
+void expect_shape(const char* name, const kvattn_tensor& t, const std::vector<Dim>& dims);
+// "q: hq (dim 2) must be >= 1, got 0"
+void expect_dim_at_least(const char* name, const kvattn_tensor& t, int32_t dim, const char* symbol,
+                         int64_t min);
+
+// "cache_seqlens: expected dtype int32, got int64"
+void expect_dtype(const char* name, const kvattn_tensor& t, kvattn_dtype dtype);
+// "k_cache: dtype bf16 does not match q (f16)"
+void expect_dtype_as(const char* name, const kvattn_tensor& t, const char* other, kvattn_dtype dtype);
+// "q: expected dtype f32, f16, bf16 or fp8_e4m3, got int32"
+void expect_dtype_in(const char* name, const kvattn_tensor& t, std::initializer_list<kvattn_dtype> dtypes);
+
+// "<what> = <value> is outside [lo, hi) (<bound>)", e.g. "page_table[2, 5] = 99 is outside [0, 64)
+// (num_pages of k_cache)". expect_in_closed checks [lo, hi].
+void expect_in_range(const std::string& what, int64_t value, int64_t lo, int64_t hi,
+                     const std::string& bound);
+void expect_in_closed(const std::string& what, int64_t value, int64_t lo, int64_t hi,
+                      const std::string& bound);
+
+// Sizes the problem stores as int32: "q: hq = 3000000000 does not fit in int32".
+int32_t to_int32(const std::string& what, int64_t value);
+
+// ---- implementation of the template
+kvattn_status fail_with(const Rejection& rejection);
+
+template <class Checks>
+kvattn_status run_checks(Checks&& checks) {
+  try {
+    checks();
+    return KVATTN_OK;
+  } catch (const Rejection& rejection) {
+    return fail_with(rejection);
+  }
+}
+
+}  // namespace kvattn

@@ -1,0 +1,357 @@
+// kvattn_fwd's arguments -> FwdProblem: the rules of CONTRACT.md that shapes, dtypes and scalars decide,
+// as a checklist in contract order. Per-sequence index values are checked in validate_fwd_seqs.cpp.
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "api/backend.hpp"
+#include "api/checks.hpp"
+#include "api/status.hpp"
+#include "api/validate.hpp"
+
+namespace kvattn {
+namespace {
+
+constexpr kvattn_dtype kF32 = KVATTN_DTYPE_F32;
+constexpr kvattn_dtype kF16 = KVATTN_DTYPE_F16;
+constexpr kvattn_dtype kBF16 = KVATTN_DTYPE_BF16;
+constexpr kvattn_dtype kFP8 = KVATTN_DTYPE_FP8_E4M3;
+constexpr kvattn_dtype kI32 = KVATTN_DTYPE_I32;
+
+struct NamedTensor {
+  const char* name;
+  kvattn_tensor kvattn_fwd_params::*member;
+};
+
+// Every tensor argument, in kvattn.h order.
+constexpr NamedTensor kTensors[] = {
+    {"q", &kvattn_fwd_params::q},
+    {"k_cache", &kvattn_fwd_params::k_cache},
+    {"v_cache", &kvattn_fwd_params::v_cache},
+    {"k", &kvattn_fwd_params::k},
+    {"v", &kvattn_fwd_params::v},
+    {"qv", &kvattn_fwd_params::qv},
+    {"rotary_cos", &kvattn_fwd_params::rotary_cos},
+    {"rotary_sin", &kvattn_fwd_params::rotary_sin},
+    {"rotary_seqlens", &kvattn_fwd_params::rotary_seqlens},
+    {"cache_seqlens", &kvattn_fwd_params::cache_seqlens},
+    {"cache_batch_idx", &kvattn_fwd_params::cache_batch_idx},
+    {"cache_leftpad", &kvattn_fwd_params::cache_leftpad},
+    {"page_table", &kvattn_fwd_params::page_table},
+    {"cu_seqlens_q", &kvattn_fwd_params::cu_seqlens_q},
+    {"seqused_q", &kvattn_fwd_params::seqused_q},
+    {"cu_seqlens_k_new", &kvattn_fwd_params::cu_seqlens_k_new},
+    {"cu_seqlens_k", &kvattn_fwd_params::cu_seqlens_k},
+    {"alibi_slopes", &kvattn_fwd_params::alibi_slopes},
+    {"sinks", &kvattn_fwd_params::sinks},
+    {"q_descale", &kvattn_fwd_params::q_descale},
+    {"k_descale", &kvattn_fwd_params::k_descale},
+    {"v_descale", &kvattn_fwd_params::v_descale},
+    {"out", &kvattn_fwd_params::out},
+    {"lse", &kvattn_fwd_params::lse},
+};
+
+// The int32 index tensors of length b (per sequence).
+constexpr NamedTensor kPerSequence[] = {
+    {"cache_seqlens", &kvattn_fwd_params::cache_seqlens},
+    {"cache_batch_idx", &kvattn_fwd_params::cache_batch_idx},
+    {"cache_leftpad", &kvattn_fwd_params::cache_leftpad},
+    {"seqused_q", &kvattn_fwd_params::seqused_q},
+    {"rotary_seqlens", &kvattn_fwd_params::rotary_seqlens},
+};
+
+// Every int32 index tensor.
+constexpr NamedTensor kIndexTensors[] = {
+    {"cache_seqlens", &kvattn_fwd_params::cache_seqlens},
+    {"cache_batch_idx", &kvattn_fwd_params::cache_batch_idx},
+    {"cache_leftpad", &kvattn_fwd_params::cache_leftpad},
+    {"seqused_q", &kvattn_fwd_params::seqused_q},
+    {"rotary_seqlens", &kvattn_fwd_params::rotary_seqlens},
+    {"page_table", &kvattn_fwd_params::page_table},
+    {"cu_seqlens_q", &kvattn_fwd_params::cu_seqlens_q},
+    {"cu_seqlens_k_new", &kvattn_fwd_params::cu_seqlens_k_new},
+    {"cu_seqlens_k", &kvattn_fwd_params::cu_seqlens_k},
+};
+
+bool is_descale(const NamedTensor& t) {
+  return t.member == &kvattn_fwd_params::q_descale || t.member == &kvattn_fwd_params::k_descale ||
+         t.member == &kvattn_fwd_params::v_descale;
+}
+
+// Fixed token tensors are (b, s, h, c); varlen ones (total, h, c) with batch_stride 0.
+TokenTensor token_tensor(const kvattn_tensor& t, bool varlen) {
+  if (!given(t)) return {};
+  if (varlen) return {t.data, 0, t.strides[0], t.strides[1]};
+  return {t.data, t.strides[0], t.strides[1], t.strides[2]};
+}
+
+// Packed caches are (total_k, hk, c); contiguous and paged ones (rows or pages, slots, hk, c).
+CacheTensor cache_tensor(const kvattn_tensor& t, bool packed) {
+  if (packed) return {t.data, 0, t.strides[0], t.strides[1]};
+  return {t.data, t.strides[0], t.strides[1], t.strides[2]};
+}
+
+const int32_t* ints(const kvattn_tensor& t) {
+  return static_cast<const int32_t*>(t.data);
+}
+
+class FwdValidator {
+ public:
+  FwdValidator(const kvattn_fwd_params& a, FwdProblem& p) : a_(a), p_(p) {}
+
+  void run() {
+    check_device();
+    check_tensors_well_formed();
+    check_queries();
+    check_cache_layout();
+    check_new_tokens();
+    check_per_sequence_arrays();
+    check_dtypes();
+    check_outputs();
+    check_fwd_options(a_, p_);
+    check_fwd_sequences(p_, a_.device_type == KVATTN_DEVICE_CPU);
+  }
+
+ private:
+  bool varlen_q() const { return given(a_.cu_seqlens_q); }
+  bool packed() const { return given(a_.cu_seqlens_k); }
+  bool paged() const { return given(a_.page_table); }
+
+  void check_device() {
+    expect_device(a_.device_type, a_.device_id);
+    p_.device_type = a_.device_type;
+    p_.device_id = a_.device_id;
+    p_.stream = a_.stream;
+  }
+
+  void check_tensors_well_formed() {
+    // Descales are often broadcast views (stride 0 everywhere): their strides are free.
+    for (const NamedTensor& t : kTensors) expect_well_formed(t.name, a_.*t.member, is_descale(t));
+    for (const NamedTensor& t : kIndexTensors) {
+      if (given(a_.*t.member)) expect_dtype(t.name, a_.*t.member, kI32);
+    }
+  }
+
+  // q: (b, sq, hq, d), or (total_q, hq, d) with cu_seqlens_q (b + 1,) and max_seqlen_q.
+  void check_queries() {
+    const kvattn_tensor& q = a_.q;
+    expect_given("q", q);
+    if (varlen_q()) {
+      expect_ndim("cu_seqlens_q", a_.cu_seqlens_q, 1, "(b + 1,)");
+      expect_dim_at_least("cu_seqlens_q", a_.cu_seqlens_q, 0, "b + 1", 1);
+      expect_ndim("q", q, 3, "(total_q, hq, d) with cu_seqlens_q");
+      if (a_.max_seqlen_q <= 0) {
+        invalid("max_seqlen_q: must be > 0 with cu_seqlens_q, got " + std::to_string(a_.max_seqlen_q));
+      }
+      b_ = a_.cu_seqlens_q.shape[0] - 1;
+      sq_ = a_.max_seqlen_q;
+      p_.total_q = q.shape[0];
+    } else {
+      expect_ndim("q", q, 4, "(b, sq, hq, d)");
+      b_ = q.shape[0];
+      sq_ = q.shape[1];
+      p_.total_q = b_ * sq_;
+      if (a_.max_seqlen_q != 0 && a_.max_seqlen_q != sq_) {
+        invalid("max_seqlen_q: " + std::to_string(a_.max_seqlen_q) +
+                " given without cu_seqlens_q does not match sq = " + std::to_string(sq_) + " of q");
+      }
+    }
+    const int32_t head_dim = q.ndim - 1;
+    expect_dim_at_least("q", q, head_dim - 1, "hq", 1);
+    expect_dim_at_least("q", q, head_dim, "d", 1);
+    hq_ = q.shape[head_dim - 1];
+    d_ = q.shape[head_dim];
+    p_.batch = to_int32("q: b", b_);
+    p_.max_seqlen_q = to_int32(varlen_q() ? "max_seqlen_q" : "q: sq", sq_);
+    p_.num_q_heads = to_int32("q: hq", hq_);
+    p_.head_dim = to_int32("q: d", d_);
+    p_.q = token_tensor(q, varlen_q());
+    p_.cu_seqlens_q = ints(a_.cu_seqlens_q);
+  }
+
+  // Contiguous (b_cache, s_cache, hk, d), paged (num_pages, page_size, hk, d) with page_table, or packed
+  // (total_k, hk, d) with cu_seqlens_k; v_cache alike with dv.
+  void check_cache_layout() {
+    const kvattn_tensor& kc = a_.k_cache;
+    const kvattn_tensor& vc = a_.v_cache;
+    expect_given("k_cache", kc);
+    expect_given("v_cache", vc);
+    if (packed()) {
+      const std::string because = "with cu_seqlens_k (the rows of a packed cache belong to the sequences)";
+      expect_absent("page_table", a_.page_table, because);
+      expect_absent("cache_batch_idx", a_.cache_batch_idx, because);
+      expect_shape("cu_seqlens_k", a_.cu_seqlens_k, {{b_ + 1, "b + 1"}});
+      expect_ndim("k_cache", kc, 3, "(total_k, hk, d) with cu_seqlens_k");
+      expect_shape("k_cache", kc, {{kAny, "total_k"}, {kAny, "hk"}, {d_, "d"}});
+      expect_shape("v_cache", vc, {{kc.shape[0], "total_k"}, {kc.shape[1], "hk"}, {kAny, "dv"}});
+      p_.num_pages = kc.shape[0];
+      p_.page_size = 0;
+      p_.capacity = kc.shape[0];  // an upper bound; each sequence holds cu_seqlens_k[i+1] - cu_seqlens_k[i]
+    } else {
+      const char* layout =
+          paged() ? "(num_pages, page_size, hk, d) with page_table" : "(b_cache, s_cache, hk, d)";
+      const char* rows = paged() ? "num_pages" : "b_cache";
+      const char* slots = paged() ? "page_size" : "s_cache";
+      expect_ndim("k_cache", kc, 4, layout);
+      expect_shape("k_cache", kc, {{kAny, rows}, {kAny, slots}, {kAny, "hk"}, {d_, "d"}});
+      expect_shape("v_cache", vc,
+                   {{kc.shape[0], rows}, {kc.shape[1], slots}, {kc.shape[2], "hk"}, {kAny, "dv"}});
+      p_.num_pages = kc.shape[0];
+      p_.page_size = kc.shape[1];
+      p_.capacity = kc.shape[1];
+      if (paged()) check_page_table();
+      // Without cache_batch_idx, sequence i uses row i.
+      const int64_t row_count = paged() ? p_.page_table_rows : kc.shape[0];
+      if (!given(a_.cache_batch_idx) && row_count < b_) {
+        invalid(std::string(paged() ? "page_table" : "k_cache") + ": has " + std::to_string(row_count) +
+                " rows, fewer than the batch size b = " + std::to_string(b_) + " (and no cache_batch_idx)");
+      }
+    }
+    const int32_t last = kc.ndim - 1;
+    expect_dim_at_least("k_cache", kc, last - 1, "hk", 1);
+    expect_dim_at_least("v_cache", vc, last, "dv", 1);
+    hk_ = kc.shape[last - 1];
+    dv_ = vc.shape[last];
+    if (hq_ % hk_ != 0) {
+      invalid("k_cache: hk = " + std::to_string(hk_) +
+              " kv heads does not divide hq = " + std::to_string(hq_) + " query heads of q");
+    }
+    p_.num_kv_heads = to_int32("k_cache: hk", hk_);
+    p_.head_dim_v = to_int32("v_cache: dv", dv_);
+    p_.k_cache = cache_tensor(kc, packed());
+    p_.v_cache = cache_tensor(vc, packed());
+    p_.cu_seqlens_k = ints(a_.cu_seqlens_k);
+    p_.cache_batch_idx = ints(a_.cache_batch_idx);
+  }
+
+  void check_page_table() {
+    const kvattn_tensor& pt = a_.page_table;
+    expect_ndim("page_table", pt, 2, "(b_pt, pages_per_row)");
+    expect_dim_at_least("k_cache", a_.k_cache, 1, "page_size", 1);
+    p_.page_table = ints(pt);
+    p_.page_table_stride = pt.strides[0];
+    p_.page_table_rows = pt.shape[0];
+    p_.pages_per_row = pt.shape[1];
+    p_.capacity = pt.shape[1] * a_.k_cache.shape[1];
+  }
+
+  // k, v: (b, s_new, hk, d / dv), or (total_new, hk, d / dv) with cu_seqlens_k_new (b + 1,).
+  void check_new_tokens() {
+    expect_together("k", a_.k, "v", a_.v);
+    const bool varlen = given(a_.cu_seqlens_k_new);
+    if (!given(a_.k)) {
+      expect_absent("cu_seqlens_k_new", a_.cu_seqlens_k_new, "without k and v");
+      return;
+    }
+    if (varlen) {
+      expect_shape("cu_seqlens_k_new", a_.cu_seqlens_k_new, {{b_ + 1, "b + 1"}});
+      expect_ndim("k", a_.k, 3, "(total_new, hk, d) with cu_seqlens_k_new");
+      expect_shape("k", a_.k, {{kAny, "total_new"}, {hk_, "hk"}, {d_, "d"}});
+      expect_shape("v", a_.v, {{a_.k.shape[0], "total_new"}, {hk_, "hk"}, {dv_, "dv"}});
+      p_.total_k_new = a_.k.shape[0];
+      p_.max_seqlen_k_new = to_int32("k: total_new", a_.k.shape[0]);  // an upper bound of every n_i
+    } else {
+      expect_ndim("k", a_.k, 4, "(b, s_new, hk, d)");
+      expect_shape("k", a_.k, {{b_, "b"}, {kAny, "s_new"}, {hk_, "hk"}, {d_, "d"}});
+      expect_shape("v", a_.v, {{b_, "b"}, {a_.k.shape[1], "s_new"}, {hk_, "hk"}, {dv_, "dv"}});
+      p_.max_seqlen_k_new = to_int32("k: s_new", a_.k.shape[1]);
+      p_.total_k_new = b_ * a_.k.shape[1];
+    }
+    p_.k_new = token_tensor(a_.k, varlen);
+    p_.v_new = token_tensor(a_.v, varlen);
+    p_.cu_seqlens_k_new = ints(a_.cu_seqlens_k_new);
+  }
+
+  void check_per_sequence_arrays() {
+    for (const NamedTensor& t : kPerSequence) {
+      if (given(a_.*t.member)) expect_shape(t.name, a_.*t.member, {{b_, "b"}});
+    }
+    if (given(a_.cache_seqlens) && a_.cache_seqlens_value >= 0) {
+      invalid("cache_seqlens_value: " + std::to_string(a_.cache_seqlens_value) +
+              " given together with cache_seqlens (set it to -1)");
+    }
+    p_.cache_seqlens = ints(a_.cache_seqlens);
+    p_.cache_seqlens_value =
+        given(a_.cache_seqlens) ? -1 : to_int32("cache_seqlens_value", a_.cache_seqlens_value);
+    p_.cache_leftpad = ints(a_.cache_leftpad);
+    p_.seqused_q = ints(a_.seqused_q);
+  }
+
+  // q f32/f16/bf16/fp8 (f32 on the CPU backend only); caches as q, or fp8 under f16/bf16 q (CUDA only);
+  // k, v and qv as q.
+  void check_dtypes() {
+    const kvattn_dtype qd = a_.q.dtype;
+    expect_dtype_in("q", a_.q, {kF32, kF16, kBF16, kFP8});
+    if (a_.device_type == KVATTN_DEVICE_CUDA && qd == kF32) {
+      reject(KVATTN_ERROR_UNSUPPORTED,
+             "q: dtype f32 is supported on the CPU backend only (device_type=CUDA)");
+    }
+    const bool fp8_cache_ok = qd == kF16 || qd == kBF16 || qd == kFP8;
+    if (!(fp8_cache_ok && a_.k_cache.dtype == kFP8)) expect_dtype_as("k_cache", a_.k_cache, "q", qd);
+    expect_dtype_as("v_cache", a_.v_cache, "k_cache", a_.k_cache.dtype);
+    if (a_.device_type == KVATTN_DEVICE_CPU && a_.k_cache.dtype == kFP8) {
+      reject(KVATTN_ERROR_UNSUPPORTED,
+             "k_cache: dtype fp8_e4m3 is supported on the CUDA backend only (device_type=CPU)");
+    }
+    if (given(a_.k)) expect_dtype_as("k", a_.k, "q", qd);
+    if (given(a_.v)) expect_dtype_as("v", a_.v, "q", qd);
+    if (given(a_.qv)) expect_dtype_as("qv", a_.qv, "q", qd);
+    p_.q_dtype = static_cast<DType>(qd);
+    p_.kv_dtype = static_cast<DType>(a_.k_cache.dtype);
+  }
+
+  // out (required) and qv: as q with dv; lse: fp32 (b, hq, sq), or (hq, total_q) with cu_seqlens_q.
+  void check_outputs() {
+    const kvattn_dtype qd = a_.q.dtype;
+    expect_given("out", a_.out);
+    const kvattn_dtype out_dtype = qd == kFP8 ? kBF16 : qd;
+    expect_dtype_as("out", a_.out, qd == kFP8 ? "the output dtype of fp8 q" : "q", out_dtype);
+    for (const NamedTensor& t :
+         {NamedTensor{"out", &kvattn_fwd_params::out}, NamedTensor{"qv", &kvattn_fwd_params::qv}}) {
+      const kvattn_tensor& x = a_.*t.member;
+      if (!given(x)) continue;
+      if (varlen_q()) {
+        expect_shape(t.name, x, {{p_.total_q, "total_q"}, {hq_, "hq"}, {dv_, "dv"}});
+      } else {
+        expect_shape(t.name, x, {{b_, "b"}, {sq_, "sq"}, {hq_, "hq"}, {dv_, "dv"}});
+      }
+    }
+    p_.out_dtype = static_cast<DType>(out_dtype);
+    p_.out = token_tensor(a_.out, varlen_q());
+    p_.qv = token_tensor(a_.qv, varlen_q());
+    const kvattn_tensor& lse = a_.lse;
+    if (!given(lse)) return;
+    expect_dtype("lse", lse, kF32);
+    if (varlen_q()) {
+      expect_shape("lse", lse, {{hq_, "hq"}, {p_.total_q, "total_q"}});
+      p_.lse_head_stride = lse.strides[0];
+      p_.lse_token_stride = lse.strides[1];
+    } else {
+      expect_shape("lse", lse, {{b_, "b"}, {hq_, "hq"}, {sq_, "sq"}});
+      p_.lse_batch_stride = lse.strides[0];
+      p_.lse_head_stride = lse.strides[1];
+      p_.lse_token_stride = lse.strides[2];
+    }
+    p_.lse = static_cast<float*>(lse.data);
+  }
+
+  const kvattn_fwd_params& a_;
+  FwdProblem& p_;
+  int64_t b_ = 0, sq_ = 0, hq_ = 0, d_ = 0, hk_ = 0, dv_ = 0;
+};
+
+}  // namespace
+
+kvattn_status validate_fwd(const kvattn_fwd_params& args, FwdProblem* problem) {
+  FwdProblem p;
+  const kvattn_status status = run_checks([&] { FwdValidator(args, p).run(); });
+  if (status != KVATTN_OK) return status;
+  if (p.device_type == KVATTN_DEVICE_CUDA) {
+    const kvattn_status supported = cuda_fwd_supported(p);
+    if (supported != KVATTN_OK) return supported;
+  }
+  *problem = p;
+  return KVATTN_OK;
+}
+
+}  // namespace kvattn
