@@ -1,0 +1,1 @@
+"""kvattn benchmarks (python3 -m bench.run)."""
