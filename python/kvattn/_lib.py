@@ -1,0 +1,210 @@
+"""Loads libkvattn.so and declares its C ABI (include/kvattn/kvattn.h) with ctypes.
+
+The structs here mirror kvattn.h field by field; `load()` checks their sizes against the library's own
+(the `struct_size` each *_params_init writes), so a mismatch fails at the first call instead of corrupting
+memory. The library is loaded on first use, so `import kvattn` works without it.
+"""
+import ctypes
+import os
+import threading
+
+ABI_VERSION = 1
+MAX_DIMS = 5
+
+# kvattn_status
+OK = 0
+ERROR_INVALID_ARGUMENT = 1
+ERROR_UNSUPPORTED = 2
+ERROR_DEVICE_INDEX = 3
+ERROR_CUDA = 4
+ERROR_INTERNAL = 5
+
+# kvattn_dtype
+DTYPE_NONE, DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_FP8_E4M3, DTYPE_I32, DTYPE_I64 = range(7)
+
+# kvattn_device_type
+DEVICE_CPU = 0
+DEVICE_CUDA = 1
+
+_enum = ctypes.c_int  # C enums are int-sized on every ABI we build for
+
+
+class Tensor(ctypes.Structure):
+    """kvattn_tensor: a strided view; data == NULL means absent; strides in elements."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", _enum),
+        ("ndim", ctypes.c_int32),
+        ("shape", ctypes.c_int64 * MAX_DIMS),
+        ("strides", ctypes.c_int64 * MAX_DIMS),
+    ]
+
+
+def _header():
+    return [
+        ("struct_size", ctypes.c_uint32),
+        ("abi_version", ctypes.c_uint32),
+        ("device_type", _enum),
+        ("device_id", ctypes.c_int32),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+class FwdParams(ctypes.Structure):
+    """kvattn_fwd_params."""
+
+    _fields_ = _header() + [
+        ("q", Tensor),
+        ("k_cache", Tensor),
+        ("v_cache", Tensor),
+        ("k", Tensor),
+        ("v", Tensor),
+        ("qv", Tensor),
+        ("rotary_cos", Tensor),
+        ("rotary_sin", Tensor),
+        ("rotary_seqlens", Tensor),
+        ("cache_seqlens", Tensor),
+        ("cache_seqlens_value", ctypes.c_int64),
+        ("cache_batch_idx", Tensor),
+        ("cache_leftpad", Tensor),
+        ("page_table", Tensor),
+        ("cu_seqlens_q", Tensor),
+        ("max_seqlen_q", ctypes.c_int64),
+        ("seqused_q", Tensor),
+        ("cu_seqlens_k_new", Tensor),
+        ("cu_seqlens_k", Tensor),
+        ("alibi_slopes", Tensor),
+        ("sinks", Tensor),
+        ("q_descale", Tensor),
+        ("k_descale", Tensor),
+        ("v_descale", Tensor),
+        ("softmax_scale", ctypes.c_double),
+        ("causal", ctypes.c_int32),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
+        ("attention_chunk", ctypes.c_int32),
+        ("softcap", ctypes.c_double),
+        ("rotary_interleaved", ctypes.c_int32),
+        ("num_splits", ctypes.c_int32),
+        ("pack_gqa", ctypes.c_int32),
+        ("sm_margin", ctypes.c_int32),
+        ("deterministic", ctypes.c_int32),
+        ("out", Tensor),
+        ("lse", Tensor),
+        ("workspace", ctypes.c_void_p),
+        ("workspace_bytes", ctypes.c_size_t),
+    ]
+
+
+class AppendParams(ctypes.Structure):
+    """kvattn_append_params."""
+
+    _fields_ = _header() + [
+        ("key", Tensor),
+        ("value", Tensor),
+        ("k_cache", Tensor),
+        ("v_cache", Tensor),
+        ("slot_mapping", Tensor),
+        ("k_scale", Tensor),
+        ("v_scale", Tensor),
+    ]
+
+
+class CombineParams(ctypes.Structure):
+    """kvattn_combine_params."""
+
+    _fields_ = _header() + [
+        ("out_partials", Tensor),
+        ("lse_partials", Tensor),
+        ("sinks", Tensor),
+        ("out", Tensor),
+        ("lse", Tensor),
+    ]
+
+
+# (struct, its *_params_init function) for the size check
+_PARAMS = {
+    "kvattn_fwd_params": (FwdParams, "kvattn_fwd_params_init"),
+    "kvattn_append_params": (AppendParams, "kvattn_append_params_init"),
+    "kvattn_combine_params": (CombineParams, "kvattn_combine_params_init"),
+}
+
+_status = ctypes.c_int
+
+
+def _declare(lib):
+    p = ctypes.POINTER
+    sigs = {
+        "kvattn_abi_version": (ctypes.c_int32, []),
+        "kvattn_last_error": (ctypes.c_char_p, []),
+        "kvattn_has_backend": (ctypes.c_int32, [_enum]),
+        "kvattn_fwd_params_init": (None, [ctypes.c_void_p]),
+        "kvattn_append_params_init": (None, [ctypes.c_void_p]),
+        "kvattn_combine_params_init": (None, [ctypes.c_void_p]),
+        "kvattn_check": (_status, [p(FwdParams)]),
+        "kvattn_fwd_workspace_size": (_status, [p(FwdParams), p(ctypes.c_size_t)]),
+        "kvattn_fwd": (_status, [p(FwdParams)]),
+        "kvattn_append_kv": (_status, [p(AppendParams)]),
+        "kvattn_combine": (_status, [p(CombineParams)]),
+        "kvattn_device_errors": (_status, [ctypes.c_int32, ctypes.c_void_p]),
+    }
+    for name, (restype, argtypes) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+def candidates():
+    """Where libkvattn.so is looked for, in order: $KVATTN_LIBRARY, next to the package, build/."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = []
+    env = os.environ.get("KVATTN_LIBRARY")
+    if env:
+        paths.append(env)
+    paths.append(os.path.join(here, "libkvattn.so"))
+    paths.append(os.path.join(here, os.pardir, os.pardir, "build", "libkvattn.so"))  # source checkout
+    return paths
+
+
+def check_struct_sizes(lib):
+    """Compare each ctypes struct with the size the library's *_params_init writes into struct_size."""
+    for cname, (struct, init) in _PARAMS.items():
+        # A buffer larger than ours, so that a library with a larger struct cannot write past it.
+        buf = ctypes.create_string_buffer(ctypes.sizeof(struct) + 4096)
+        getattr(lib, init)(buf)
+        lib_size = ctypes.c_uint32.from_buffer(buf).value
+        if lib_size != ctypes.sizeof(struct):
+            raise ImportError(
+                f"kvattn: {cname} is {lib_size} bytes in the library but {ctypes.sizeof(struct)} in the "
+                "Python binding: the package and libkvattn.so are from different versions")
+
+
+_lock = threading.Lock()
+_lib = None
+
+
+def load():
+    """The loaded, checked library (loaded once per process)."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        for path in candidates():
+            path = os.path.normpath(path)
+            if not os.path.exists(path):
+                tried.append(f"{path} (missing)")
+                continue
+            lib = ctypes.CDLL(path)
+            _declare(lib)
+            if lib.kvattn_abi_version() != ABI_VERSION:
+                raise ImportError(f"kvattn: {path} has ABI version {lib.kvattn_abi_version()}, "
+                                  f"the binding expects {ABI_VERSION}")
+            check_struct_sizes(lib)
+            _lib = lib
+            return lib
+        raise ImportError("kvattn: libkvattn.so not found; set KVATTN_LIBRARY or install the package "
+                          "(pip install .). Tried: " + "; ".join(tried))

@@ -1,0 +1,41 @@
+"""`kvattn-bench`: runs the benchmark driver of a kvattn source tree (bench/run.py, BENCHMARKS.md).
+
+The driver is not part of the installed package; it is found, in order, at $KVATTN_BENCH_DIR (the bench/
+folder itself), ./bench, or the source tree this package was imported from.
+"""
+import importlib.util
+import os
+import sys
+
+
+def find_bench_dir():
+    """The bench/ folder holding run.py, or None."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [os.environ.get("KVATTN_BENCH_DIR"), os.path.join(os.getcwd(), "bench"),
+                  os.path.join(here, os.pardir, os.pardir, "bench")]
+    for path in candidates:
+        if path and os.path.isfile(os.path.join(path, "run.py")) and os.path.isfile(os.path.join(path, "__init__.py")):
+            return os.path.normpath(path)
+    return None
+
+
+def _load(bench_dir):
+    """Import bench_dir as the package `bench` (its modules import each other relatively) and return bench.run."""
+    spec = importlib.util.spec_from_file_location("bench", os.path.join(bench_dir, "__init__.py"),
+                                                  submodule_search_locations=[bench_dir])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules["bench"] = package
+    spec.loader.exec_module(package)
+    return importlib.import_module("bench.run")
+
+
+def main(argv=None):
+    bench_dir = find_bench_dir()
+    if bench_dir is None:
+        raise SystemExit("kvattn-bench: the benchmark driver (bench/run.py of a kvattn source tree) was not found; "
+                         "run it from a kvattn checkout or set KVATTN_BENCH_DIR to that checkout's bench/ folder")
+    return _load(bench_dir).main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

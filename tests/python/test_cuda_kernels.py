@@ -1,0 +1,128 @@
+"""CUDA backend at kernel-sized shapes: every compiled (head_dim, head_dim_v) pair, multi-tile and split-KV
+paths, the NaN-outside-valid-slots invariance, and device-side index errors (NaN output + a message from
+kvattn.device_errors naming the argument). The feature cross product at small shapes is test_cpu_sweep.py
+(parametrized by device); these cases add what only large shapes reach: several key tiles, several row
+blocks, splits, wide heads.
+"""
+import dataclasses
+
+import numpy as np
+import pytest
+
+import harness as H
+from cases import Case, build, run_and_compare
+
+pytestmark = pytest.mark.skipif(not H._cuda_ready(), reason="needs torch, a GPU and a CUDA build")
+DEVICE = "cuda"
+
+HEAD_DIMS = [(64, 64), (96, 96), (128, 128), (192, 192), (256, 256), (192, 128), (64, 512)]
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("d,dv", HEAD_DIMS)
+def test_head_dims_decode_paged(d, dv, dtype):
+    """GQA decode over several tiles, scattered pages of 16, with append + rotary; splits chosen."""
+    qv = dv == 512
+    case = Case(dtype=dtype, d=d, dv=dv, hq=8, hk=2, seqlens=(300, 77, 1), new=(1, 1, 1), sq=1, causal=True,
+                layout="paged", page_size=16, rotary=None if qv else "neox", qv=qv, num_splits=0, seed=d + dv)
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("d,dv", HEAD_DIMS)
+def test_head_dims_prefill_causal(d, dv, dtype):
+    """Chunked prefill: 70 new tokens (several row blocks of packed GQA rows) over a prefix, causal."""
+    case = Case(dtype=dtype, d=d, dv=dv, hq=4, hk=2, seqlens=(130, 5), new=(70, 70), sq=70, causal=True,
+                rotary="interleaved" if dv != 512 else None, qv=dv == 512, num_splits=1, seed=3)
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.parametrize("num_splits", [1, 2, 5, 0])
+@pytest.mark.parametrize("layout", ["contiguous", "paged", "packed"])
+def test_splits_long_sequences(layout, num_splits):
+    case = Case(dtype="bf16", d=128, hq=16, hk=2, seqlens=(1500, 640, 33, 0), sq=2, causal=True, layout=layout,
+                page_size=1 if layout == "paged" else 4, leftpad=(7, 0, 3, 0), sinks="fp32", alibi="h",
+                num_splits=num_splits, seed=num_splits)
+    run_and_compare(case, DEVICE)
+
+
+def test_deterministic_long():
+    case = Case(dtype="fp16", d=64, hq=4, hk=1, seqlens=(9000, 4100), sq=3, causal=True, deterministic=True,
+                num_splits=0, seed=9)
+    a = run_and_compare(case, DEVICE)
+    b = run_and_compare(case, DEVICE)
+    np.testing.assert_array_equal(H.f64(a[0]), H.f64(b[0]))
+
+
+@pytest.mark.parametrize("features", [
+    dict(window=(40, 3), chunk=0), dict(chunk=48, causal=True), dict(softcap=2.0, sinks="fp32"),
+    dict(alibi="bh", window=(100, -1)), dict(seqused_q=True, sinks="fp32"),
+])
+def test_features_multi_tile(features):
+    case = Case(dtype="bf16", d=128, hq=6, hk=2, seqlens=(400, 260), sq=33, layout="paged", page_size=3,
+                batch_idx="scattered", **features)
+    run_and_compare(case, DEVICE)
+
+
+def test_odd_head_dims_padded():
+    """Dims between the compiled ones run on the next kernel up (zero channels)."""
+    for d, dv in [(40, 40), (80, 112), (136, 136), (24, 200), (64, 320)]:
+        case = Case(dtype="fp16", d=d, dv=dv, hq=4, hk=2, seqlens=(90, 17), new=(2, 2), sq=2, causal=True,
+                    layout="paged", page_size=5, seed=d)
+        run_and_compare(case, DEVICE)
+
+
+def _bad_page_inputs():
+    case = Case(dtype="fp16", d=64, hq=4, hk=2, seqlens=(40, 50), sq=2, layout="paged", page_size=4, seed=1)
+    q, k_cache, v_cache, kw, _, _ = build(case)
+    kw = dict(kw)
+    table = kw["page_table"].copy()
+    table[0, 3] = k_cache.shape[0] + 17  # sequence 0 (row 0), slots 12..15: a page that does not exist
+    kw["page_table"] = table
+    return q, k_cache, v_cache, kw
+
+
+def test_device_error_bad_page_is_nan_and_reported():
+    q, k_cache, v_cache, kw = _bad_page_inputs()
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    out = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
+                                           H.to_device(v_cache, DEVICE), **dev)
+    with pytest.raises(H.kvattn.KvattnError) as e:
+        H.sync_device_errors(DEVICE)
+    assert "page_table[0, 3]" in str(e.value), str(e.value)
+    out = H.f64(H.to_numpy(out))
+    assert np.isnan(out[0]).all() and not np.isnan(out[1]).any()
+    H.sync_device_errors(DEVICE)  # the record was cleared
+
+
+def test_device_error_capacity():
+    case = Case(dtype="bf16", d=64, seqlens=(5, 9), new=(2, 2), sq=2)
+    q, k_cache, v_cache, kw, _, _ = build(case)
+    kw = dict(kw)
+    kw["cache_seqlens"] = np.array([5, k_cache.shape[1] - 1], np.int32)  # 1 + 2 new > capacity
+    kc, vc = H.to_device(k_cache, DEVICE), H.to_device(v_cache, DEVICE)
+    out = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), kc, vc,
+                                           **{k: H.to_device(v, DEVICE) for k, v in kw.items()})
+    with pytest.raises(H.kvattn.KvattnError) as e:
+        H.sync_device_errors(DEVICE)
+    assert str(e.value).startswith("cache_seqlens[1]"), str(e.value)
+    out = H.f64(H.to_numpy(out))
+    assert np.isnan(out[1]).all() and not np.isnan(out[0]).any()
+    # nothing of sequence 1 was written: its row keeps its NaN slots
+    assert np.isnan(H.f64(H.to_numpy(kc))[1, k_cache.shape[1] - 1:]).all()
+
+
+def test_nan_outside_valid_slots_bit_identical():
+    case = Case(dtype="bf16", d=128, hq=8, hk=2, seqlens=(200, 150), sq=4, layout="paged", page_size=3,
+                leftpad=(5, 0), causal=True, num_splits=3, seed=4)
+    q, k_cache, v_cache, kw, _, _ = build(case)
+    rng = np.random.default_rng(0)
+    filled = [np.where(np.isnan(H.f64(c)), rng.standard_normal(c.shape), H.f64(c)).astype(c.dtype)
+              for c in (k_cache, v_cache)]
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    a = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
+                                         H.to_device(v_cache, DEVICE), **dev)
+    b = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), *(H.to_device(c, DEVICE) for c in filled), **dev)
+    a, b = H.to_numpy(a), H.to_numpy(b)
+    assert not np.isnan(H.f64(a)).any()
+    np.testing.assert_array_equal(a.view(np.int16), b.view(np.int16))
