@@ -1,0 +1,181 @@
+// The append kernels. Both write element by element through the one addressing rule; every index read
+// from device memory is checked first, and an offending token or sequence writes nothing.
+#include <algorithm>
+#include <string>
+
+#include "api/backend.hpp"
+#include "cuda/append/append.hpp"
+#include "cuda/attention/params.cuh"
+#include "cuda/common/dtype.cuh"
+#include "cuda/common/host.hpp"
+#include "cuda/common/rotary.cuh"
+#include "cuda/common/sequence.cuh"
+
+namespace kvattn::cuda {
+namespace {
+
+constexpr int kAppendThreads = 128;
+constexpr int kTokensPerBlock = 4;
+
+struct AppendParams {
+  SeqParams seq;
+  int32_t num_kv_heads;
+  int32_t head_dim;
+  int32_t head_dim_v;
+  TokenTensor k_new;  // (i, j, h, 0..d)
+  TokenTensor v_new;  // (i, j, h, 0..dv)
+  CacheTensor k_cache;
+  CacheTensor v_cache;
+  RotaryParams rotary;
+  DeviceErrorRecord* errors;
+};
+
+// grid (batch, token blocks): block y writes new tokens [j0, j0 + kTokensPerBlock) of sequence x for
+// j0 = y * kTokensPerBlock, y + gridDim.y, ... (gridDim.y is capped at 65535).
+template <typename T>
+__global__ void __launch_bounds__(kAppendThreads) append_kernel(const __grid_constant__ AppendParams p) {
+  const int i = blockIdx.x;
+  const Sequence seq = load_sequence(p.seq, i, p.errors, threadIdx.x == 0);
+  const bool ok = check_unique_row(p.seq, i, p.errors) && seq.ok;
+  if (!ok) return;
+  const int64_t n = seq.new_len;
+  for (int64_t j = static_cast<int64_t>(blockIdx.y) * kTokensPerBlock; j < n;
+       j += (j + 1) % kTokensPerBlock == 0 ? static_cast<int64_t>(gridDim.y - 1) * kTokensPerBlock + 1 : 1) {
+    const int64_t slot = seq.cache_len + j;
+    const SlotAddress a = slot_address(p.seq, seq, slot);
+    if (a.page < 0) {
+      if (threadIdx.x == 0) {
+        const int64_t column = slot / p.seq.page_size;
+        record_error(p.errors, ErrorArg::page_table, ErrorKind::out_of_range, column,
+                     p.seq.page_table[seq.cache_row * p.seq.page_table_stride + column], p.seq.num_pages,
+                     seq.cache_row);
+      }
+      continue;
+    }
+    const int64_t pos = seq.rotary_pos + j;
+    const T* k_src = static_cast<const T*>(p.k_new.ptr) + i * p.k_new.batch_stride +
+                     (seq.new_row0 + j) * p.k_new.token_stride;
+    const T* v_src = static_cast<const T*>(p.v_new.ptr) + i * p.v_new.batch_stride +
+                     (seq.new_row0 + j) * p.v_new.token_stride;
+    T* k_dst =
+        static_cast<T*>(p.k_cache.ptr) + a.page * p.k_cache.page_stride + a.in_page * p.k_cache.slot_stride;
+    T* v_dst =
+        static_cast<T*>(p.v_cache.ptr) + a.page * p.v_cache.page_stride + a.in_page * p.v_cache.slot_stride;
+    for (int idx = threadIdx.x; idx < p.num_kv_heads * p.head_dim; idx += blockDim.x) {
+      const int h = idx / p.head_dim, c = idx % p.head_dim;
+      const T* row = k_src + h * p.k_new.head_stride;
+      k_dst[h * p.k_cache.head_stride + c] =
+          c < p.rotary.rotary_dim ? from_float<T>(rotated_channel(row, c, pos, p.rotary)) : row[c];
+    }
+    for (int idx = threadIdx.x; idx < p.num_kv_heads * p.head_dim_v; idx += blockDim.x) {
+      const int h = idx / p.head_dim_v, c = idx % p.head_dim_v;
+      v_dst[h * p.v_cache.head_stride + c] = v_src[h * p.v_new.head_stride + c];
+    }
+  }
+}
+
+// vLLM reshape_and_cache_flash: token t goes to slot slot_mapping[t] (negative = skip). One block a token.
+struct SlotAppendParams {
+  int32_t num_kv_heads, head_dim, head_dim_v;
+  int64_t num_pages, page_size;
+  TokenTensor key, value;
+  CacheTensor k_cache, v_cache;
+  const int64_t* slot_mapping;
+  DeviceErrorRecord* errors;
+};
+
+__global__ void __launch_bounds__(kAppendThreads)
+    slot_append_kernel(const __grid_constant__ SlotAppendParams p) {
+  const int64_t t = blockIdx.x;
+  const int64_t slot = p.slot_mapping[t];
+  if (slot < 0) return;
+  const int64_t page = slot / p.page_size;
+  if (page >= p.num_pages) {
+    if (threadIdx.x == 0) {
+      record_error(p.errors, ErrorArg::slot_mapping, ErrorKind::out_of_range, t, slot,
+                   p.num_pages * p.page_size);
+    }
+    return;
+  }
+  const int64_t in_page = slot % p.page_size;
+  // fp16 and bf16 are both copied as 16-bit words.
+  const uint16_t* k_src = static_cast<const uint16_t*>(p.key.ptr) + t * p.key.token_stride;
+  const uint16_t* v_src = static_cast<const uint16_t*>(p.value.ptr) + t * p.value.token_stride;
+  uint16_t* k_dst =
+      static_cast<uint16_t*>(p.k_cache.ptr) + page * p.k_cache.page_stride + in_page * p.k_cache.slot_stride;
+  uint16_t* v_dst =
+      static_cast<uint16_t*>(p.v_cache.ptr) + page * p.v_cache.page_stride + in_page * p.v_cache.slot_stride;
+  for (int idx = threadIdx.x; idx < p.num_kv_heads * p.head_dim; idx += blockDim.x) {
+    const int h = idx / p.head_dim, c = idx % p.head_dim;
+    k_dst[h * p.k_cache.head_stride + c] = k_src[h * p.key.head_stride + c];
+  }
+  for (int idx = threadIdx.x; idx < p.num_kv_heads * p.head_dim_v; idx += blockDim.x) {
+    const int h = idx / p.head_dim_v, c = idx % p.head_dim_v;
+    v_dst[h * p.v_cache.head_stride + c] = v_src[h * p.value.head_stride + c];
+  }
+}
+
+}  // namespace
+
+kvattn_status launch_append(const FwdProblem& p, DeviceErrorRecord* errors, cudaStream_t stream) {
+  if (p.batch == 0 || p.max_seqlen_k_new == 0) return KVATTN_OK;
+  AppendParams a{};
+  a.seq = make_seq_params(p);
+  a.num_kv_heads = p.num_kv_heads;
+  a.head_dim = p.head_dim;
+  a.head_dim_v = p.head_dim_v;
+  a.k_new = p.k_new;
+  a.v_new = p.v_new;
+  a.k_cache = p.k_cache;
+  a.v_cache = p.v_cache;
+  a.rotary = make_rotary_params(p);
+  a.errors = errors;
+  const int64_t token_blocks =
+      (static_cast<int64_t>(p.max_seqlen_k_new) + kTokensPerBlock - 1) / kTokensPerBlock;
+  const dim3 grid(p.batch, static_cast<unsigned>(std::min<int64_t>(token_blocks, 65535)));
+  if (p.q_dtype == DType::bf16) {
+    append_kernel<__nv_bfloat16><<<grid, kAppendThreads, 0, stream>>>(a);
+  } else {
+    append_kernel<half><<<grid, kAppendThreads, 0, stream>>>(a);
+  }
+  return check_launch("append_kernel");
+}
+
+}  // namespace kvattn::cuda
+
+namespace kvattn {
+using namespace cuda;
+
+kvattn_status cuda_append(const AppendProblem& p) {
+  if (p.cache_dtype == DType::fp8_e4m3) {
+    return fail(KVATTN_ERROR_UNSUPPORTED, "k_cache: dtype fp8_e4m3 is not supported by the CUDA backend yet");
+  }
+  if (p.cache_dtype != p.src_dtype || (p.cache_dtype != DType::f16 && p.cache_dtype != DType::bf16)) {
+    return fail(KVATTN_ERROR_UNSUPPORTED,
+                "key: the CUDA backend appends f16 or bf16 into a cache of the same dtype");
+  }
+  DeviceGuard guard(p.device_id);
+  if (const kvattn_status s = device_status(guard, p.device_id); s != KVATTN_OK) return s;
+  if (p.num_tokens == 0) return KVATTN_OK;
+  if (p.num_tokens > 0x7fffffff) {
+    return fail(KVATTN_ERROR_UNSUPPORTED, "slot_mapping: more than 2^31 - 1 tokens");
+  }
+  SlotAppendParams a{};
+  a.num_kv_heads = p.num_kv_heads;
+  a.head_dim = p.head_dim;
+  a.head_dim_v = p.head_dim_v;
+  a.num_pages = p.num_pages;
+  a.page_size = p.page_size;
+  a.key = p.key;
+  a.value = p.value;
+  a.k_cache = p.k_cache;
+  a.v_cache = p.v_cache;
+  a.slot_mapping = p.slot_mapping;
+  const kvattn_status st = device_error_record(&a.errors);
+  if (st != KVATTN_OK) return st;
+  slot_append_kernel<<<static_cast<unsigned>(p.num_tokens), kAppendThreads, 0,
+                       static_cast<cudaStream_t>(p.stream)>>>(a);
+  return check_launch("slot_append_kernel");
+}
+
+}  // namespace kvattn

@@ -1,0 +1,409 @@
+// The attention kernel: FlashAttention-2 style on mma.sync, one kernel for decode and prefill.
+//
+// CTA = (m-block of packed rows, kv head, sequence) x split. The g query heads of a kv head and the query
+// tokens of the m-block share every K/V tile read. Per key tile:
+//   S = scale * (Q K^T [+ Qv V^T]);  softcap; ALiBi; mask          (registers, fp32, log2 units)
+//   m = max(m, rowmax S);  P = exp2(S - m);  l = l * exp2(m_old - m) + rowsum P
+//   O = O * exp2(m_old - m) + P V
+// K/V tiles are gathered row by row through the page table with cp.async (invalid slots zero-filled, so
+// NaN garbage outside the valid slots never reaches S or P V), double-buffered.
+#pragma once
+
+#include <cmath>
+
+#include "cuda/attention/config.cuh"
+#include "cuda/attention/params.cuh"
+#include "cuda/attention/tile_io.cuh"
+#include "cuda/common/softmax.cuh"
+
+namespace kvattn::cuda {
+
+// Rows [m0, m0 + kRows) of an offending sequence (up to q_len * g): NaN in out / lse or in the partials.
+template <class Cfg, int kRows>
+__device__ inline void write_nan_rows(const AttnParams& p, const Sequence& seq, int i, int kv_head, int split,
+                                      int64_t m0) {
+  const int64_t rows = static_cast<int64_t>(seq.q_len) * p.group;
+  for (int idx = threadIdx.x; idx < kRows * p.head_dim_v; idx += Cfg::kNThreads) {
+    const int64_t r = m0 + idx / p.head_dim_v;
+    const int c = idx % p.head_dim_v;
+    if (r >= rows) continue;
+    const int64_t t = r / p.group;
+    const int h = kv_head * p.group + static_cast<int>(r % p.group);
+    if (p.num_splits > 1) {
+      const int64_t prow = (split * p.seq.total_q + partial_row(p.seq, seq, i, t)) * p.num_q_heads + h;
+      p.o_partial[prow * p.head_dim_v + c] = NAN;
+      if (c == 0) p.lse_partial[prow] = NAN;
+    } else {
+      using T = typename Cfg::T;
+      T* o = static_cast<T*>(p.out.ptr) + i * p.out.batch_stride + (seq.q_row0 + t) * p.out.token_stride +
+             h * p.out.head_stride;
+      o[c] = from_float<T>(NAN);
+      if (c == 0 && p.lse) {
+        p.lse[i * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_row0 + t) * p.lse_token_stride] = NAN;
+      }
+    }
+  }
+}
+
+// One CTA. kKeySplit (decode: at most 16 packed rows) gives the 4 warps the same 16 rows and a quarter of
+// each key tile each, merging their (m, l, O) at the end, instead of 16 rows each: 4x less tensor-core and
+// softmax work when the rows would be mostly padding.
+template <class Cfg, bool kKeySplit>
+__device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char* smem_raw,
+                                              SlotAddress (*s_slots)[Cfg::kBlockN]) {  // (3, kBlockN)
+  using T = typename Cfg::T;
+  constexpr int kBlockN = Cfg::kBlockN;
+  constexpr int kRows = kKeySplit ? 16 : Cfg::kBlockM;  // packed rows of the CTA
+  constexpr int kKeysPerWarp = kKeySplit ? kBlockN / Cfg::kNWarps : kBlockN;
+  static_assert(!kKeySplit || (Cfg::kWarpsDv == 1 && kKeysPerWarp % 16 == 0), "key split: 16-key mma steps");
+  constexpr int kNTilesS = kKeysPerWarp / 8;     // 8-key column tiles of this warp's S
+  constexpr int kNTilesO = Cfg::kDvPerWarp / 8;  // 8-column tiles of a warp's O
+  // The decode variant keeps a third K/V stage in flight in the shared memory its 16-row Q leaves free.
+  constexpr int kStages = kKeySplit ? 3 : 2;
+  static_assert(attention_smem_bytes(Cfg::kHeadDim, Cfg::kHeadDimV, true, kKeySplit) ==
+                    2 * (kRows * (Cfg::kStrideQK + Cfg::kStrideV) + kStages * (Cfg::kKStage + Cfg::kVStage)),
+                "the kernel's shared memory is the plan's");
+  T* s_q = reinterpret_cast<T*>(smem_raw);  // (kRows, kHeadDim)
+  T* s_k = s_q + kRows * Cfg::kStrideQK;    // (kStages, kBlockN, kHeadDim)
+  T* s_v = s_k + kStages * Cfg::kKStage;    // (kStages, kBlockN, kHeadDimV)
+  T* s_qv = s_v + kStages * Cfg::kVStage;   // (kRows, kHeadDimV), with qv only
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int m_block = blockIdx.x % p.m_blocks;
+  const int bh = blockIdx.x / p.m_blocks;
+  const int i = bh / p.num_kv_heads, kv_head = bh % p.num_kv_heads;
+  const int split = blockIdx.y;
+
+  const Sequence seq = load_sequence(p.seq, i, p.errors, threadIdx.x == 0);
+  if (!seq.rows_known) return;  // cu_seqlens_q is broken: no row of out is known to be ours
+  const int64_t rows = static_cast<int64_t>(seq.q_len) * p.group;
+  const int64_t m0 = static_cast<int64_t>(m_block) * kRows;
+  if (m0 >= rows) return;
+  bool ok = check_unique_row(p.seq, i, p.errors) && seq.ok;
+
+  // Keys visible to the attending rows of this m-block (the mask is monotone in qp, so the first and the
+  // last row bound the range), cut into num_splits chunks of whole tiles.
+  const int64_t kv_len = seq.end - seq.leftpad;
+  const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
+  int64_t kp_first = 0, kp_last = -1;
+  int64_t kp_all_first = 0,
+          kp_all_last = -1;  // keys that EVERY attending row sees: tiles inside skip the mask
+  if (m0 < used_rows) {
+    const int64_t qp_first = m0 / p.group + kv_len - seq.q_used;
+    const int64_t qp_last = (min(m0 + kRows, used_rows) - 1) / p.group + kv_len - seq.q_used;
+    kp_first = p.mask.first_key(qp_first);
+    kp_last = p.mask.last_key(qp_last, kv_len);
+    kp_all_first = p.mask.first_key(qp_last);
+    kp_all_last = p.mask.last_key(qp_first, kv_len);
+  }
+  const int64_t n_tiles = kp_last >= kp_first ? (kp_last - kp_first + kBlockN) / kBlockN : 0;
+  const int64_t tiles_per_split =
+      p.chunk_keys > 0 ? p.chunk_keys / kBlockN : (n_tiles + p.num_splits - 1) / p.num_splits;
+  const int64_t tile_begin = min(n_tiles, split * tiles_per_split);
+  const int64_t tile_end = min(n_tiles, tile_begin + tiles_per_split);
+  const int64_t slot0 = seq.leftpad + kp_first;
+
+  // Page ids of the whole sequence, this split's share: every (m-block, kv head) group checks them all,
+  // and an offending split's NaN reaches every row through the combine.
+  if (p.seq.page_table && ok) {
+    const int64_t share = (kv_len + p.num_splits - 1) / p.num_splits;
+    const int64_t begin = seq.leftpad + split * share;
+    ok = check_pages(p.seq, seq, begin, min(seq.end, begin + share), p.errors);
+  }
+  if (!ok) {
+    write_nan_rows<Cfg, kRows>(p, seq, i, kv_head, split, m0);
+    return;
+  }
+
+  load_q<Cfg, kRows>(p, seq, i, kv_head, m0, s_q, s_qv);
+
+  // This thread's two rows (mma C layout: lane / 4 and lane / 4 + 8 of the warp's 16).
+  const int warp_m = kKeySplit ? 0 : warp / Cfg::kWarpsDv, warp_dv = kKeySplit ? 0 : warp % Cfg::kWarpsDv;
+  const int key0 = kKeySplit ? warp * kKeysPerWarp : 0;  // this warp's first key column of a tile
+  const int quad = lane % 4;
+  int32_t row_qp[2];
+  bool row_attends[2];
+  float row_slope[2];  // ALiBi slope in log2 units
+  int row_head[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int64_t r = m0 + warp_m * 16 + lane / 4 + 8 * k;
+    row_attends[k] = r < used_rows;
+    row_qp[k] = static_cast<int32_t>(r / p.group + kv_len - seq.q_used);
+    row_head[k] = kv_head * p.group + static_cast<int>(r % p.group);
+    row_slope[k] = p.alibi_slopes && row_attends[k]
+                       ? p.alibi_slopes[i * p.alibi_batch_stride + row_head[k]] * kLog2e
+                       : 0.f;
+  }
+
+  float o_acc[kNTilesO][4];  // (16, kDvPerWarp) of this warp, mma C layout
+#pragma unroll
+  for (int n = 0; n < kNTilesO; ++n) o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY};  // log2 units
+  float row_sum[2] = {0.f, 0.f};              // this thread's share; quad-reduced at the end
+
+  // kStages - 1 tiles are in flight while one is computed. Every step commits one cp.async group (empty
+  // past the last tile) so that wait_group<kStages - 1> always means "the tile about to be computed".
+  auto issue_tile = [&](int64_t tile) {
+    const int stage = static_cast<int>((tile - tile_begin) % kStages);
+    if (tile < tile_end) {
+      gather_rows<Cfg, Cfg::kHeadDim, Cfg::kStrideQK>(p.k_cache, p.head_dim, kv_head, p.kv_vec16,
+                                                      s_slots[stage], s_k + stage * Cfg::kKStage);
+      gather_rows<Cfg, Cfg::kHeadDimV, Cfg::kStrideV>(p.v_cache, p.head_dim_v, kv_head, p.kv_vec16,
+                                                      s_slots[stage], s_v + stage * Cfg::kVStage);
+    }
+    cp_async_commit();
+  };
+  auto address = [&](int64_t tile) {
+    if (tile < tile_end) {
+      address_tile<Cfg>(p, seq, slot0 + tile * kBlockN, s_slots[(tile - tile_begin) % kStages]);
+    }
+  };
+  if (tile_begin < tile_end) {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) address(tile_begin + s);
+    __syncthreads();
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) issue_tile(tile_begin + s);
+  }
+
+  for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
+    const int stage = static_cast<int>((tile - tile_begin) % kStages);
+    address(tile + kStages - 1);
+    __syncthreads();  // slot addresses written; the stage being refilled no longer read by the last compute
+    issue_tile(tile + kStages - 1);
+    cp_async_wait<kStages - 1>();
+    __syncthreads();  // this tile's K/V (and Q on the first tile) visible to every warp
+
+    // S = Q K^T (+ Qv V^T): (16, kKeysPerWarp) per warp.
+    float s_acc[kNTilesS][4];
+#pragma unroll
+    for (int n = 0; n < kNTilesS; ++n) s_acc[n][0] = s_acc[n][1] = s_acc[n][2] = s_acc[n][3] = 0.f;
+    const T* s_k_tile = s_k + stage * Cfg::kKStage;
+    const T* s_v_tile = s_v + stage * Cfg::kVStage;
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk) {
+      uint32_t a[4];
+      ldmatrix_x4(a, smem_addr(s_q + (warp_m * 16 + lane % 16) * Cfg::kStrideQK + kk * 16 + (lane / 16) * 8));
+#pragma unroll
+      for (int np = 0; np < kKeysPerWarp / 16; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b,
+                    smem_addr(s_k_tile + (key0 + np * 16 + (lane & 7) + ((lane >> 4) << 3)) * Cfg::kStrideQK +
+                              kk * 16 + ((lane >> 3) & 1) * 8));
+        mma_m16n8k16<T>(s_acc[2 * np], a, b[0], b[1]);
+        mma_m16n8k16<T>(s_acc[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+    if (p.qv.ptr != nullptr) {
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kHeadDimV / 16; ++kk) {
+        uint32_t a[4];
+        ldmatrix_x4(a,
+                    smem_addr(s_qv + (warp_m * 16 + lane % 16) * Cfg::kStrideV + kk * 16 + (lane / 16) * 8));
+#pragma unroll
+        for (int np = 0; np < kKeysPerWarp / 16; ++np) {
+          uint32_t b[4];
+          ldmatrix_x4(
+              b, smem_addr(s_v_tile + (key0 + np * 16 + (lane & 7) + ((lane >> 4) << 3)) * Cfg::kStrideV +
+                           kk * 16 + ((lane >> 3) & 1) * 8));
+          mma_m16n8k16<T>(s_acc[2 * np], a, b[0], b[1]);
+          mma_m16n8k16<T>(s_acc[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+    }
+
+    // Scores in log2 units; invisible keys (masked, or invalid slots) become -inf before any max or sum.
+    // Rows that do not attend are left alone here and zeroed in the epilogue.
+    const int32_t tile_kp0 = static_cast<int32_t>(kp_first + tile * kBlockN);  // kp of key column 0
+    const bool tile_inside = tile_kp0 >= kp_all_first && tile_kp0 + kBlockN - 1 <= kp_all_last;
+    const int32_t warp_kp0 = tile_kp0 + key0;  // kp of this warp's key column 0
+    if (p.softcap > 0.f) {
+      const float inner = p.scale / p.softcap, outer = p.softcap * kLog2e;
+#pragma unroll
+      for (int n = 0; n < kNTilesS; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s_acc[n][e] = outer * tanhf(s_acc[n][e] * inner);
+      }
+    } else {
+#pragma unroll
+      for (int n = 0; n < kNTilesS; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s_acc[n][e] *= p.scale_log2;
+      }
+    }
+    if (p.alibi_slopes) {
+#pragma unroll
+      for (int n = 0; n < kNTilesS; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int32_t kp = warp_kp0 + n * 8 + 2 * quad + (e & 1);
+          s_acc[n][e] -= row_slope[e / 2] * fabsf(static_cast<float>(row_qp[e / 2] - kp));
+        }
+      }
+    }
+    if (!tile_inside) {
+      const int32_t kv_len32 = static_cast<int32_t>(kv_len);
+#pragma unroll
+      for (int n = 0; n < kNTilesS; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int32_t kp = warp_kp0 + n * 8 + 2 * quad + (e & 1);
+          const bool visible = kp < kv_len32 && p.mask.visible(row_qp[e / 2], kp);
+          if (!visible) s_acc[n][e] = -INFINITY;
+        }
+      }
+    }
+
+    // Online softmax: rescale what was accumulated when the row max grows.
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      float mx = row_max[k];
+#pragma unroll
+      for (int n = 0; n < kNTilesS; ++n) mx = fmaxf(mx, fmaxf(s_acc[n][2 * k], s_acc[n][2 * k + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float base = safe_max_base(mx);
+      const float correction = exp2f(row_max[k] - base);
+      row_max[k] = mx;
+      row_sum[k] *= correction;
+#pragma unroll
+      for (int n = 0; n < kNTilesO; ++n) {
+        o_acc[n][2 * k] *= correction;
+        o_acc[n][2 * k + 1] *= correction;
+      }
+#pragma unroll
+      for (int n = 0; n < kNTilesS; ++n) {
+        s_acc[n][2 * k] = exp2f(s_acc[n][2 * k] - base);
+        s_acc[n][2 * k + 1] = exp2f(s_acc[n][2 * k + 1] - base);
+        row_sum[k] += s_acc[n][2 * k] + s_acc[n][2 * k + 1];
+      }
+    }
+
+    // O += P V: P leaves the S accumulators as the A operand (two 8-key tiles = one 16-key k-step).
+#pragma unroll
+    for (int kk = 0; kk < kKeysPerWarp / 16; ++kk) {
+      const uint32_t a[4] = {pack2<T>(s_acc[2 * kk][0], s_acc[2 * kk][1]),
+                             pack2<T>(s_acc[2 * kk][2], s_acc[2 * kk][3]),
+                             pack2<T>(s_acc[2 * kk + 1][0], s_acc[2 * kk + 1][1]),
+                             pack2<T>(s_acc[2 * kk + 1][2], s_acc[2 * kk + 1][3])};
+#pragma unroll
+      for (int np = 0; np < Cfg::kDvPerWarp / 16; ++np) {
+        uint32_t b[4];
+        const int col = warp_dv * Cfg::kDvPerWarp + np * 16 + (lane >> 4) * 8;
+        ldmatrix_x4_trans(
+            b, smem_addr(s_v_tile + (key0 + kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * Cfg::kStrideV +
+                         col));
+        mma_m16n8k16<T>(o_acc[2 * np], a, b[0], b[1]);
+        mma_m16n8k16<T>(o_acc[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+  }
+
+  if constexpr (kKeySplit) {
+    // Warps 1.. hand their (m, l, O) to warp 0 through shared memory (the K/V stages are free now):
+    // m = max_w m_w;  l = sum_w l_w 2^(m_w - m);  O = sum_w O_w 2^(m_w - m).
+    constexpr int kState = 4 + 4 * kNTilesO;  // floats a thread hands over
+    static_assert((Cfg::kNWarps - 1) * kState * 32 * 4 <= (kStages * (Cfg::kKStage + Cfg::kVStage)) * 2,
+                  "the merge fits in the K/V stages");
+    float* s_state = reinterpret_cast<float*>(s_k);  // (kNWarps - 1, kState, 32)
+    __syncthreads();                                 // every warp is done with the last tile
+    if (warp > 0) {
+      float* mine = s_state + (warp - 1) * kState * 32 + lane;
+      mine[0] = row_max[0], mine[32] = row_max[1], mine[64] = row_sum[0], mine[96] = row_sum[1];
+#pragma unroll
+      for (int n = 0; n < kNTilesO; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) mine[(4 + 4 * n + e) * 32] = o_acc[n][e];
+      }
+    }
+    __syncthreads();
+    if (warp > 0) return;
+    for (int w = 0; w < Cfg::kNWarps - 1; ++w) {
+      const float* theirs = s_state + w * kState * 32 + lane;
+      float a_scale[2], b_scale[2];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const float m_w = theirs[32 * k];
+        const float m_new = fmaxf(row_max[k], m_w);
+        const float base = safe_max_base(m_new);
+        a_scale[k] = exp2f(row_max[k] - base);
+        b_scale[k] = exp2f(m_w - base);
+        row_max[k] = m_new;
+        row_sum[k] = row_sum[k] * a_scale[k] + theirs[64 + 32 * k] * b_scale[k];
+      }
+#pragma unroll
+      for (int n = 0; n < kNTilesO; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          o_acc[n][e] = o_acc[n][e] * a_scale[e / 2] + theirs[(4 + 4 * n + e) * 32] * b_scale[e / 2];
+        }
+      }
+    }
+  }
+
+  // Epilogue. splits == 1: out = O / l and lse, the sink counted here; splits > 1: the normalized partial
+  // (O / l, m + log l) without the sink, which the combine counts once.
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], 1);
+    row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], 2);
+  }
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int64_t r = m0 + warp_m * 16 + lane / 4 + 8 * k;
+    if (r >= rows) continue;
+    const int64_t t = r / p.group;
+    const int h = row_head[k];
+    float m = row_max[k], l = row_attends[k] ? row_sum[k] : 0.f, rescale = 1.f;
+    float lse = l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
+    if (p.num_splits == 1 && p.sinks && row_attends[k]) {
+      const float sink_nat = p.sinks[h], sink = sink_nat * kLog2e;
+      const float m_new = fmaxf(m, sink);
+      rescale = exp2f(m - m_new);
+      const bool empty = l == 0.f;
+      l = l * rescale + exp2f(sink - m_new);
+      m = m_new;
+      lse = empty ? sink_nat : (m + log2f(l)) * kLn2;  // an empty row's lse is the sink, exactly
+    }
+    const float inv_l = l > 0.f ? rescale / l : 0.f;
+    if (p.num_splits > 1) {
+      const int64_t prow = (split * p.seq.total_q + partial_row(p.seq, seq, i, t)) * p.num_q_heads + h;
+      float* o = p.o_partial + prow * p.head_dim_v;
+#pragma unroll
+      for (int n = 0; n < kNTilesO; ++n) {
+        const int c = warp_dv * Cfg::kDvPerWarp + n * 8 + 2 * quad;
+        if (c < p.head_dim_v) o[c] = o_acc[n][2 * k] * inv_l;
+        if (c + 1 < p.head_dim_v) o[c + 1] = o_acc[n][2 * k + 1] * inv_l;
+      }
+      if (warp_dv == 0 && quad == 0) p.lse_partial[prow] = lse;
+    } else {
+      T* o = static_cast<T*>(p.out.ptr) + i * p.out.batch_stride + (seq.q_row0 + t) * p.out.token_stride +
+             h * p.out.head_stride;
+#pragma unroll
+      for (int n = 0; n < kNTilesO; ++n) {
+        const int c = warp_dv * Cfg::kDvPerWarp + n * 8 + 2 * quad;
+        if (c < p.head_dim_v) o[c] = from_float<T>(o_acc[n][2 * k] * inv_l);
+        if (c + 1 < p.head_dim_v) o[c + 1] = from_float<T>(o_acc[n][2 * k + 1] * inv_l);
+      }
+      if (p.lse && warp_dv == 0 && quad == 0) {
+        p.lse[i * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_row0 + t) * p.lse_token_stride] = lse;
+      }
+    }
+  }
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kNThreads) attention_kernel(const __grid_constant__ AttnParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ SlotAddress s_slots[3][Cfg::kBlockN];
+  if constexpr (Cfg::kKeySplitOk) {
+    if (p.key_split) {
+      attention_cta<Cfg, true>(p, smem_raw, s_slots);
+      return;
+    }
+  }
+  attention_cta<Cfg, false>(p, smem_raw, s_slots);
+}
+
+}  // namespace kvattn::cuda

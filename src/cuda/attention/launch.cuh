@@ -1,0 +1,39 @@
+// The body of launch_attention, included by the instantiation files only (it pulls in the kernel).
+#pragma once
+
+#include <string>
+
+#include "cuda/attention/config.cuh"
+#include "cuda/attention/kernel.cuh"
+#include "cuda/attention/launch.hpp"
+#include "cuda/common/dtype.cuh"
+#include "cuda/common/host.hpp"
+
+namespace kvattn::cuda {
+
+template <DType kDType, int kHeadDim, int kHeadDimV>
+kvattn_status launch_attention(const AttnParams& params, const AttentionPlan& plan, cudaStream_t stream) {
+  if constexpr (!dtype_built(kDType) || !head_dim_built(kHeadDim)) {
+    return fail(KVATTN_ERROR_UNSUPPORTED, "head_dim=" + std::to_string(kHeadDim) +
+                                              ": not compiled in this developer build (KVATTN_DEV_HEAD_DIM / "
+                                              "KVATTN_DEV_DTYPE)");
+  } else {
+    using Cfg = AttnConfig<typename StorageOf<kDType>::type, kHeadDim, kHeadDimV>;
+    const auto kernel = attention_kernel<Cfg>;
+    const int64_t ctas = static_cast<int64_t>(plan.m_blocks) * params.seq.batch * params.num_kv_heads;
+    if (ctas > 0x7fffffff) {
+      return fail(KVATTN_ERROR_UNSUPPORTED, "q: batch * kv heads * row blocks = " + std::to_string(ctas) +
+                                                " CTAs exceeds the grid limit");
+    }
+    if (plan.smem_bytes > 48 * 1024) {
+      const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(plan.smem_bytes));
+      if (err != cudaSuccess) return cuda_fail(err, "attention_kernel shared memory");
+    }
+    kernel<<<dim3(static_cast<unsigned>(ctas), plan.splits), Cfg::kNThreads, plan.smem_bytes, stream>>>(
+        params);
+    return check_launch("attention_kernel");
+  }
+}
+
+}  // namespace kvattn::cuda

@@ -1,0 +1,95 @@
+// FwdProblem -> the kernels' parameter structs (host side).
+#include <cmath>
+
+#include "cuda/attention/params.cuh"
+
+namespace kvattn::cuda {
+
+SeqParams make_seq_params(const FwdProblem& p) {
+  SeqParams s{};
+  s.batch = p.batch;
+  s.max_seqlen_q = p.max_seqlen_q;
+  s.total_q = p.total_q;
+  s.cu_seqlens_q = p.cu_seqlens_q;
+  s.seqused_q = p.seqused_q;
+  s.has_new = p.k_new.ptr != nullptr;
+  s.max_seqlen_k_new = p.max_seqlen_k_new;
+  s.total_k_new = p.total_k_new;
+  s.cu_seqlens_k_new = p.cu_seqlens_k_new;
+  s.num_pages = p.num_pages;
+  s.page_size = p.page_size;
+  s.capacity = p.capacity;
+  s.page_table = p.page_table;
+  s.page_table_stride = p.page_table_stride;
+  s.page_table_rows = p.page_table_rows;
+  s.cu_seqlens_k = p.cu_seqlens_k;
+  s.cache_batch_idx = p.cache_batch_idx;
+  s.cache_leftpad = p.cache_leftpad;
+  s.cache_seqlens = p.cache_seqlens;
+  s.cache_seqlens_value = p.cache_seqlens_value;
+  s.has_rotary = p.rotary_dim > 0;
+  s.rotary_q_per_token = p.rotary_q_per_token;
+  s.seqlen_ro = p.seqlen_ro;
+  s.rotary_seqlens = p.rotary_seqlens;
+  return s;
+}
+
+RotaryParams make_rotary_params(const FwdProblem& p) {
+  RotaryParams r{};
+  r.cos = p.rotary_cos;
+  r.sin = p.rotary_sin;
+  r.cos_stride = p.rotary_cos_stride;
+  r.sin_stride = p.rotary_sin_stride;
+  r.rotary_dim = p.rotary_dim;
+  r.table_f32 = p.rotary_dtype == DType::f32;
+  r.interleaved = p.rotary_interleaved;
+  return r;
+}
+
+namespace {
+bool rows_vec16(const CacheTensor& c) {
+  return reinterpret_cast<uintptr_t>(c.ptr) % 16 == 0 && c.page_stride % 8 == 0 && c.slot_stride % 8 == 0 &&
+         c.head_stride % 8 == 0;
+}
+}  // namespace
+
+AttnParams make_attn_params(const FwdProblem& p, const AttentionPlan& plan, DeviceErrorRecord* errors) {
+  AttnParams a{};
+  a.seq = make_seq_params(p);
+  a.num_q_heads = p.num_q_heads;
+  a.num_kv_heads = p.num_kv_heads;
+  a.group = p.num_q_heads / p.num_kv_heads;
+  a.head_dim = p.head_dim;
+  a.head_dim_v = p.head_dim_v;
+  a.q = p.q;
+  a.qv = p.qv;
+  a.out = p.out;
+  a.k_cache = p.k_cache;
+  a.v_cache = p.v_cache;
+  a.kv_vec16 = rows_vec16(p.k_cache) && rows_vec16(p.v_cache) && p.head_dim % 8 == 0 && p.head_dim_v % 8 == 0;
+  a.rotary = make_rotary_params(p);
+  a.scale = p.softmax_scale;
+  a.scale_log2 = static_cast<float>(p.softmax_scale * 1.4426950408889634);
+  a.softcap = p.softcap;
+  a.mask = {p.window_left, p.window_right, p.attention_chunk};
+  a.alibi_slopes = p.alibi_slopes;
+  a.alibi_batch_stride = p.alibi_batch_stride;
+  a.sinks = p.sinks;
+  a.lse = p.lse;
+  a.lse_batch_stride = p.lse_batch_stride;
+  a.lse_head_stride = p.lse_head_stride;
+  a.lse_token_stride = p.lse_token_stride;
+  a.m_blocks = static_cast<int32_t>(plan.m_blocks);
+  a.key_split = plan.key_split;
+  a.num_splits = plan.splits;
+  a.chunk_keys = plan.chunk_keys;
+  if (plan.splits > 1) {
+    char* ws = static_cast<char*>(p.workspace);
+    a.o_partial = reinterpret_cast<float*>(ws + plan.o_partial_offset);
+    a.lse_partial = reinterpret_cast<float*>(ws + plan.lse_partial_offset);
+  }
+  a.errors = errors;
+  return a;
+}
+
+}  // namespace kvattn::cuda

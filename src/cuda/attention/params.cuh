@@ -1,0 +1,64 @@
+// The attention kernel's parameters: only what it reads, strides in elements.
+#pragma once
+
+#include <cstdint>
+
+#include "api/problem.hpp"
+#include "cuda/common/device_error.cuh"
+#include "cuda/common/mask.cuh"
+#include "cuda/common/rotary.cuh"
+#include "cuda/common/sequence.cuh"
+#include "cuda/heuristics.hpp"
+
+namespace kvattn::cuda {
+
+struct AttnParams {
+  SeqParams seq;
+  int32_t num_q_heads;
+  int32_t num_kv_heads;
+  int32_t group;  // g = hq / hk; packed row r is query token r / g of head kv_head * g + r % g
+  // The problem's head dims; the kernel's kHeadDim / kHeadDimV may be larger (the channels past them are
+  // zero in shared memory and never written).
+  int32_t head_dim;
+  int32_t head_dim_v;
+
+  TokenTensor q;    // (i, t, h, 0..d)
+  TokenTensor qv;   // (i, t, h, 0..dv), ptr == nullptr without qv
+  TokenTensor out;  // (i, t, h, 0..dv), out_dtype == q's dtype
+  CacheTensor k_cache;
+  CacheTensor v_cache;
+  bool kv_vec16;  // K/V rows 16-byte aligned and d, dv multiples of 8: cp.async, else element by element
+
+  RotaryParams rotary;  // rotary.rotary_dim == 0: none
+  float scale;          // softmax_scale
+  float scale_log2;     // softmax_scale * log2(e): scores are kept in log2 units
+  float softcap;        // 0 = off
+  MaskPolicy mask;
+  const float* alibi_slopes;  // optional, slope(i, h) = alibi_slopes[i * alibi_batch_stride + h]
+  int64_t alibi_batch_stride;
+  const float* sinks;  // optional (hq)
+
+  float* lse;  // optional, element (i, h, t) = lse + i * batch + h * head + row(i, t) * token
+  int64_t lse_batch_stride;
+  int64_t lse_head_stride;
+  int64_t lse_token_stride;
+
+  int32_t m_blocks;
+  bool key_split;  // decode variant (AttentionPlan::key_split)
+  int32_t num_splits;
+  int64_t chunk_keys;  // > 0: every split covers this many keys (deterministic); 0: balanced
+  float* o_partial;    // splits > 1: (splits, total_q, hq, head_dim_v) fp32
+  float* lse_partial;  // splits > 1: (splits, total_q, hq) fp32, natural log, no sink
+
+  DeviceErrorRecord* errors;
+};
+
+RotaryParams make_rotary_params(const FwdProblem& p);
+AttnParams make_attn_params(const FwdProblem& p, const AttentionPlan& plan, DeviceErrorRecord* errors);
+
+// Row of (sequence, token) in the workspace partials: the row of q when varlen, else i * sq + t.
+__device__ __forceinline__ int64_t partial_row(const SeqParams& p, const Sequence& seq, int i, int64_t t) {
+  return (p.cu_seqlens_q ? seq.q_row0 : static_cast<int64_t>(i) * p.max_seqlen_q) + t;
+}
+
+}  // namespace kvattn::cuda

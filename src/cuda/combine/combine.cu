@@ -1,0 +1,89 @@
+// The combine kernels: the split-KV merge after the attention kernel, and kvattn_combine. Both are one
+// warp per row around merge_row_warp.
+#include <string>
+
+#include "api/backend.hpp"
+#include "cuda/attention/launch.hpp"
+#include "cuda/combine/merge.cuh"
+#include "cuda/common/host.hpp"
+
+namespace kvattn::cuda {
+namespace {
+
+constexpr int kRowsPerBlock = 4;  // one warp a row
+
+// Rows (i, t, h) for t < max_seqlen_q; rows outside sequence i's q are not ours and stay untouched.
+__global__ void __launch_bounds__(32 * kRowsPerBlock)
+    split_combine_kernel(const __grid_constant__ AttnParams p, int head_dim_v, DType out_dtype) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  const int64_t per_seq = static_cast<int64_t>(p.seq.max_seqlen_q) * p.num_q_heads;
+  if (row >= per_seq * p.seq.batch) return;
+  const int i = static_cast<int>(row / per_seq);
+  const int64_t t = row % per_seq / p.num_q_heads;
+  const int h = static_cast<int>(row % p.num_q_heads);
+  const Sequence seq = load_sequence(p.seq, i, nullptr, false);
+  if (!seq.rows_known || t >= seq.q_len) return;
+  const bool attends = t < seq.q_used;  // rows past seqused_q: out 0, lse -inf, no sink
+  const int64_t prow = partial_row(p.seq, seq, i, t) * p.num_q_heads + h;
+  const int64_t split_rows = p.seq.total_q * p.num_q_heads;
+  const PartialRow in{p.lse_partial + prow, split_rows, p.o_partial + prow * head_dim_v,
+                      split_rows * head_dim_v};
+  const int64_t out_offset =
+      i * p.out.batch_stride + (seq.q_row0 + t) * p.out.token_stride + h * p.out.head_stride;
+  float* lse_out =
+      p.lse ? p.lse + i * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_row0 + t) * p.lse_token_stride
+            : nullptr;
+  const bool has_sink = attends && p.sinks;
+  merge_row_warp(in, p.num_splits, head_dim_v, has_sink, has_sink ? p.sinks[h] : 0.f, p.out.ptr, out_dtype,
+                 out_offset, lse_out);
+}
+
+__global__ void __launch_bounds__(32 * kRowsPerBlock)
+    combine_kernel(const __grid_constant__ CombineProblem p) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  if (row >= p.row_shape[0] * p.row_shape[1] * p.row_shape[2]) return;
+  const int64_t i2 = row % p.row_shape[2];
+  const int64_t i1 = row / p.row_shape[2] % p.row_shape[1];
+  const int64_t i0 = row / (p.row_shape[2] * p.row_shape[1]);
+  auto offset = [&](const int64_t(&s)[3]) { return i0 * s[0] + i1 * s[1] + i2 * s[2]; };
+  const PartialRow in{p.lse_partials + offset(p.lp_row_strides), p.lp_split_stride,
+                      p.out_partials + offset(p.op_row_strides), p.op_split_stride};
+  float* lse_out = p.lse ? p.lse + offset(p.lse_row_strides) : nullptr;
+  merge_row_warp(in, p.num_splits, p.head_dim_v, p.sinks != nullptr, p.sinks ? p.sinks[i2] : 0.f, p.out,
+                 p.out_dtype, offset(p.out_row_strides), lse_out);
+}
+
+int64_t blocks_for(int64_t rows) {
+  return (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+}
+
+}  // namespace
+
+kvattn_status launch_split_combine(const AttnParams& params, int head_dim_v, DType out_dtype,
+                                   cudaStream_t stream) {
+  const int64_t blocks =
+      blocks_for(static_cast<int64_t>(params.seq.batch) * params.seq.max_seqlen_q * params.num_q_heads);
+  if (blocks == 0) return KVATTN_OK;
+  if (blocks > 0x7fffffff) return fail(KVATTN_ERROR_UNSUPPORTED, "q: too many rows for the split combine");
+  split_combine_kernel<<<static_cast<unsigned>(blocks), 32 * kRowsPerBlock, 0, stream>>>(params, head_dim_v,
+                                                                                         out_dtype);
+  return check_launch("split_combine_kernel");
+}
+
+}  // namespace kvattn::cuda
+
+namespace kvattn {
+using namespace cuda;
+
+kvattn_status cuda_combine(const CombineProblem& p) {
+  DeviceGuard guard(p.device_id);
+  if (const kvattn_status s = device_status(guard, p.device_id); s != KVATTN_OK) return s;
+  const int64_t blocks = blocks_for(p.row_shape[0] * p.row_shape[1] * p.row_shape[2]);
+  if (blocks == 0) return KVATTN_OK;
+  if (blocks > 0x7fffffff) return fail(KVATTN_ERROR_UNSUPPORTED, "lse_partials: too many rows");
+  combine_kernel<<<static_cast<unsigned>(blocks), 32 * kRowsPerBlock, 0,
+                   static_cast<cudaStream_t>(p.stream)>>>(p);
+  return check_launch("combine_kernel");
+}
+
+}  // namespace kvattn

@@ -1,0 +1,74 @@
+// Storage dtypes of the CUDA backend (fp16, bf16) and their conversions to and from fp32.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "api/problem.hpp"
+
+namespace kvattn::cuda {
+
+template <typename T>
+__device__ __forceinline__ float to_float(T x);
+template <>
+__device__ __forceinline__ float to_float<half>(half x) {
+  return __half2float(x);
+}
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ half from_float<half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// Two fp32 values rounded to T and packed into one 32-bit register (low half = a), the operand layout of
+// mma.sync.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+  const T lo = from_float<T>(a), hi = from_float<T>(b);
+  uint16_t lo_bits, hi_bits;
+  memcpy(&lo_bits, &lo, 2);
+  memcpy(&hi_bits, &hi, 2);
+  return static_cast<uint32_t>(lo_bits) | (static_cast<uint32_t>(hi_bits) << 16);
+}
+
+// An fp32-or-T table entry (rotary cos/sin accept both).
+template <typename T>
+__device__ __forceinline__ float load_as_float(const void* ptr, bool is_f32, int64_t idx) {
+  return is_f32 ? static_cast<const float*>(ptr)[idx] : to_float(static_cast<const T*>(ptr)[idx]);
+}
+
+// Output stores in the three dtypes of out (combine writes f32 too).
+__device__ __forceinline__ void store_as(void* ptr, DType dt, int64_t idx, float x) {
+  if (dt == DType::f32) {
+    static_cast<float*>(ptr)[idx] = x;
+  } else if (dt == DType::f16) {
+    static_cast<half*>(ptr)[idx] = __float2half_rn(x);
+  } else {
+    static_cast<__nv_bfloat16*>(ptr)[idx] = __float2bfloat16_rn(x);
+  }
+}
+
+template <DType kDType>
+struct StorageOf;
+template <>
+struct StorageOf<DType::f16> {
+  using type = half;
+};
+template <>
+struct StorageOf<DType::bf16> {
+  using type = __nv_bfloat16;
+};
+
+}  // namespace kvattn::cuda

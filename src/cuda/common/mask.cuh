@@ -1,0 +1,43 @@
+// The mask of CONTRACT.md step 6 as a small policy: which logical key positions kp a query at logical
+// position qp sees, as an interval (for tile skipping and splitting) and as a per-element test.
+#pragma once
+
+#include <cstdint>
+
+namespace kvattn::cuda {
+
+template <typename I>
+__device__ __forceinline__ I floor_div(I a, I b) {
+  const I q = a / b;
+  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+struct MaskPolicy {
+  int32_t window_left;   // -1 = unbounded (causal is already window_right = 0)
+  int32_t window_right;  // -1 = unbounded
+  int32_t chunk;         // attention_chunk, 0 = off
+
+  // Visible kp of a query at qp: [first, last] (empty when last < first), within [0, kv_len).
+  __device__ __forceinline__ int64_t first_key(int64_t qp) const {
+    int64_t lo = 0;
+    if (window_left >= 0) lo = max(lo, qp - window_left);
+    if (chunk > 0) lo = max(lo, floor_div<int64_t>(qp, chunk) * chunk);
+    return lo;
+  }
+  __device__ __forceinline__ int64_t last_key(int64_t qp, int64_t kv_len) const {
+    int64_t hi = kv_len - 1;
+    if (window_right >= 0) hi = min(hi, qp + window_right);
+    if (chunk > 0) hi = min(hi, floor_div<int64_t>(qp, chunk) * chunk + chunk - 1);
+    return hi;
+  }
+  // kp must already be in [0, kv_len); 32-bit, since it runs per score element.
+  __device__ __forceinline__ bool visible(int32_t qp, int32_t kp) const {
+    const int32_t ahead = kp - qp;
+    if (window_left >= 0 && -ahead > window_left) return false;
+    if (window_right >= 0 && ahead > window_right) return false;
+    if (chunk > 0 && floor_div(kp, chunk) != floor_div(qp, chunk)) return false;
+    return true;
+  }
+};
+
+}  // namespace kvattn::cuda

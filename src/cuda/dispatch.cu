@@ -1,0 +1,178 @@
+// The CUDA backend's entry points for attention. ONE table maps (dtype, head_dim, head_dim_v) to a
+// launcher; the same lookup answers cuda_fwd_supported and picks the kernel in cuda_fwd. Head dims that
+// are not in the table run on the smallest kernel whose dims cover them (channels past d / dv are zero
+// in shared memory and never written), so every d <= 256 (dv <= 512 with d <= 64) is supported; the
+// listed pairs are the ones compiled for their own size.
+//   cuda_fwd: [append if k_new] -> attention -> [split combine if splits > 1], all on p.stream, no host
+//   synchronization, no allocation, no host read of device data.
+#include <algorithm>
+#include <string>
+
+#include "api/backend.hpp"
+#include "cuda/append/append.hpp"
+#include "cuda/attention/launch.hpp"
+#include "cuda/common/host.hpp"
+#include "cuda/heuristics.hpp"
+
+namespace kvattn::cuda {
+namespace {
+
+struct AttentionEntry {
+  DType dtype;
+  int head_dim;
+  int head_dim_v;
+  AttentionLauncher launch;
+};
+
+#define KVATTN_ENTRY(dt, d, dv)                           \
+  AttentionEntry {                                        \
+    DType::dt, d, dv, &launch_attention<DType::dt, d, dv> \
+  }
+constexpr AttentionEntry kAttentionTable[] = {
+    KVATTN_ENTRY(f16, 64, 64),    KVATTN_ENTRY(f16, 96, 96),    KVATTN_ENTRY(f16, 128, 128),
+    KVATTN_ENTRY(f16, 192, 192),  KVATTN_ENTRY(f16, 256, 256),  KVATTN_ENTRY(f16, 192, 128),
+    KVATTN_ENTRY(f16, 64, 512),   KVATTN_ENTRY(bf16, 64, 64),   KVATTN_ENTRY(bf16, 96, 96),
+    KVATTN_ENTRY(bf16, 128, 128), KVATTN_ENTRY(bf16, 192, 192), KVATTN_ENTRY(bf16, 256, 256),
+    KVATTN_ENTRY(bf16, 192, 128), KVATTN_ENTRY(bf16, 64, 512),
+};
+#undef KVATTN_ENTRY
+
+const char* dtype_name(DType dt) {
+  switch (dt) {
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+    case DType::f32:
+      return "f32";
+    case DType::fp8_e4m3:
+      return "fp8_e4m3";
+    default:
+      return "?";
+  }
+}
+
+std::string supported_pairs() {
+  std::string s;
+  for (const AttentionEntry& e : kAttentionTable) {
+    if (e.dtype != DType::f16) continue;  // the same pairs exist for both dtypes
+    if (!s.empty()) s += ", ";
+    s += "(" + std::to_string(e.head_dim) + ", " + std::to_string(e.head_dim_v) + ")";
+  }
+  return s;
+}
+
+// The entry for p, or nullptr after fail() with a message naming the argument.
+const AttentionEntry* find_entry(const FwdProblem& p, kvattn_status* status) {
+  if (p.kv_dtype == DType::fp8_e4m3 || p.q_dtype == DType::fp8_e4m3) {
+    const char* arg = p.kv_dtype == DType::fp8_e4m3 ? "k_cache" : "q";
+    *status =
+        fail(KVATTN_ERROR_UNSUPPORTED,
+             std::string(arg) + ": dtype fp8_e4m3 is not supported by the CUDA backend yet (f16, bf16)");
+    return nullptr;
+  }
+  if (p.q_dtype != DType::f16 && p.q_dtype != DType::bf16) {
+    *status = fail(KVATTN_ERROR_UNSUPPORTED, std::string("q: dtype ") + dtype_name(p.q_dtype) +
+                                                 " is not supported by the CUDA backend (f16, bf16)");
+    return nullptr;
+  }
+  // The smallest kernel covering (d, dv), among the compiled ones (a developer build compiles a few).
+  const AttentionEntry* best = nullptr;
+  bool covered_unbuilt = false;
+  for (const AttentionEntry& e : kAttentionTable) {
+    if (e.dtype != p.q_dtype || e.head_dim < p.head_dim || e.head_dim_v < p.head_dim_v) continue;
+    if (!dtype_built(e.dtype) || !head_dim_built(e.head_dim)) {
+      covered_unbuilt = true;
+      continue;
+    }
+    if (best == nullptr || e.head_dim + e.head_dim_v < best->head_dim + best->head_dim_v) best = &e;
+  }
+  if (best != nullptr) {
+    *status = KVATTN_OK;
+    return best;
+  }
+  if (covered_unbuilt) {
+    *status = fail(KVATTN_ERROR_UNSUPPORTED,
+                   "head_dim=" + std::to_string(p.head_dim) + ", head_dim_v=" + std::to_string(p.head_dim_v) +
+                       ", dtype " + dtype_name(p.q_dtype) +
+                       ": unsupported in this developer build (configured with KVATTN_DEV_HEAD_DIM / "
+                       "KVATTN_DEV_DTYPE); rebuild without them for every head dim");
+    return nullptr;
+  }
+  *status = fail(KVATTN_ERROR_UNSUPPORTED,
+                 "head_dim=" + std::to_string(p.head_dim) + ", head_dim_v=" + std::to_string(p.head_dim_v) +
+                     ": unsupported by the CUDA backend; its kernels are (head_dim, "
+                     "head_dim_v) = " +
+                     supported_pairs() + ", and smaller dims run on the smallest kernel covering them");
+  return nullptr;
+}
+
+}  // namespace
+}  // namespace kvattn::cuda
+
+namespace kvattn {
+using namespace cuda;
+
+kvattn_status cuda_fwd_supported(const FwdProblem& p) {
+  kvattn_status status;
+  const AttentionEntry* entry = find_entry(p, &status);
+  if (entry == nullptr) return status;
+  DeviceGuard guard(p.device_id);
+  if (const kvattn_status s = device_status(guard, p.device_id); s != KVATTN_OK) return s;
+  DeviceLimits limits;
+  if ((status = current_device_limits(&limits)) != KVATTN_OK) return status;
+  // The static 3 x block_n slot addresses come on top of the dynamic shared memory.
+  const size_t smem =
+      std::max(attention_smem_bytes(entry->head_dim, entry->head_dim_v, p.qv.ptr != nullptr, false),
+               attention_smem_bytes(entry->head_dim, entry->head_dim_v, p.qv.ptr != nullptr, true)) +
+      1536;
+  if (smem > static_cast<size_t>(limits.max_smem_per_block)) {
+    return fail(KVATTN_ERROR_UNSUPPORTED,
+                "head_dim_v=" + std::to_string(p.head_dim_v) + ": the kernel needs " + std::to_string(smem) +
+                    " bytes of shared memory, this device has " + std::to_string(limits.max_smem_per_block));
+  }
+  return KVATTN_OK;
+}
+
+kvattn_status cuda_fwd_workspace_size(const FwdProblem& p, size_t* bytes) {
+  DeviceGuard guard(p.device_id);
+  if (const kvattn_status s = device_status(guard, p.device_id); s != KVATTN_OK) return s;
+  DeviceLimits limits;
+  if (current_device_limits(&limits) != KVATTN_OK) return KVATTN_ERROR_CUDA;
+  kvattn_status status;
+  const AttentionEntry* entry = find_entry(p, &status);
+  if (entry == nullptr) return status;
+  *bytes = plan_attention(p, entry->head_dim, entry->head_dim_v, limits.sm_count, limits.smem_per_sm)
+               .workspace_bytes;
+  return KVATTN_OK;
+}
+
+kvattn_status cuda_fwd(const FwdProblem& p) {
+  kvattn_status status;
+  const AttentionEntry* entry = find_entry(p, &status);
+  if (entry == nullptr) return status;
+  DeviceGuard guard(p.device_id);
+  if (const kvattn_status s = device_status(guard, p.device_id); s != KVATTN_OK) return s;
+  DeviceLimits limits;
+  if ((status = current_device_limits(&limits)) != KVATTN_OK) return status;
+  const AttentionPlan plan =
+      plan_attention(p, entry->head_dim, entry->head_dim_v, limits.sm_count, limits.smem_per_sm);
+  if (plan.workspace_bytes > 0 && (p.workspace == nullptr || p.workspace_bytes < plan.workspace_bytes)) {
+    return fail(KVATTN_ERROR_INVALID_ARGUMENT,
+                "workspace: this call needs " + std::to_string(plan.workspace_bytes) +
+                    " bytes (kvattn_fwd_workspace_size), got " +
+                    (p.workspace ? std::to_string(p.workspace_bytes) : std::string("NULL")));
+  }
+  DeviceErrorRecord* errors = nullptr;
+  if ((status = device_error_record(&errors)) != KVATTN_OK) return status;
+  const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+
+  if (p.k_new.ptr != nullptr && (status = launch_append(p, errors, stream)) != KVATTN_OK) return status;
+  if (plan.m_blocks == 0 || p.batch == 0) return KVATTN_OK;
+  const AttnParams params = make_attn_params(p, plan, errors);
+  if ((status = entry->launch(params, plan, stream)) != KVATTN_OK) return status;
+  if (plan.splits > 1) return launch_split_combine(params, p.head_dim_v, p.out_dtype, stream);
+  return KVATTN_OK;
+}
+
+}  // namespace kvattn

@@ -1,0 +1,150 @@
+// Pure functions shared by cuda_fwd_workspace_size and the launcher: tile shapes, shared memory, the split
+// count and the workspace layout. They read STATIC shapes only (never device data), so the workspace size
+// is known before a CUDA-graph capture and the launch agrees with it by construction.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "api/problem.hpp"
+
+namespace kvattn::cuda {
+
+// One CTA of the attention kernel: block_m PACKED query rows (query token x group head) against block_n
+// keys per tile. Each warp owns 16 rows; with warps_dv > 1, warps_dv warps share those 16 rows and split
+// the dv columns of O between them (so that dv = 512 fits in registers: 128 fp32 accumulators a thread).
+struct TileShape {
+  int block_m;
+  int block_n;
+  int warps;
+  int warps_dv;
+  bool key_split_ok;  // the decode variant exists: 16 rows a CTA, each warp a quarter of every key tile
+};
+
+// Rows of a CTA in the decode variant (one mma row block).
+constexpr int kKeySplitRows = 16;
+
+constexpr TileShape attention_tile(int head_dim, int head_dim_v) {
+  const int warps = 4;
+  const int warps_dv = head_dim_v > 256 ? 2 : 1;
+  // Wide heads take half-height key tiles so that two K/V stages stay near 100 KiB of shared memory.
+  const int block_n = std::max(head_dim, head_dim_v) >= 192 ? 32 : 64;
+  return {16 * (warps / warps_dv), block_n, warps, warps_dv, warps_dv == 1 && block_n / warps >= 16};
+}
+
+// Shared memory of a CTA: Q (rows, d), K (stages, block_n, d), V (stages, block_n, dv) and, with qv, Qv
+// (rows, dv); every row padded by 8 elements (16 bytes) so ldmatrix reads are conflict-free. The decode
+// variant has 16 rows and 3 stages (the Q rows it does not need pay for the third stage), else block_m
+// rows and 2 stages.
+constexpr int kSmemPad = 8;
+constexpr size_t attention_smem_bytes(int head_dim, int head_dim_v, bool with_qv, bool key_split) {
+  const TileShape t = attention_tile(head_dim, head_dim_v);
+  const size_t qk = head_dim + kSmemPad, vv = head_dim_v + kSmemPad;
+  const size_t rows = key_split ? 16 : t.block_m, stages = key_split ? 3 : 2;
+  size_t elems = rows * qk + stages * t.block_n * (qk + vv);
+  if (with_qv) elems += rows * vv;
+  return elems * 2;
+}
+
+constexpr int kMaxSplits = 128;
+// Deterministic mode splits every sequence at multiples of this many keys (scaled up when the capacity
+// would need more than kMaxSplits): the split points of a sequence depend on its own keys and the static
+// capacity only, never on the rest of the batch.
+constexpr int64_t kDeterministicSplitKeys = 4096;
+// A split reads at least this many key tiles; shorter ones cost more in the combine than they save.
+constexpr int64_t kMinTilesPerSplit = 4;
+
+struct SplitInputs {
+  int64_t ctas;      // CTAs without splitting: batch * num_kv_heads * m_blocks
+  int64_t max_keys;  // upper bound of keys of a sequence (capacity)
+  int block_n;
+  int sm_count;     // SMs available (sm_margin subtracted)
+  int ctas_per_sm;  // resident CTAs per SM
+  int num_splits;   // the argument: 0 = choose, 1 = none, n = at most n
+  bool deterministic;
+};
+
+// How many key splits each (m-block, kv head) gets.
+inline int choose_splits(const SplitInputs& in) {
+  if (in.num_splits == 1 || in.max_keys <= 0 || in.ctas <= 0) return 1;
+  const int64_t cap = in.num_splits > 0 ? std::min(in.num_splits, kMaxSplits) : kMaxSplits;
+  const int64_t tiles = (in.max_keys + in.block_n - 1) / in.block_n;
+  if (in.deterministic) {
+    return static_cast<int>(
+        std::clamp<int64_t>((in.max_keys + kDeterministicSplitKeys - 1) / kDeterministicSplitKeys, 1, cap));
+  }
+  const int64_t by_length = std::max<int64_t>(1, tiles / kMinTilesPerSplit);
+  const int64_t slots = std::max(1, in.sm_count * in.ctas_per_sm);
+  if (in.ctas >= slots * 8 / 10) return 1;  // the grid already fills the GPU
+  const int64_t limit = std::min(cap, by_length);
+  // Wave quantization: efficiency = waves / ceil(waves); take the fewest splits within 90% of the best,
+  // since every split adds partial-result traffic and a combine.
+  double best = 0;
+  for (int64_t s = 1; s <= limit; ++s) {
+    const double waves = static_cast<double>(in.ctas * s) / slots;
+    best = std::max(best, waves / std::ceil(waves));
+  }
+  for (int64_t s = 1; s <= limit; ++s) {
+    const double waves = static_cast<double>(in.ctas * s) / slots;
+    if (waves >= 0.8 && waves / std::ceil(waves) >= 0.9 * best) return static_cast<int>(s);
+  }
+  return static_cast<int>(limit);
+}
+
+// Everything the launch of a FwdProblem needs that depends on shapes only.
+struct AttentionPlan {
+  TileShape tile{};
+  bool key_split = false;  // decode variant: every (sequence, kv head) has at most kKeySplitRows rows
+  int64_t m_blocks = 0;    // per (sequence, kv head): ceil(max_seqlen_q * g / rows of a CTA)
+  int splits = 1;
+  int64_t chunk_keys = 0;  // deterministic: keys per split (multiple of block_n); 0 = balanced per CTA
+  size_t smem_bytes = 0;
+  size_t o_partial_offset = 0;    // (splits, total_q, hq, dv) fp32
+  size_t lse_partial_offset = 0;  // (splits, total_q, hq) fp32
+  size_t workspace_bytes = 0;
+};
+
+constexpr size_t kWorkspaceAlign = 256;
+constexpr size_t align_up(size_t x, size_t a) {
+  return (x + a - 1) / a * a;
+}
+
+// kernel_head_dim(_v): the dims of the kernel that runs p (>= p's own when padded, see dispatch.cu).
+inline AttentionPlan plan_attention(const FwdProblem& p, int kernel_head_dim, int kernel_head_dim_v,
+                                    int sm_count, int smem_per_sm) {
+  AttentionPlan plan;
+  plan.tile = attention_tile(kernel_head_dim, kernel_head_dim_v);
+  const int64_t g = p.num_q_heads / std::max(1, p.num_kv_heads);
+  const int64_t rows = static_cast<int64_t>(p.max_seqlen_q) * g;
+  // Decode (<= 16 packed rows): with 64-row CTAs three quarters of the tensor-core and softmax work would
+  // be padding; the key-split variant spends it on keys instead.
+  plan.key_split = plan.tile.key_split_ok && rows <= kKeySplitRows;
+  const int rows_per_cta = plan.key_split ? kKeySplitRows : plan.tile.block_m;
+  plan.m_blocks = (rows + rows_per_cta - 1) / rows_per_cta;
+  plan.smem_bytes =
+      attention_smem_bytes(kernel_head_dim, kernel_head_dim_v, p.qv.ptr != nullptr, plan.key_split);
+  SplitInputs in;
+  in.ctas = static_cast<int64_t>(p.batch) * p.num_kv_heads * plan.m_blocks;
+  in.max_keys = p.cu_seqlens_k ? p.num_pages : p.capacity;
+  in.block_n = plan.tile.block_n;
+  in.sm_count = std::max(1, sm_count - std::max(0, p.sm_margin));
+  in.ctas_per_sm =
+      static_cast<int>(std::clamp<size_t>(static_cast<size_t>(smem_per_sm) / (plan.smem_bytes + 1024), 1, 2));
+  in.num_splits = p.num_splits;
+  in.deterministic = p.deterministic;
+  plan.splits = choose_splits(in);
+  if (plan.splits > 1 && p.deterministic) {
+    const int64_t per_split = (in.max_keys + plan.splits - 1) / plan.splits;
+    plan.chunk_keys = (per_split + in.block_n - 1) / in.block_n * in.block_n;
+  }
+  if (plan.splits > 1) {
+    const size_t rows = static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits;
+    plan.o_partial_offset = 0;
+    plan.lse_partial_offset = align_up(rows * p.head_dim_v * sizeof(float), kWorkspaceAlign);
+    plan.workspace_bytes = plan.lse_partial_offset + align_up(rows * sizeof(float), kWorkspaceAlign);
+  }
+  return plan;
+}
+
+}  // namespace kvattn::cuda
