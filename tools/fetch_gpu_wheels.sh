@@ -35,7 +35,7 @@ python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --im
   --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl "${WHEELS[@]}"
 
 # One version of each package: two would stop the whole install on the GPU machine.
-dups=$(ls .whl/*.whl | xargs -n1 basename | sed 's/-.*//' | tr 'A-Z-' 'a-z_' | sort | uniq -d)
+dups=$(cd .whl && printf '%s\n' *.whl | sed 's/-.*//' | tr 'A-Z-' 'a-z_' | sort | uniq -d)
 if [ -n "$dups" ]; then
   echo "fetch_gpu_wheels: more than one version of: $dups (remove the stale .whl/ files)" >&2
   exit 1
