@@ -220,13 +220,13 @@ def _fwd_out_spec(q, v_cache, cu_seqlens_q):
     return out_shape, out_dtype, (0,) if lse_shape is None else lse_shape
 
 
-def _combine_lse(like, rows):
-    """lse of a combine as interface.flash_attn_combine makes it: (b, s, h) over (b, h, s) storage for the
-    FlashAttention-3 5-d form, else contiguous `rows`."""
+def _combine_lse(lse_partial, rows):
+    """lse of a combine as interface.flash_attn_combine makes it: shape `rows`, in the memory order of
+    lse_partial's "..." dims (FlashAttention-3's transposed lse_partial gives a transposed lse)."""
     torch = _torch()
-    if len(rows) == 3:
-        return like.new_empty((rows[0], rows[2], rows[1]), dtype=torch.float32).transpose(-1, -2)
-    return like.new_empty(rows, dtype=torch.float32)
+    order = [i - 1 for i in T.order_by_stride(lse_partial) if i > 0]
+    store = lse_partial.new_empty(tuple(rows[i] for i in order), dtype=torch.float32)
+    return store.permute(sorted(range(len(order)), key=lambda i: order[i]))
 
 
 # ---------------------------------------------------------------- the ops
@@ -378,7 +378,7 @@ def _define():
     @combine.register_fake
     def _(out_partial, lse_partial, sinks, out_dtype):
         out_shape, dtype, rows = combine_out_spec(out_partial, out_dtype)
-        return out_partial.new_empty(out_shape, dtype=dtype), _combine_lse(out_partial, rows)
+        return out_partial.new_empty(out_shape, dtype=dtype), _combine_lse(lse_partial, rows)
 
     @torch.library.custom_op(f"{NAMESPACE}::combine_out", mutates_args=("out",))
     def combine_out(out_partial: Tensor, lse_partial: Tensor, sinks: OptTensor, out: Tensor) -> Tensor:
@@ -388,7 +388,7 @@ def _define():
     @combine_out.register_fake
     def _(out_partial, lse_partial, sinks, out):
         _, _, rows = combine_out_spec(out_partial, None)
-        return _combine_lse(out_partial, rows)
+        return _combine_lse(lse_partial, rows)
 
 
 
