@@ -47,7 +47,7 @@ void check_append(const kvattn_append_params& a, AppendProblem& p) {
   expect_shape("slot_mapping", a.slot_mapping, {{num_tokens, "num_tokens"}});
   expect_dtype("slot_mapping", a.slot_mapping, KVATTN_DTYPE_I64);
 
-  // key/value f32 (CPU only), f16, bf16; caches as key, or fp8 under f16/bf16 (CUDA only).
+  // key/value f32 (CPU only), f16, bf16; caches as key, or fp8 under f16/bf16.
   expect_dtype_in("key", a.key, {kF32, kF16, kBF16});
   if (a.device_type == KVATTN_DEVICE_CUDA && a.key.dtype == kF32) {
     reject(KVATTN_ERROR_UNSUPPORTED,
@@ -58,10 +58,6 @@ void check_append(const kvattn_append_params& a, AppendProblem& p) {
     expect_dtype_as("k_cache", a.k_cache, "key", a.key.dtype);
   expect_dtype_as("v_cache", a.v_cache, "k_cache", a.k_cache.dtype);
   const bool fp8 = a.k_cache.dtype == kFP8;
-  if (a.device_type == KVATTN_DEVICE_CPU && fp8) {
-    reject(KVATTN_ERROR_UNSUPPORTED,
-           "k_cache: dtype fp8_e4m3 is supported on the CUDA backend only (device_type=CPU)");
-  }
 
   // k_scale, v_scale: fp8 caches only; () or (hk,) fp32, the same shape when both are given.
   for (const auto& [name, t] :

@@ -1,5 +1,7 @@
 // cpu_fwd: CONTRACT.md steps 1-8 with plain loops. Scores, softmax and P V in double; each output
 // element is rounded once, to the out dtype. Parallel over (sequence, query head).
+// fp8 tensors are dequantized on read: q and qv by q_descale, k by k_descale, v by v_descale (each at
+// (sequence, kv head); the products are exact in double).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -55,6 +57,11 @@ int64_t split_length(const FwdProblem& p, int64_t kv_len) {
   return n > 1 ? (kv_len + n - 1) / n : kv_len;
 }
 
+// Descale (i, kv_head) of an fp8 tensor (problem.hpp), 1 when absent.
+double descale(const float* ptr, const int64_t (&strides)[2], int i, int kv_head) {
+  return ptr ? double(ptr[i * strides[0] + kv_head * strides[1]]) : 1.0;
+}
+
 // One query head h of one sequence i: all its query rows.
 class HeadAttention {
  public:
@@ -68,6 +75,9 @@ class HeadAttention {
         num_chunks_(split_len_ > 0 ? (seq_.kv_len + split_len_ - 1) / split_len_ : 0),
         sink_(p.sinks ? p.sinks[h] : 0.0),
         slope_(p.alibi_slopes ? p.alibi_slopes[i * p.alibi_batch_stride + h] : 0.0),
+        q_descale_(descale(p.q_descale, p.q_descale_strides, i, kv_head_)),
+        k_descale_(descale(p.k_descale, p.k_descale_strides, i, kv_head_)),
+        v_descale_(descale(p.v_descale, p.v_descale_strides, i, kv_head_)),
         q_(p.head_dim),
         qv_(p.qv.ptr ? p.head_dim_v : 0),
         k_(p.head_dim),
@@ -87,11 +97,13 @@ class HeadAttention {
       }
       const int64_t q_row = cpu::token_offset(p_.q, p_.cu_seqlens_q, i_, t) + h_ * p_.q.head_stride;
       cpu::load_row(p_.q_dtype, p_.q.ptr, q_row, d, q_.data());
+      for (int c = 0; c < d; ++c) q_[c] *= q_descale_;
       // q stays in double after rotary: it is never stored.
       if (p_.rotary_dim > 0) cpu::rotate(p_, seq_.rotary_pos + (p_.rotary_q_per_token ? t : 0), q_.data());
       if (p_.qv.ptr) {
         const int64_t qv_row = cpu::token_offset(p_.qv, p_.cu_seqlens_q, i_, t) + h_ * p_.qv.head_stride;
         cpu::load_row(p_.q_dtype, p_.qv.ptr, qv_row, dv, qv_.data());
+        for (int c = 0; c < dv; ++c) qv_[c] *= q_descale_;  // qv is in q's dtype, with q's descale
       }
 
       const int64_t qp = t + seq_.kv_len - seq_.q_used;  // bottom-right aligned (step 4)
@@ -113,6 +125,7 @@ class HeadAttention {
     const int64_t slot = seq_.leftpad + kp;
     const int64_t k_row = cpu::slot_offset(p_, p_.k_cache, i_, slot) + kv_head_ * p_.k_cache.head_stride;
     cpu::load_row(p_.kv_dtype, p_.k_cache.ptr, k_row, p_.head_dim, k_.data());
+    for (int c = 0; c < p_.head_dim; ++c) k_[c] *= k_descale_;
     double dot = 0.0;
     for (int c = 0; c < p_.head_dim; ++c) dot += q_[c] * k_[c];
     if (p_.qv.ptr) {
@@ -129,6 +142,7 @@ class HeadAttention {
     const int64_t slot = seq_.leftpad + kp;
     const int64_t v_row = cpu::slot_offset(p_, p_.v_cache, i_, slot) + kv_head_ * p_.v_cache.head_stride;
     cpu::load_row(p_.kv_dtype, p_.v_cache.ptr, v_row, p_.head_dim_v, v_.data());
+    for (int c = 0; c < p_.head_dim_v; ++c) v_[c] *= v_descale_;
   }
 
   // Softmax over the keys alone, without the sink: o = sum_s exp(x_s - m) v_s / sum_s exp(x_s - m) (dv),
@@ -173,6 +187,9 @@ class HeadAttention {
   const int64_t num_chunks_;
   const double sink_;
   const double slope_;
+  const double q_descale_;  // 1 unless q (and qv) are fp8 with q_descale
+  const double k_descale_;  // 1 unless k_cache is fp8 with k_descale
+  const double v_descale_;
   std::vector<double> q_;          // (d) rotated query row
   std::vector<double> qv_;         // (dv) or empty without qv
   std::vector<double> k_;          // (d) one key row

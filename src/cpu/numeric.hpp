@@ -1,7 +1,9 @@
-// Storage dtypes of the CPU backend (fp32, fp16, bf16) read into and written from double.
+// Storage dtypes of the CPU backend (fp32, fp16, bf16, fp8 e4m3) read into and written from double.
 //
-// fp16 and bf16 go through our own converters: decoding is exact, encoding rounds a double ONCE to the
-// nearest representable value, ties to even (rounding through float first could round twice).
+// fp16, bf16 and fp8 go through our own converters: decoding is exact, encoding rounds a double ONCE to the
+// nearest representable value, ties to even (rounding through float first could round twice). fp8 e4m3
+// (the "fn" variant: no inf, NaN = S.1111.111, max 448) SATURATES: anything beyond +-448, inf included,
+// is stored as +-448 (as FA3 and vLLM do with __NV_SATFINITE); NaN stays NaN.
 #pragma once
 
 #include <algorithm>
@@ -86,8 +88,51 @@ inline uint16_t double_to_bf16(double x) {
   return uint16_t(double_to_bits(x, kBF16));
 }
 
+// fp8 e4m3fn: bias 7, 3 mantissa bits; exponent field 15 is a normal binade except mantissa 7 (NaN).
+constexpr double kFp8Max = 448.0;
+
+inline double fp8_e4m3_to_double(uint8_t bits) {
+  const int exp_field = (bits >> 3) & 0xf;
+  const int mant = bits & 0x7;
+  double magnitude;
+  if (exp_field == 0xf && mant == 0x7) {
+    magnitude = std::numeric_limits<double>::quiet_NaN();
+  } else if (exp_field == 0) {  // subnormal: mant * 2^(1 - 7 - 3)
+    magnitude = std::ldexp(double(mant), -9);
+  } else {
+    magnitude = std::ldexp(double(8 + mant), exp_field - 7 - 3);
+  }
+  return (bits & 0x80) ? -magnitude : magnitude;
+}
+
+// Round to nearest, ties to even, saturating to +-448 (inf too); NaN -> NaN with x's sign.
+inline uint8_t double_to_fp8_e4m3(double x) {
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
+  if (std::isnan(x)) return sign | 0x7f;
+  const double a = std::fabs(x);
+  if (a >= kFp8Max) return sign | 0x7e;
+  if (a == 0.0) return sign;
+  // The spacing of e4m3 values around a: 2^(e - 3) in binade [2^e, 2^(e+1)), 2^-9 below 2^-6.
+  int e2;
+  std::frexp(a, &e2);  // a in [2^(e2-1), 2^e2)
+  const int e = std::max(e2 - 1, -6);
+  const double q = std::ldexp(a, 3 - e);  // exact: a power-of-two scaling of a double far from the limits
+  double k = std::floor(q);
+  const double rest = q - k;  // exact
+  if (rest > 0.5 || (rest == 0.5 && std::fmod(k, 2.0) != 0.0)) k += 1.0;
+  // k * 2^(e - 3): k in [0, 16]; k == 16 (or 8 from a subnormal) carries into the next binade. The value
+  // is < 448 + 16, and values in (448, 464) round to 448 before saturation is needed: k * 2^(e-3) <= 448.
+  const double v = std::ldexp(k, e - 3);
+  if (v == 0.0) return sign;
+  std::frexp(v, &e2);
+  const int ev = e2 - 1;
+  if (ev < -6) return sign | uint8_t(std::ldexp(v, 9));  // subnormal: mantissa = v / 2^-9
+  const int mant = int(std::ldexp(v, 3 - ev)) - 8;
+  return sign | uint8_t(((ev + 7) << 3) | mant);
+}
+
 inline bool is_cpu_storage_dtype(DType t) {
-  return t == DType::f32 || t == DType::f16 || t == DType::bf16;
+  return t == DType::f32 || t == DType::f16 || t == DType::bf16 || t == DType::fp8_e4m3;
 }
 
 inline const char* dtype_name(DType t) {
@@ -109,11 +154,12 @@ inline const char* dtype_name(DType t) {
   }
 }
 
-// Validation sends the CPU backend only fp32/fp16/bf16 storage; this keeps any other dtype from running
-// silently wrong if that ever changes.
+// Validation sends the CPU backend only fp32/fp16/bf16/fp8 storage; this keeps any other dtype from
+// running silently wrong if that ever changes.
 inline kvattn_status unsupported_dtype(const char* argument, DType t) {
-  return fail(KVATTN_ERROR_UNSUPPORTED, std::string(argument) + ": dtype " + dtype_name(t) +
-                                            " is not supported by the CPU backend (fp32, fp16, bf16)");
+  return fail(KVATTN_ERROR_UNSUPPORTED,
+              std::string(argument) + ": dtype " + dtype_name(t) +
+                  " is not supported by the CPU backend (fp32, fp16, bf16, fp8_e4m3)");
 }
 
 // dst[c] = element (offset + c) of `base`, c in [0, n). Unknown dtypes read as NaN, never as garbage.
@@ -132,6 +178,11 @@ inline void load_row(DType t, const void* base, int64_t offset, int n, double* d
     case DType::bf16: {
       const uint16_t* x = static_cast<const uint16_t*>(base) + offset;
       for (int c = 0; c < n; ++c) dst[c] = bf16_to_double(x[c]);
+      return;
+    }
+    case DType::fp8_e4m3: {
+      const uint8_t* x = static_cast<const uint8_t*>(base) + offset;
+      for (int c = 0; c < n; ++c) dst[c] = fp8_e4m3_to_double(x[c]);
       return;
     }
     default:
@@ -161,6 +212,11 @@ inline void store_row(DType t, void* base, int64_t offset, int n, const double* 
     case DType::bf16: {
       uint16_t* x = static_cast<uint16_t*>(base) + offset;
       for (int c = 0; c < n; ++c) x[c] = double_to_bf16(src[c]);
+      return;
+    }
+    case DType::fp8_e4m3: {
+      uint8_t* x = static_cast<uint8_t*>(base) + offset;
+      for (int c = 0; c < n; ++c) x[c] = double_to_fp8_e4m3(src[c]);
       return;
     }
     default:

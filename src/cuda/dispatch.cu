@@ -1,8 +1,10 @@
-// The CUDA backend's entry points for attention. ONE table maps (dtype, head_dim, head_dim_v) to a
-// launcher; the same lookup answers cuda_fwd_supported and picks the kernel in cuda_fwd. Head dims that
-// are not in the table run on the smallest kernel whose dims cover them (channels past d / dv are zero
-// in shared memory and never written), so every d <= 256 (dv <= 512 with d <= 64) is supported; the
-// listed pairs are the ones compiled for their own size.
+// The CUDA backend's entry points for attention. ONE table maps (q dtype, cache dtype, head_dim,
+// head_dim_v) to a launcher; the same lookup answers cuda_fwd_supported and picks the kernel in cuda_fwd.
+// Head dims that are not in the table run on the smallest kernel whose dims cover them (channels past
+// d / dv are zero in shared memory and never written), so every d <= 256 (dv <= 512 with d <= 64) is
+// supported; the listed pairs are the ones compiled for their own size. The dtype pairs: (f16, f16),
+// (bf16, bf16), (f16, fp8), (bf16, fp8) and (fp8, fp8), which runs the (bf16, fp8) kernel (fp8 q is
+// converted to bf16 as it is loaded; out is bf16).
 //   cuda_fwd: [append if k_new] -> attention -> [split combine if splits > 1], all on p.stream, no host
 //   synchronization, no allocation, no host read of device data.
 #include <algorithm>
@@ -18,24 +20,31 @@ namespace kvattn::cuda {
 namespace {
 
 struct AttentionEntry {
-  DType dtype;
+  DType q_dtype;
+  DType kv_dtype;
+  DType compute_dtype;  // of the tensor cores and out
   int head_dim;
   int head_dim_v;
   AttentionLauncher launch;
 };
 
-#define KVATTN_ENTRY(dt, d, dv)                           \
-  AttentionEntry {                                        \
-    DType::dt, d, dv, &launch_attention<DType::dt, d, dv> \
+#define KVATTN_PAIRS(ENTRY, q, kv, compute)                                                              \
+  ENTRY(q, kv, compute, 64, 64), ENTRY(q, kv, compute, 96, 96), ENTRY(q, kv, compute, 128, 128),         \
+      ENTRY(q, kv, compute, 192, 192), ENTRY(q, kv, compute, 256, 256), ENTRY(q, kv, compute, 192, 128), \
+      ENTRY(q, kv, compute, 64, 512)
+#define KVATTN_ENTRY(q, kv, compute, d, dv)                                                         \
+  AttentionEntry {                                                                                  \
+    DType::q, DType::kv, DType::compute, d, dv, &launch_attention<DType::compute, DType::kv, d, dv> \
   }
 constexpr AttentionEntry kAttentionTable[] = {
-    KVATTN_ENTRY(f16, 64, 64),    KVATTN_ENTRY(f16, 96, 96),    KVATTN_ENTRY(f16, 128, 128),
-    KVATTN_ENTRY(f16, 192, 192),  KVATTN_ENTRY(f16, 256, 256),  KVATTN_ENTRY(f16, 192, 128),
-    KVATTN_ENTRY(f16, 64, 512),   KVATTN_ENTRY(bf16, 64, 64),   KVATTN_ENTRY(bf16, 96, 96),
-    KVATTN_ENTRY(bf16, 128, 128), KVATTN_ENTRY(bf16, 192, 192), KVATTN_ENTRY(bf16, 256, 256),
-    KVATTN_ENTRY(bf16, 192, 128), KVATTN_ENTRY(bf16, 64, 512),
+    KVATTN_PAIRS(KVATTN_ENTRY, f16, f16, f16),
+    KVATTN_PAIRS(KVATTN_ENTRY, bf16, bf16, bf16),
+    KVATTN_PAIRS(KVATTN_ENTRY, f16, fp8_e4m3, f16),
+    KVATTN_PAIRS(KVATTN_ENTRY, bf16, fp8_e4m3, bf16),
+    KVATTN_PAIRS(KVATTN_ENTRY, fp8_e4m3, fp8_e4m3, bf16),
 };
 #undef KVATTN_ENTRY
+#undef KVATTN_PAIRS
 
 const char* dtype_name(DType dt) {
   switch (dt) {
@@ -55,7 +64,7 @@ const char* dtype_name(DType dt) {
 std::string supported_pairs() {
   std::string s;
   for (const AttentionEntry& e : kAttentionTable) {
-    if (e.dtype != DType::f16) continue;  // the same pairs exist for both dtypes
+    if (e.q_dtype != DType::f16 || e.kv_dtype != DType::f16) continue;  // the same pairs for every dtype
     if (!s.empty()) s += ", ";
     s += "(" + std::to_string(e.head_dim) + ", " + std::to_string(e.head_dim_v) + ")";
   }
@@ -64,24 +73,26 @@ std::string supported_pairs() {
 
 // The entry for p, or nullptr after fail() with a message naming the argument.
 const AttentionEntry* find_entry(const FwdProblem& p, kvattn_status* status) {
-  if (p.kv_dtype == DType::fp8_e4m3 || p.q_dtype == DType::fp8_e4m3) {
-    const char* arg = p.kv_dtype == DType::fp8_e4m3 ? "k_cache" : "q";
-    *status =
-        fail(KVATTN_ERROR_UNSUPPORTED,
-             std::string(arg) + ": dtype fp8_e4m3 is not supported by the CUDA backend yet (f16, bf16)");
-    return nullptr;
-  }
-  if (p.q_dtype != DType::f16 && p.q_dtype != DType::bf16) {
-    *status = fail(KVATTN_ERROR_UNSUPPORTED, std::string("q: dtype ") + dtype_name(p.q_dtype) +
-                                                 " is not supported by the CUDA backend (f16, bf16)");
+  const bool dtypes_listed = std::any_of(
+      std::begin(kAttentionTable), std::end(kAttentionTable),
+      [&](const AttentionEntry& e) { return e.q_dtype == p.q_dtype && e.kv_dtype == p.kv_dtype; });
+  if (!dtypes_listed) {
+    *status = fail(KVATTN_ERROR_UNSUPPORTED,
+                   std::string("q: dtype ") + dtype_name(p.q_dtype) + " with k_cache of dtype " +
+                       dtype_name(p.kv_dtype) +
+                       " is not supported by the CUDA backend (q f16/bf16 with a cache of q's dtype or "
+                       "fp8_e4m3, or fp8_e4m3 q with an fp8_e4m3 cache)");
     return nullptr;
   }
   // The smallest kernel covering (d, dv), among the compiled ones (a developer build compiles a few).
   const AttentionEntry* best = nullptr;
   bool covered_unbuilt = false;
   for (const AttentionEntry& e : kAttentionTable) {
-    if (e.dtype != p.q_dtype || e.head_dim < p.head_dim || e.head_dim_v < p.head_dim_v) continue;
-    if (!dtype_built(e.dtype) || !head_dim_built(e.head_dim)) {
+    if (e.q_dtype != p.q_dtype || e.kv_dtype != p.kv_dtype || e.head_dim < p.head_dim ||
+        e.head_dim_v < p.head_dim_v) {
+      continue;
+    }
+    if (!dtype_built(e.compute_dtype) || !head_dim_built(e.head_dim)) {
       covered_unbuilt = true;
       continue;
     }
@@ -122,9 +133,10 @@ kvattn_status cuda_fwd_supported(const FwdProblem& p) {
   DeviceLimits limits;
   if ((status = current_device_limits(&limits)) != KVATTN_OK) return status;
   // The static 3 x block_n slot addresses come on top of the dynamic shared memory.
+  const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
   const size_t smem =
-      std::max(attention_smem_bytes(entry->head_dim, entry->head_dim_v, p.qv.ptr != nullptr, false),
-               attention_smem_bytes(entry->head_dim, entry->head_dim_v, p.qv.ptr != nullptr, true)) +
+      std::max(attention_smem_bytes(entry->head_dim, entry->head_dim_v, p.qv.ptr != nullptr, false, fp8),
+               attention_smem_bytes(entry->head_dim, entry->head_dim_v, p.qv.ptr != nullptr, true, fp8)) +
       1536;
   if (smem > static_cast<size_t>(limits.max_smem_per_block)) {
     return fail(KVATTN_ERROR_UNSUPPORTED,

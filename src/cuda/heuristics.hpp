@@ -36,15 +36,25 @@ constexpr TileShape attention_tile(int head_dim, int head_dim_v) {
 // Shared memory of a CTA: Q (rows, d), K (stages, block_n, d), V (stages, block_n, dv) and, with qv, Qv
 // (rows, dv); every row padded by 8 elements (16 bytes) so ldmatrix reads are conflict-free. The decode
 // variant has 16 rows and 3 stages (the Q rows it does not need pay for the third stage), else block_m
-// rows and 2 stages.
+// rows and 2 stages. fp8 caches: the K/V stages hold fp8 rows (1 byte an element, padded by 16 bytes),
+// and one more (block_n, d) + (block_n, dv) tile holds the current stage converted to fp16/bf16 for the
+// tensor cores.
 constexpr int kSmemPad = 8;
-constexpr size_t attention_smem_bytes(int head_dim, int head_dim_v, bool with_qv, bool key_split) {
+constexpr int kSmemPadFp8 = 16;
+constexpr size_t attention_kv_stage_bytes(int head_dim, int head_dim_v, bool kv_fp8) {
+  const TileShape t = attention_tile(head_dim, head_dim_v);
+  return kv_fp8 ? size_t(t.block_n) * (head_dim + head_dim_v + 2 * kSmemPadFp8)
+                : size_t(t.block_n) * (head_dim + head_dim_v + 2 * kSmemPad) * 2;
+}
+constexpr size_t attention_smem_bytes(int head_dim, int head_dim_v, bool with_qv, bool key_split,
+                                      bool kv_fp8 = false) {
   const TileShape t = attention_tile(head_dim, head_dim_v);
   const size_t qk = head_dim + kSmemPad, vv = head_dim_v + kSmemPad;
   const size_t rows = key_split ? 16 : t.block_m, stages = key_split ? 3 : 2;
-  size_t elems = rows * qk + stages * t.block_n * (qk + vv);
-  if (with_qv) elems += rows * vv;
-  return elems * 2;
+  size_t bytes = rows * qk * 2 + stages * attention_kv_stage_bytes(head_dim, head_dim_v, kv_fp8);
+  if (kv_fp8) bytes += attention_kv_stage_bytes(head_dim, head_dim_v, false);  // the converted tile
+  if (with_qv) bytes += rows * vv * 2;
+  return bytes;
 }
 
 constexpr int kMaxSplits = 128;
@@ -122,8 +132,8 @@ inline AttentionPlan plan_attention(const FwdProblem& p, int kernel_head_dim, in
   plan.key_split = plan.tile.key_split_ok && rows <= kKeySplitRows;
   const int rows_per_cta = plan.key_split ? kKeySplitRows : plan.tile.block_m;
   plan.m_blocks = (rows + rows_per_cta - 1) / rows_per_cta;
-  plan.smem_bytes =
-      attention_smem_bytes(kernel_head_dim, kernel_head_dim_v, p.qv.ptr != nullptr, plan.key_split);
+  plan.smem_bytes = attention_smem_bytes(kernel_head_dim, kernel_head_dim_v, p.qv.ptr != nullptr,
+                                         plan.key_split, p.kv_dtype == DType::fp8_e4m3);
   SplitInputs in;
   in.ctas = static_cast<int64_t>(p.batch) * p.num_kv_heads * plan.m_blocks;
   in.max_keys = p.cu_seqlens_k ? p.num_pages : p.capacity;

@@ -77,7 +77,11 @@ TEST(AppendValidation, Dtypes) {
   AppendCall c2;
   c2.p.key.dtype = c2.p.value.dtype = BF16;
   c2.p.k_cache.dtype = c2.p.v_cache.dtype = FP8;
-  EXPECT_TRUE(rejected(c2.run(), KVATTN_ERROR_UNSUPPORTED, {"k_cache: dtype fp8_e4m3", "CUDA backend only"}));
+  EXPECT_TRUE(ok(c2.run()));  // quantized on write
+  AppendCall c4;              // f32 key into an fp8 cache: fp16/bf16 only
+  c4.p.k_cache.dtype = c4.p.v_cache.dtype = FP8;
+  EXPECT_TRUE(rejected(c4.run(), KVATTN_ERROR_INVALID_ARGUMENT,
+                       {"k_cache: dtype fp8_e4m3 does not match key (f32)"}));
   AppendCall c3;
   c3.p.v_cache.dtype = F16;
   EXPECT_TRUE(

@@ -80,11 +80,24 @@ TEST(FwdValidation, CacheDtypeMustMatchQ) {
   EXPECT_TRUE(invalid(c2.p, {"v_cache: dtype bf16 does not match k_cache (f16)"}));
 }
 
-TEST(FwdValidation, Fp8CacheIsUnsupportedOnCpu) {
+TEST(FwdValidation, Fp8CacheRunsOnCpu) {
   FwdCall c(BF16);
   c.p.k_cache.dtype = FP8;
   c.p.v_cache.dtype = FP8;
-  EXPECT_TRUE(fwd_rejected(c.p, KVATTN_ERROR_UNSUPPORTED, {"k_cache", "fp8_e4m3", "CUDA backend only"}));
+  c.attach(&P::k_descale, F32, {2, 2}).fill_f32(0.5f);
+  EXPECT_TRUE(ok(check(c.p)));
+  EXPECT_TRUE(ok(fwd(c.p)));
+  FwdCall q8(FP8);  // fp8 q under an fp8 cache: out is bf16
+  q8.attach(&P::out, BF16, {FwdCall::b, FwdCall::sq, FwdCall::hq, FwdCall::dv});
+  q8.attach(&P::q_descale, F32, {2, 2}).fill_f32(2.f);
+  EXPECT_TRUE(ok(fwd(q8.p)));
+}
+
+TEST(FwdValidation, Fp8QNeedsAnFp8Cache) {
+  FwdCall c(FP8);
+  c.p.k_cache.dtype = c.p.v_cache.dtype = BF16;
+  c.attach(&P::out, BF16, {FwdCall::b, FwdCall::sq, FwdCall::hq, FwdCall::dv});
+  EXPECT_TRUE(invalid(c.p, {"k_cache: dtype bf16 does not match q (fp8_e4m3)"}));
 }
 
 TEST(FwdValidation, Fp8CacheUnderF32QIsInvalid) {

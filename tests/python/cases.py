@@ -17,7 +17,9 @@ from reference import reference_attention
 @dataclasses.dataclass
 class Case:
     seed: int = 0
-    dtype: str = "fp16"
+    dtype: str = "fp16"  # of q (and qv, k, v); "fp8" (e4m3) needs kv_fp8 and gives a bf16 out
+    kv_fp8: bool = False  # fp8 e4m3 caches (appended fp16/bf16 k, v are quantized on write)
+    descales: str = "full"  # with fp8: full (b, hk) | broadcast (a stride-0 view of one row) | none (all 1)
     seqlens: Sequence[int] = (5, 9)  # tokens already in the cache (absolute slot index), per sequence
     sq: int = 1  # query tokens per sequence (fixed q)
     q_lens: Optional[Sequence[int]] = None  # varlen q (cu_seqlens_q) instead of sq
@@ -90,6 +92,8 @@ def build(case):
     """Inputs of `case`: (kwargs for kvattn.flash_attn_with_kvcache, kwargs for reference_attention, info)."""
     rng = np.random.default_rng(case.seed)
     dt = DTYPES[case.dtype]
+    assert case.kv_fp8 or case.dtype != "fp8", "fp8 q needs fp8 caches"
+    cache_dt = H.FP8 if case.kv_fp8 else dt
     b, hq, hk, d = case.b, case.hq, case.hk, case.d
     dv = case.dv or d
     seqlens, new, leftpad, q_lens = _lengths(case)
@@ -134,12 +138,12 @@ def build(case):
         seqlens = caps_of.astype(np.int64)
     if case.batch_idx:
         kw["cache_batch_idx"] = rows.astype(np.int32)
-    k_cache = _cache_storage(shape_k, dt, case.hnd)
-    v_cache = _cache_storage(shape_v, dt, case.hnd)
+    k_cache = _cache_storage(shape_k, cache_dt, case.hnd)
+    v_cache = _cache_storage(shape_v, cache_dt, case.hnd)
     for i in range(b):  # valid slots [leftpad, seqlens); the rest stays NaN (appended slots are written by the call)
         slots = np.arange(leftpad[i], seqlens[i])
-        k_cache[locate(i, slots)] = randn(rng, (len(slots), hk, d), dt)
-        v_cache[locate(i, slots)] = randn(rng, (len(slots), hk, dv), dt)
+        k_cache[locate(i, slots)] = randn(rng, (len(slots), hk, d), cache_dt)
+        v_cache[locate(i, slots)] = randn(rng, (len(slots), hk, dv), cache_dt)
 
     # ---- queries
     if case.q_lens is not None:
@@ -210,10 +214,20 @@ def build(case):
     kw.update(causal=case.causal, window_size=case.window, attention_chunk=case.chunk, softcap=case.softcap,
               softmax_scale=case.scale)
 
+    # ---- fp8 descales (b, hk): q's with fp8 q, k's and v's with fp8 caches
+    if case.descales != "none":
+        names = (["q_descale"] if case.dtype == "fp8" else []) + (["k_descale", "v_descale"] if case.kv_fp8 else [])
+        for name in names:
+            if case.descales == "broadcast":
+                kw[name] = np.broadcast_to(rng.uniform(0.5, 2.0, (1, hk)).astype(np.float32), (b, hk))
+            else:
+                kw[name] = rng.uniform(0.5, 2.0, (b, hk)).astype(np.float32)
+
     ref = dict(kw)
     ref["sinks"] = None if case.sinks is None else H.f64(kw["sinks"])
     kw.update(num_splits=case.num_splits, pack_gqa=case.pack_gqa, deterministic=case.deterministic)
-    info = dict(rotary=case.rotary is not None and appends, dtype=dt, dv=dv)
+    info = dict(rotary=case.rotary is not None and appends, dtype=dt, dv=dv, appends=appends,
+                seqlens=seqlens, pos0=kw.get("rotary_seqlens", seqlens.astype(np.int32)))
     return q, k_cache, v_cache, kw, ref, info
 
 
@@ -225,8 +239,9 @@ def run_and_compare(case, device):
 
     dev = {k: H.to_device(v, device) for k, v in kw.items()}
     kc, vc = H.to_device(k_cache, device), H.to_device(v_cache, device)
+    out_dtype = H.BF16 if case.dtype == "fp8" else q.dtype
     if case.out_given:
-        dev["out"] = H.to_device(np.full(q.shape[:-1] + (info["dv"],), np.nan, q.dtype), device)
+        dev["out"] = H.to_device(np.full(q.shape[:-1] + (info["dv"],), np.nan, out_dtype), device)
     with H.poisoned_outputs():
         out, lse = H.kvattn.flash_attn_with_kvcache(H.to_device(q, device), kc, vc, return_softmax_lse=True, **dev)
     H.sync_device_errors(device)
@@ -234,10 +249,23 @@ def run_and_compare(case, device):
         assert out is dev["out"]
     name = H.DTYPE_NAME[np.dtype(q.dtype)]
     out, lse = H.to_numpy(out), H.to_numpy(lse)
-    assert out.dtype == q.dtype and lse.dtype == np.float32
+    kc_got, vc_got = H.to_numpy(kc), H.to_numpy(vc)
+    assert out.dtype == out_dtype and lse.dtype == np.float32
+    # fp8 appends quantize x / descale: the CPU backend rounds the float64 quotient once (exact, as the
+    # oracle), CUDA divides in fp32 first (one fp8 ulp); rotary re-rounds (one ulp) everywhere.
+    requantized = case.kv_fp8 and case.dtype != "fp8" and not H.cpu_backend(device)
+    H.assert_cache_equal("k_cache", kc_got, ref["k_cache"], info["rotary"] or requantized, name)
+    H.assert_cache_equal("v_cache", vc_got, ref["v_cache"], requantized, name)
+    if case.kv_fp8 and info["appends"]:
+        # Attention is checked on the values the call stored (an appended key one fp8 ulp off is a different
+        # key): the oracle without the append, over kvattn's caches, at the same rotary positions.
+        ref_kw = {k: v for k, v in ref_kw.items() if k not in ("k", "v", "cu_seqlens_k_new")}
+        new = np.zeros(case.b, np.int64) if case.new is None else np.asarray(case.new, np.int64)
+        ref_kw["cache_seqlens"] = (info["seqlens"] + new).astype(np.int32)
+        if case.rotary:
+            ref_kw["rotary_seqlens"] = info["pos0"]
+        ref = reference_attention(q, kc_got, vc_got, **ref_kw)
     H.assert_close("out", out, ref["out"], H.TOL_OUT[name])
     H.assert_close("lse", lse, ref["lse"], H.TOL_LSE[name])
     H.assert_empty_rows_exact(out, lse, ref["out"], ref["lse"])
-    H.assert_cache_equal("k_cache", H.to_numpy(kc), ref["k_cache"], info["rotary"], name)
-    H.assert_cache_equal("v_cache", H.to_numpy(vc), ref["v_cache"], False, name)
     return out, lse

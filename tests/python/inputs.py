@@ -2,7 +2,7 @@
 import ml_dtypes
 import numpy as np
 
-DTYPES = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16}
+DTYPES = {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16, "fp8": ml_dtypes.float8_e4m3fn}
 
 
 def randn(rng, shape, dtype=np.float32, scale=1.0):

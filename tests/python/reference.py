@@ -3,7 +3,11 @@
 Written from the contract's numbered steps; shares no code with either backend. Inputs are numpy arrays in
 their storage dtype; everything is computed in float64 from the stored (already rounded) values.
 """
+import ml_dtypes
 import numpy as np
+
+FP8 = np.dtype(ml_dtypes.float8_e4m3fn)
+FP8_MAX = 448.0
 
 
 def _f64(x):
@@ -23,6 +27,30 @@ def _cu(x):
     if np.any(np.diff(cu) < 0):
         raise ValueError("cu_seqlens must be non-decreasing")
     return cu
+
+
+def _to_fp8(x):
+    """float64 -> e4m3 (fn), rounded once to nearest, ties to even, saturating to +-448 (inf too); NaN stays.
+
+    ml_dtypes alone would round through float32 (twice) and turn out-of-range values into NaN, so the value is
+    first snapped to the e4m3 grid here (np.round is ties-to-even; the scaling by 2^(e-3) is exact)."""
+    x = np.asarray(x, np.float64)
+    mag = np.abs(x)
+    finite = np.isfinite(x)
+    e = np.frexp(np.where(finite, mag, 1.0))[1] - 1  # |x| in [2^e, 2^(e+1)) (exact)
+    step = np.exp2(np.maximum(e, -6) - 3.0)  # spacing of e4m3 values in the binade of |x| (subnormals: 2^-9)
+    snapped = np.where(finite, np.round(np.where(finite, x, 0.0) / step) * step, x)
+    return np.clip(snapped, -FP8_MAX, FP8_MAX).astype(FP8)  # clip keeps NaN, saturates +-inf
+
+
+def _round_to(x, dtype):
+    """float64 values stored in `dtype` (the cache's)."""
+    return _to_fp8(x) if np.dtype(dtype) == FP8 else np.asarray(x).astype(dtype)
+
+
+def _descale(x, b, hk):
+    """A (b, hk) descale (any strides) as float64, or ones when absent."""
+    return np.ones((b, hk)) if x is None else np.broadcast_to(_f64(x), (b, hk))
 
 
 def _rotate(x, pos, cos, sin, interleaved):
@@ -71,8 +99,13 @@ def reference_attention(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos
                         cu_seqlens_q=None, cu_seqlens_k_new=None, max_seqlen_q=None, rotary_seqlens=None,
                         softmax_scale=None, causal=False, window_size=(-1, -1), attention_chunk=0,
                         softcap=0.0, rotary_interleaved=True, alibi_slopes=None, sinks=None, seqused_q=None,
-                        cu_seqlens_k=None):
-    """float64 attention over a KV cache per CONTRACT.md. Returns dict(out, lse, k_cache, v_cache)."""
+                        cu_seqlens_k=None, q_descale=None, k_descale=None, v_descale=None):
+    """float64 attention over a KV cache per CONTRACT.md. Returns dict(out, lse, k_cache, v_cache).
+
+    fp8 (e4m3fn) tensors with (b, hk) descales (None = 1), indexed by sequence i and kv head: the values are
+    q * q_descale (qv too: it is in q's dtype and shares q_descale), k_cache * k_descale, v_cache * v_descale.
+    New k, v appended into an fp8 cache are stored as e4m3(value / descale) (saturating), where the value of
+    an fp8 k is k * k_descale (so an fp8 k is written as it is)."""
     hq, d = q.shape[-2:]
     hk, dv = v_cache.shape[-2:]
     if hq % hk:
@@ -132,17 +165,23 @@ def reference_attention(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos
 
     cos, sin = _f64(rotary_cos), _f64(rotary_sin)
     pos0 = _per_seq(rotary_seqlens, b, seqlens)  # step 2: p_i
+    qd, kd, vd = (_descale(x, b, hk) for x in (q_descale, k_descale, v_descale))
+    fp8_cache = kc.dtype == FP8
 
     # Steps 1-2: rotate new keys at p_i + j, write at slot cache_seqlens[i] + j, rounding to the cache dtype.
     for i in range(b):
         if n_new[i] == 0:
             continue
-        kn = _f64(new_k[i])
+        kn, vn = _f64(new_k[i]), _f64(new_v[i])
+        if k.dtype == FP8:  # fp8 k, v carry the cache's descales
+            kn, vn = kn * kd[i][:, None], vn * vd[i][:, None]
         if cos is not None:
             kn = _rotate(kn, pos0[i] + np.arange(n_new[i]), cos, sin, rotary_interleaved)
+        if fp8_cache:  # quantize on write with the same scales
+            kn, vn = kn / kd[i][:, None], vn / vd[i][:, None]
         where = locate(i, seqlens[i] + np.arange(n_new[i]))
-        kc[where] = kn.astype(kc.dtype)
-        vc[where] = np.asarray(new_v[i]).astype(vc.dtype)
+        kc[where] = _round_to(kn, kc.dtype)
+        vc[where] = _round_to(vn, vc.dtype)
 
     wl, wr = window_size
     q_pos_per_token = causal or wl >= 0 or wr >= 0
@@ -163,22 +202,23 @@ def reference_attention(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos
             raise ValueError("seqused_q beyond the query length")
         if sq_i == 0:
             continue
-        qi = _f64(qi[:sq_i])
+        q_scale = np.repeat(qd[i], g)[None, :, None]  # (1, hq, 1): query head h has kv head h // g
+        qi = _f64(qi[:sq_i]) * q_scale
         if cos is not None:  # step 2 for q (kept in float64)
             qpos = pos0[i] + (np.arange(sq_i) if q_pos_per_token else np.zeros(sq_i, np.int64))
             qi = _rotate(qi, qpos, cos, sin, rotary_interleaved)
         # Step 3: gather ONLY the valid slots, from the cache copy with the appended tokens.
         slots = np.arange(leftpad[i], L[i])
         where = locate(i, slots)
-        K = np.repeat(_f64(kc[where]), g, axis=1)  # (s, hq, d): query head h reads KV head h // g
-        V = np.repeat(_f64(vc[where]), g, axis=1)
+        K = np.repeat(_f64(kc[where]) * kd[i][:, None], g, axis=1)  # (s, hq, d): query head h reads KV head h // g
+        V = np.repeat(_f64(vc[where]) * vd[i][:, None], g, axis=1)
         kp = slots - leftpad[i]
         seqlen_k = L[i] - leftpad[i]
         qp = np.arange(sq_i) + seqlen_k - sq_i  # step 4: bottom-right aligned
         # Step 5: scores.
         x = np.einsum("thd,shd->hts", qi, K)
         if qv is not None:
-            x = x + np.einsum("thd,shd->hts", _f64(get_q(qv, i)[:sq_i]), V)
+            x = x + np.einsum("thd,shd->hts", _f64(get_q(qv, i)[:sq_i]) * q_scale, V)
         x = x * scale
         if softcap > 0:
             x = softcap * np.tanh(x / softcap)

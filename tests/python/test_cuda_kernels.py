@@ -37,6 +37,82 @@ def test_head_dims_prefill_causal(d, dv, dtype):
     run_and_compare(case, DEVICE)
 
 
+# ---- fp8 e4m3 caches: (f16 q, fp8), (bf16 q, fp8) and (fp8 q, fp8) -> the bf16 kernel with q converted
+
+
+FP8_QS = ["fp16", "bf16", "fp8"]
+
+
+@pytest.mark.parametrize("dtype", FP8_QS)
+@pytest.mark.parametrize("d,dv", HEAD_DIMS)
+def test_fp8_head_dims_decode_paged(d, dv, dtype):
+    """fp8 caches, GQA decode (the key-split variant where it exists) over several tiles and scattered pages,
+    with append (quantized on write) + rotary; splits chosen."""
+    qv = dv == 512
+    case = Case(dtype=dtype, kv_fp8=True, d=d, dv=dv, hq=8, hk=2, seqlens=(300, 77, 1), new=(1, 1, 1), sq=1,
+                causal=True, layout="paged", page_size=16, rotary=None if qv else "neox", qv=qv, num_splits=0,
+                seed=d + dv)
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.parametrize("dtype", FP8_QS)
+@pytest.mark.parametrize("d,dv", HEAD_DIMS)
+def test_fp8_head_dims_prefill_causal(d, dv, dtype):
+    """fp8 caches, chunked prefill: several row blocks, append + rotary (qv for the MLA shape), no split."""
+    case = Case(dtype=dtype, kv_fp8=True, d=d, dv=dv, hq=4, hk=2, seqlens=(130, 5), new=(70, 70), sq=70,
+                causal=True, rotary="interleaved" if dv != 512 else None, qv=dv == 512, num_splits=1, seed=3)
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.parametrize("dtype", FP8_QS)
+@pytest.mark.parametrize("num_splits", [1, 3, 0])
+@pytest.mark.parametrize("layout", ["contiguous", "paged", "packed"])
+def test_fp8_splits_long_sequences(layout, num_splits, dtype):
+    """Split-KV with fp8: v_descale scales every partial before the combine; sinks, ALiBi, broadcast descales."""
+    case = Case(dtype=dtype, kv_fp8=True, d=128, hq=16, hk=2, seqlens=(1500, 640, 33, 0), sq=2, causal=True,
+                layout=layout, page_size=1 if layout == "paged" else 4, leftpad=(7, 0, 3, 0), sinks="fp32",
+                alibi="h", num_splits=num_splits, descales="broadcast" if layout == "packed" else "full",
+                seed=num_splits)
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.parametrize("dtype", FP8_QS)
+@pytest.mark.parametrize("features", [
+    dict(window=(40, 3), softcap=2.0), dict(chunk=48, causal=True, sinks="fp32"), dict(seqused_q=True),
+    dict(hnd=True, strided_q=True, out_given=True), dict(descales="none", alibi="bh"),
+])
+def test_fp8_features_multi_tile(features, dtype):
+    case = Case(dtype=dtype, kv_fp8=True, d=128, hq=6, hk=2, seqlens=(400, 260), sq=33, layout="paged",
+                page_size=3, batch_idx="scattered", **features)
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.parametrize("dtype", FP8_QS)
+def test_fp8_odd_head_dims_element_path(dtype):
+    """fp8 rows that are not whole 16-byte chunks (d % 16 != 0) take the element-by-element gather; dims
+    between the compiled ones run on the next kernel up."""
+    for d, dv in [(40, 40), (72, 88), (136, 136), (24, 200)]:
+        case = Case(dtype=dtype, kv_fp8=True, d=d, dv=dv, hq=4, hk=2, seqlens=(90, 17), new=(2, 2), sq=2,
+                    causal=True, layout="paged", page_size=5, seed=d)
+        run_and_compare(case, DEVICE)
+
+
+def test_fp8_nan_outside_valid_slots_bit_identical():
+    case = Case(dtype="bf16", kv_fp8=True, d=128, hq=8, hk=2, seqlens=(200, 150), sq=4, layout="paged",
+                page_size=3, leftpad=(5, 0), causal=True, num_splits=3, seed=4)
+    q, k_cache, v_cache, kw, _, _ = build(case)
+    rng = np.random.default_rng(0)
+    filled = [np.where(np.isnan(H.f64(c)), rng.standard_normal(c.shape), H.f64(c)).astype(c.dtype)
+              for c in (k_cache, v_cache)]
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    a = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
+                                         H.to_device(v_cache, DEVICE), **dev)
+    b = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), *(H.to_device(c, DEVICE) for c in filled), **dev)
+    a, b = H.to_numpy(a), H.to_numpy(b)
+    assert not np.isnan(H.f64(a)).any()
+    np.testing.assert_array_equal(a.view(np.int16), b.view(np.int16))
+
+
 @pytest.mark.parametrize("num_splits", [1, 2, 5, 0])
 @pytest.mark.parametrize("layout", ["contiguous", "paged", "packed"])
 def test_splits_long_sequences(layout, num_splits):

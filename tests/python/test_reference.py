@@ -466,3 +466,59 @@ def test_errors(bad):
         kw["cu_seqlens_k"], kw["page_table"] = cu_from_lengths([12, 12, 12]), np.zeros((3, 1), np.int32)
     with pytest.raises(ValueError):
         reference_attention(**kw)
+
+
+# ---- fp8 e4m3 caches
+
+
+def test_fp8_rounding_by_hand():
+    from reference import FP8, _to_fp8
+
+    x = np.array([1.0625, 1.1875, 0.3, 2.0**-10, 3 * 2.0**-10, 449.0, 500.0, np.inf, -np.inf, -1e9, np.nan])
+    want = [1.0, 1.25, 0.3125, 0.0, 2.0**-8, 448.0, 448.0, 448.0, -448.0, -448.0, np.nan]  # ties to even; saturate
+    got = _to_fp8(x)
+    assert got.dtype == FP8
+    np.testing.assert_array_equal(f64(got), want)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_fp8_descales_equal_dequantized(seed):
+    """fp8 q / caches with (b, hk) descales == the same attention over the dequantized float64 values (qv
+    shares q_descale); descales are indexed by sequence, also through cache_batch_idx."""
+    from reference import FP8
+
+    rng = np.random.default_rng(seed)
+    b, sq, hq, hk, d, dv, s = 2, 3, 4, 2, 8, 16, 10
+    q, qv = randn(rng, (b, sq, hq, d), FP8), randn(rng, (b, sq, hq, dv), FP8)
+    kc, vc = randn(rng, (b + 1, s, hk, d), FP8), randn(rng, (b + 1, s, hk, dv), FP8)
+    qd, kd, vd = (rng.uniform(0.5, 2.0, (b, hk)) for _ in range(3))
+    rows = np.array([2, 0], np.int32)
+    kw = dict(cache_seqlens=np.array([7, 10], np.int32), cache_batch_idx=rows, qv=qv, causal=True)
+    got = reference_attention(q, kc, vc, q_descale=qd, k_descale=kd, v_descale=vd, **kw)
+    rep = lambda x: np.repeat(x, hq // hk, axis=1)[:, None, :, None]  # noqa: E731  (b, 1, hq, 1)
+    kd_rows, vd_rows = np.ones((b + 1, hk)), np.ones((b + 1, hk))
+    kd_rows[rows], vd_rows[rows] = kd, vd
+    want = reference_attention(f64(q) * rep(qd), f64(kc) * kd_rows[:, None, :, None],
+                               f64(vc) * vd_rows[:, None, :, None], **dict(kw, qv=f64(qv) * rep(qd)))
+    assert_same(got, want)
+
+
+def test_fp8_append_quantizes_with_the_descale():
+    """bf16 k, v into an fp8 cache: e4m3(x / descale), saturating; fp8 k, v are written as they are."""
+    from reference import FP8
+
+    rng = np.random.default_rng(5)
+    kc, vc = np.full((1, 4, 1, 8), np.nan, FP8), np.full((1, 4, 1, 8), np.nan, FP8)
+    q = randn(rng, (1, 1, 1, 8), DTYPES["bf16"])
+    k = (randn(rng, (1, 2, 1, 8)) * np.float32(100)).astype(DTYPES["bf16"])
+    v = randn(rng, (1, 2, 1, 8), DTYPES["bf16"])
+    kd, vd = np.array([[0.25]]), np.array([[2.0]])
+    r = reference_attention(q, kc, vc, k=k, v=v, cache_seqlens=1, k_descale=kd, v_descale=vd)
+    want_k = np.clip(f64(k[0]) * 4, -448, 448).astype(FP8)  # exact in float32: ml_dtypes rounds it once
+    np.testing.assert_array_equal(f64(r["k_cache"][0, 1:3]), f64(want_k))
+    assert np.abs(f64(r["k_cache"][0, 1:3])).max() == 448.0
+    np.testing.assert_array_equal(f64(r["v_cache"][0, 1:3]), f64((f64(v[0]) / 2).astype(FP8)))
+    k8, v8 = randn(rng, (1, 2, 1, 8), FP8), randn(rng, (1, 2, 1, 8), FP8)
+    r8 = reference_attention(q.astype(FP8), kc, vc, k=k8, v=v8, cache_seqlens=1, k_descale=kd, v_descale=vd)
+    np.testing.assert_array_equal(f64(r8["k_cache"][0, 1:3]), f64(k8[0]))
+    np.testing.assert_array_equal(f64(r8["v_cache"][0, 1:3]), f64(v8[0]))

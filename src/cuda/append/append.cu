@@ -1,7 +1,11 @@
 // The append kernels. Both write element by element through the one addressing rule; every index read
 // from device memory is checked first, and an offending token or sequence writes nothing.
+// fp8 caches: fp16/bf16 tokens are quantized on write, stored = e4m3(x / descale) (x after rotary for k),
+// rounded to nearest even and saturated to +-448 (dtype.cuh). fp8 tokens (under fp8 q) carry the cache's
+// descale already and are written as they are (re-rounded after rotary).
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "api/backend.hpp"
 #include "cuda/append/append.hpp"
@@ -27,12 +31,30 @@ struct AppendParams {
   CacheTensor k_cache;
   CacheTensor v_cache;
   RotaryParams rotary;
+  const float* k_descale;  // fp8 cache under fp16/bf16 tokens: (b, hk), nullptr = 1
+  const float* v_descale;
+  int64_t k_descale_strides[2];
+  int64_t v_descale_strides[2];
   DeviceErrorRecord* errors;
 };
 
+// Quantizes (a cache of fp8 written from fp16/bf16 tokens) or just rounds x into the cache's dtype.
+template <typename TSrc, typename TCache>
+__device__ __forceinline__ TCache to_cache(float x, float descale) {
+  if constexpr (std::is_same_v<TCache, __nv_fp8_e4m3> && !std::is_same_v<TSrc, __nv_fp8_e4m3>) {
+    return from_float<TCache>(x / descale);
+  } else {
+    return from_float<TCache>(x);
+  }
+}
+
+__device__ __forceinline__ float descale_of(const float* ptr, const int64_t (&strides)[2], int i, int h) {
+  return ptr ? ptr[i * strides[0] + h * strides[1]] : 1.f;
+}
+
 // grid (batch, token blocks): block y writes new tokens [j0, j0 + kTokensPerBlock) of sequence x for
 // j0 = y * kTokensPerBlock, y + gridDim.y, ... (gridDim.y is capped at 65535).
-template <typename T>
+template <typename T, typename TCache>
 __global__ void __launch_bounds__(kAppendThreads) append_kernel(const __grid_constant__ AppendParams p) {
   const int i = blockIdx.x;
   const Sequence seq = load_sequence(p.seq, i, p.errors, threadIdx.x == 0);
@@ -57,19 +79,30 @@ __global__ void __launch_bounds__(kAppendThreads) append_kernel(const __grid_con
                      (seq.new_row0 + j) * p.k_new.token_stride;
     const T* v_src = static_cast<const T*>(p.v_new.ptr) + i * p.v_new.batch_stride +
                      (seq.new_row0 + j) * p.v_new.token_stride;
-    T* k_dst =
-        static_cast<T*>(p.k_cache.ptr) + a.page * p.k_cache.page_stride + a.in_page * p.k_cache.slot_stride;
-    T* v_dst =
-        static_cast<T*>(p.v_cache.ptr) + a.page * p.v_cache.page_stride + a.in_page * p.v_cache.slot_stride;
+    TCache* k_dst = static_cast<TCache*>(p.k_cache.ptr) + a.page * p.k_cache.page_stride +
+                    a.in_page * p.k_cache.slot_stride;
+    TCache* v_dst = static_cast<TCache*>(p.v_cache.ptr) + a.page * p.v_cache.page_stride +
+                    a.in_page * p.v_cache.slot_stride;
     for (int idx = threadIdx.x; idx < p.num_kv_heads * p.head_dim; idx += blockDim.x) {
       const int h = idx / p.head_dim, c = idx % p.head_dim;
       const T* row = k_src + h * p.k_new.head_stride;
-      k_dst[h * p.k_cache.head_stride + c] =
-          c < p.rotary.rotary_dim ? from_float<T>(rotated_channel(row, c, pos, p.rotary)) : row[c];
+      if constexpr (std::is_same_v<T, TCache>) {  // a copy, or rotated and rounded once
+        k_dst[h * p.k_cache.head_stride + c] =
+            c < p.rotary.rotary_dim ? from_float<T>(rotated_channel(row, c, pos, p.rotary)) : row[c];
+      } else {
+        const float x = c < p.rotary.rotary_dim ? rotated_channel(row, c, pos, p.rotary) : to_float(row[c]);
+        k_dst[h * p.k_cache.head_stride + c] =
+            to_cache<T, TCache>(x, descale_of(p.k_descale, p.k_descale_strides, i, h));
+      }
     }
     for (int idx = threadIdx.x; idx < p.num_kv_heads * p.head_dim_v; idx += blockDim.x) {
       const int h = idx / p.head_dim_v, c = idx % p.head_dim_v;
-      v_dst[h * p.v_cache.head_stride + c] = v_src[h * p.v_new.head_stride + c];
+      if constexpr (std::is_same_v<T, TCache>) {
+        v_dst[h * p.v_cache.head_stride + c] = v_src[h * p.v_new.head_stride + c];
+      } else {
+        v_dst[h * p.v_cache.head_stride + c] = to_cache<T, TCache>(
+            to_float(v_src[h * p.v_new.head_stride + c]), descale_of(p.v_descale, p.v_descale_strides, i, h));
+      }
     }
   }
 }
@@ -81,9 +114,14 @@ struct SlotAppendParams {
   TokenTensor key, value;
   CacheTensor k_cache, v_cache;
   const int64_t* slot_mapping;
+  const float* k_scale;  // fp8 caches: stored = e4m3(key / k_scale); nullptr = 1
+  const float* v_scale;
+  bool scale_per_head;  // (hk,) scales, else ()
   DeviceErrorRecord* errors;
 };
 
+// Same-dtype caches copy 16-bit words (TSrc = TCache = uint16_t); fp8 caches quantize (TCache fp8).
+template <typename TSrc, typename TCache>
 __global__ void __launch_bounds__(kAppendThreads)
     slot_append_kernel(const __grid_constant__ SlotAppendParams p) {
   const int64_t t = blockIdx.x;
@@ -98,20 +136,31 @@ __global__ void __launch_bounds__(kAppendThreads)
     return;
   }
   const int64_t in_page = slot % p.page_size;
-  // fp16 and bf16 are both copied as 16-bit words.
-  const uint16_t* k_src = static_cast<const uint16_t*>(p.key.ptr) + t * p.key.token_stride;
-  const uint16_t* v_src = static_cast<const uint16_t*>(p.value.ptr) + t * p.value.token_stride;
-  uint16_t* k_dst =
-      static_cast<uint16_t*>(p.k_cache.ptr) + page * p.k_cache.page_stride + in_page * p.k_cache.slot_stride;
-  uint16_t* v_dst =
-      static_cast<uint16_t*>(p.v_cache.ptr) + page * p.v_cache.page_stride + in_page * p.v_cache.slot_stride;
+  const TSrc* k_src = static_cast<const TSrc*>(p.key.ptr) + t * p.key.token_stride;
+  const TSrc* v_src = static_cast<const TSrc*>(p.value.ptr) + t * p.value.token_stride;
+  TCache* k_dst =
+      static_cast<TCache*>(p.k_cache.ptr) + page * p.k_cache.page_stride + in_page * p.k_cache.slot_stride;
+  TCache* v_dst =
+      static_cast<TCache*>(p.v_cache.ptr) + page * p.v_cache.page_stride + in_page * p.v_cache.slot_stride;
   for (int idx = threadIdx.x; idx < p.num_kv_heads * p.head_dim; idx += blockDim.x) {
     const int h = idx / p.head_dim, c = idx % p.head_dim;
-    k_dst[h * p.k_cache.head_stride + c] = k_src[h * p.key.head_stride + c];
+    if constexpr (std::is_same_v<TSrc, TCache>) {
+      k_dst[h * p.k_cache.head_stride + c] = k_src[h * p.key.head_stride + c];
+    } else {
+      const float scale = p.k_scale ? p.k_scale[p.scale_per_head ? h : 0] : 1.f;
+      k_dst[h * p.k_cache.head_stride + c] =
+          from_float<TCache>(to_float(k_src[h * p.key.head_stride + c]) / scale);
+    }
   }
   for (int idx = threadIdx.x; idx < p.num_kv_heads * p.head_dim_v; idx += blockDim.x) {
     const int h = idx / p.head_dim_v, c = idx % p.head_dim_v;
-    v_dst[h * p.v_cache.head_stride + c] = v_src[h * p.value.head_stride + c];
+    if constexpr (std::is_same_v<TSrc, TCache>) {
+      v_dst[h * p.v_cache.head_stride + c] = v_src[h * p.value.head_stride + c];
+    } else {
+      const float scale = p.v_scale ? p.v_scale[p.scale_per_head ? h : 0] : 1.f;
+      v_dst[h * p.v_cache.head_stride + c] =
+          from_float<TCache>(to_float(v_src[h * p.value.head_stride + c]) / scale);
+    }
   }
 }
 
@@ -129,14 +178,31 @@ kvattn_status launch_append(const FwdProblem& p, DeviceErrorRecord* errors, cuda
   a.k_cache = p.k_cache;
   a.v_cache = p.v_cache;
   a.rotary = make_rotary_params(p);
+  a.k_descale = p.k_descale;
+  a.v_descale = p.v_descale;
+  for (int k = 0; k < 2; ++k) {
+    a.k_descale_strides[k] = p.k_descale_strides[k];
+    a.v_descale_strides[k] = p.v_descale_strides[k];
+  }
   a.errors = errors;
   const int64_t token_blocks =
       (static_cast<int64_t>(p.max_seqlen_k_new) + kTokensPerBlock - 1) / kTokensPerBlock;
   const dim3 grid(p.batch, static_cast<unsigned>(std::min<int64_t>(token_blocks, 65535)));
-  if (p.q_dtype == DType::bf16) {
-    append_kernel<__nv_bfloat16><<<grid, kAppendThreads, 0, stream>>>(a);
+  const bool fp8_cache = p.kv_dtype == DType::fp8_e4m3;
+  if (p.q_dtype == DType::fp8_e4m3) {  // validation: fp8 q has an fp8 cache, and k, v are fp8
+    append_kernel<__nv_fp8_e4m3, __nv_fp8_e4m3><<<grid, kAppendThreads, 0, stream>>>(a);
+  } else if (p.q_dtype == DType::bf16) {
+    if (fp8_cache) {
+      append_kernel<__nv_bfloat16, __nv_fp8_e4m3><<<grid, kAppendThreads, 0, stream>>>(a);
+    } else {
+      append_kernel<__nv_bfloat16, __nv_bfloat16><<<grid, kAppendThreads, 0, stream>>>(a);
+    }
   } else {
-    append_kernel<half><<<grid, kAppendThreads, 0, stream>>>(a);
+    if (fp8_cache) {
+      append_kernel<half, __nv_fp8_e4m3><<<grid, kAppendThreads, 0, stream>>>(a);
+    } else {
+      append_kernel<half, half><<<grid, kAppendThreads, 0, stream>>>(a);
+    }
   }
   return check_launch("append_kernel");
 }
@@ -147,12 +213,11 @@ namespace kvattn {
 using namespace cuda;
 
 kvattn_status cuda_append(const AppendProblem& p) {
-  if (p.cache_dtype == DType::fp8_e4m3) {
-    return fail(KVATTN_ERROR_UNSUPPORTED, "k_cache: dtype fp8_e4m3 is not supported by the CUDA backend yet");
-  }
-  if (p.cache_dtype != p.src_dtype || (p.cache_dtype != DType::f16 && p.cache_dtype != DType::bf16)) {
+  const bool fp8_cache = p.cache_dtype == DType::fp8_e4m3;
+  if ((p.src_dtype != DType::f16 && p.src_dtype != DType::bf16) ||
+      (p.cache_dtype != p.src_dtype && !fp8_cache)) {
     return fail(KVATTN_ERROR_UNSUPPORTED,
-                "key: the CUDA backend appends f16 or bf16 into a cache of the same dtype");
+                "key: the CUDA backend appends f16 or bf16 into a cache of the same dtype or of fp8_e4m3");
   }
   DeviceGuard guard(p.device_id);
   if (const kvattn_status s = device_status(guard, p.device_id); s != KVATTN_OK) return s;
@@ -171,10 +236,20 @@ kvattn_status cuda_append(const AppendProblem& p) {
   a.k_cache = p.k_cache;
   a.v_cache = p.v_cache;
   a.slot_mapping = p.slot_mapping;
+  a.k_scale = p.k_scale;
+  a.v_scale = p.v_scale;
+  a.scale_per_head = p.scale_per_head;
   const kvattn_status st = device_error_record(&a.errors);
   if (st != KVATTN_OK) return st;
-  slot_append_kernel<<<static_cast<unsigned>(p.num_tokens), kAppendThreads, 0,
-                       static_cast<cudaStream_t>(p.stream)>>>(a);
+  const dim3 grid(static_cast<unsigned>(p.num_tokens));
+  const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
+  if (!fp8_cache) {  // fp16 and bf16 are both copied as 16-bit words
+    slot_append_kernel<uint16_t, uint16_t><<<grid, kAppendThreads, 0, stream>>>(a);
+  } else if (p.src_dtype == DType::bf16) {
+    slot_append_kernel<__nv_bfloat16, __nv_fp8_e4m3><<<grid, kAppendThreads, 0, stream>>>(a);
+  } else {
+    slot_append_kernel<half, __nv_fp8_e4m3><<<grid, kAppendThreads, 0, stream>>>(a);
+  }
   return check_launch("slot_append_kernel");
 }
 

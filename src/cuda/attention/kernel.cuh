@@ -7,6 +7,9 @@
 //   O = O * exp2(m_old - m) + P V
 // K/V tiles are gathered row by row through the page table with cp.async (invalid slots zero-filled, so
 // NaN garbage outside the valid slots never reaches S or P V), double-buffered.
+// fp8 caches: the stages hold fp8 rows (half the bytes to load); each tile is converted (exactly) into one
+// fp16/bf16 tile for the tensor cores. The descales are constant over a CTA (sequence, kv head):
+//   S = qd kd (Q K^T) + qd vd (Qv V^T) (the qv term in its own accumulator), O = vd P V at the end.
 #pragma once
 
 #include <cmath>
@@ -60,13 +63,18 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
   constexpr int kNTilesO = Cfg::kDvPerWarp / 8;  // 8-column tiles of a warp's O
   // The decode variant keeps a third K/V stage in flight in the shared memory its 16-row Q leaves free.
   constexpr int kStages = kKeySplit ? 3 : 2;
-  static_assert(attention_smem_bytes(Cfg::kHeadDim, Cfg::kHeadDimV, true, kKeySplit) ==
-                    2 * (kRows * (Cfg::kStrideQK + Cfg::kStrideV) + kStages * (Cfg::kKStage + Cfg::kVStage)),
+  using TKV = typename Cfg::TKV;
+  constexpr int kConvElems = Cfg::kKvFp8 ? Cfg::kKStage + Cfg::kVStage : 0;  // the converted tile, in T
+  static_assert(attention_smem_bytes(Cfg::kHeadDim, Cfg::kHeadDimV, true, kKeySplit, Cfg::kKvFp8) ==
+                    2 * (kRows * (Cfg::kStrideQK + Cfg::kStrideV) + kConvElems) +
+                        sizeof(TKV) * kStages * (Cfg::kKStageKv + Cfg::kVStageKv),
                 "the kernel's shared memory is the plan's");
-  T* s_q = reinterpret_cast<T*>(smem_raw);  // (kRows, kHeadDim)
-  T* s_k = s_q + kRows * Cfg::kStrideQK;    // (kStages, kBlockN, kHeadDim)
-  T* s_v = s_k + kStages * Cfg::kKStage;    // (kStages, kBlockN, kHeadDimV)
-  T* s_qv = s_v + kStages * Cfg::kVStage;   // (kRows, kHeadDimV), with qv only
+  T* s_q = reinterpret_cast<T*>(smem_raw);                          // (kRows, kHeadDim)
+  TKV* s_k = reinterpret_cast<TKV*>(s_q + kRows * Cfg::kStrideQK);  // (kStages, kBlockN, kHeadDim) as stored
+  TKV* s_v = s_k + kStages * Cfg::kKStageKv;                        // (kStages, kBlockN, kHeadDimV) as stored
+  T* s_k_conv = reinterpret_cast<T*>(s_v + kStages * Cfg::kVStageKv);  // fp8: (kBlockN, kHeadDim) in T
+  T* s_v_conv = s_k_conv + (Cfg::kKvFp8 ? Cfg::kKStage : 0);           // fp8: (kBlockN, kHeadDimV) in T
+  T* s_qv = s_k_conv + kConvElems;                                     // (kRows, kHeadDimV), with qv only
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int m_block = blockIdx.x % p.m_blocks;
@@ -117,6 +125,16 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
 
   load_q<Cfg, kRows>(p, seq, i, kv_head, m0, s_q, s_qv);
 
+  // fp8: the descales of this CTA's (sequence, kv head).
+  float qk_descale = 1.f, qv_descale = 1.f, o_descale = 1.f;
+  if constexpr (Cfg::kKvFp8) {
+    const float qd = descale_at(p.q_descale, p.q_descale_strides, i, kv_head);
+    const float vd = descale_at(p.v_descale, p.v_descale_strides, i, kv_head);
+    qk_descale = qd * descale_at(p.k_descale, p.k_descale_strides, i, kv_head);
+    qv_descale = qd * vd;
+    o_descale = vd;
+  }
+
   // This thread's two rows (mma C layout: lane / 4 and lane / 4 + 8 of the warp's 16).
   const int warp_m = kKeySplit ? 0 : warp / Cfg::kWarpsDv, warp_dv = kKeySplit ? 0 : warp % Cfg::kWarpsDv;
   const int key0 = kKeySplit ? warp * kKeysPerWarp : 0;  // this warp's first key column of a tile
@@ -147,10 +165,10 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
   auto issue_tile = [&](int64_t tile) {
     const int stage = static_cast<int>((tile - tile_begin) % kStages);
     if (tile < tile_end) {
-      gather_rows<Cfg, Cfg::kHeadDim, Cfg::kStrideQK>(p.k_cache, p.head_dim, kv_head, p.kv_vec16,
-                                                      s_slots[stage], s_k + stage * Cfg::kKStage);
-      gather_rows<Cfg, Cfg::kHeadDimV, Cfg::kStrideV>(p.v_cache, p.head_dim_v, kv_head, p.kv_vec16,
-                                                      s_slots[stage], s_v + stage * Cfg::kVStage);
+      gather_rows<Cfg, Cfg::kHeadDim, Cfg::kStrideQKKv>(p.k_cache, p.head_dim, kv_head, p.kv_vec16,
+                                                        s_slots[stage], s_k + stage * Cfg::kKStageKv);
+      gather_rows<Cfg, Cfg::kHeadDimV, Cfg::kStrideVKv>(p.v_cache, p.head_dim_v, kv_head, p.kv_vec16,
+                                                        s_slots[stage], s_v + stage * Cfg::kVStageKv);
     }
     cp_async_commit();
   };
@@ -175,12 +193,27 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
     cp_async_wait<kStages - 1>();
     __syncthreads();  // this tile's K/V (and Q on the first tile) visible to every warp
 
+    const T* s_k_tile;
+    const T* s_v_tile;
+    if constexpr (Cfg::kKvFp8) {
+      // The fp8 stage -> the T tile. The previous tile's readers of s_*_conv all passed this iteration's
+      // first __syncthreads, so it is free; the barrier after makes the T tile visible to every warp.
+      convert_rows<Cfg, Cfg::kHeadDim, Cfg::kStrideQKKv, Cfg::kStrideQK>(s_k + stage * Cfg::kKStageKv,
+                                                                         s_k_conv);
+      convert_rows<Cfg, Cfg::kHeadDimV, Cfg::kStrideVKv, Cfg::kStrideV>(s_v + stage * Cfg::kVStageKv,
+                                                                        s_v_conv);
+      __syncthreads();
+      s_k_tile = s_k_conv;
+      s_v_tile = s_v_conv;
+    } else {
+      s_k_tile = s_k + stage * Cfg::kKStage;
+      s_v_tile = s_v + stage * Cfg::kVStage;
+    }
+
     // S = Q K^T (+ Qv V^T): (16, kKeysPerWarp) per warp.
     float s_acc[kNTilesS][4];
 #pragma unroll
     for (int n = 0; n < kNTilesS; ++n) s_acc[n][0] = s_acc[n][1] = s_acc[n][2] = s_acc[n][3] = 0.f;
-    const T* s_k_tile = s_k + stage * Cfg::kKStage;
-    const T* s_v_tile = s_v + stage * Cfg::kVStage;
 #pragma unroll
     for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk) {
       uint32_t a[4];
@@ -195,7 +228,8 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
         mma_m16n8k16<T>(s_acc[2 * np + 1], a, b[2], b[3]);
       }
     }
-    if (p.qv.ptr != nullptr) {
+    // acc += Qv V^T
+    auto add_qv_scores = [&](float(&acc)[kNTilesS][4]) {
 #pragma unroll
       for (int kk = 0; kk < Cfg::kHeadDimV / 16; ++kk) {
         uint32_t a[4];
@@ -207,10 +241,31 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
           ldmatrix_x4(
               b, smem_addr(s_v_tile + (key0 + np * 16 + (lane & 7) + ((lane >> 4) << 3)) * Cfg::kStrideV +
                            kk * 16 + ((lane >> 3) & 1) * 8));
-          mma_m16n8k16<T>(s_acc[2 * np], a, b[0], b[1]);
-          mma_m16n8k16<T>(s_acc[2 * np + 1], a, b[2], b[3]);
+          mma_m16n8k16<T>(acc[2 * np], a, b[0], b[1]);
+          mma_m16n8k16<T>(acc[2 * np + 1], a, b[2], b[3]);
         }
       }
+    };
+    if constexpr (Cfg::kKvFp8) {
+      // Dequantize the dot products: S = qd kd (Q K^T) + qd vd (Qv V^T).
+#pragma unroll
+      for (int n = 0; n < kNTilesS; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s_acc[n][e] *= qk_descale;
+      }
+      if (p.qv.ptr != nullptr) {
+        float qv_acc[kNTilesS][4];
+#pragma unroll
+        for (int n = 0; n < kNTilesS; ++n) qv_acc[n][0] = qv_acc[n][1] = qv_acc[n][2] = qv_acc[n][3] = 0.f;
+        add_qv_scores(qv_acc);
+#pragma unroll
+        for (int n = 0; n < kNTilesS; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s_acc[n][e] += qv_descale * qv_acc[n][e];
+        }
+      }
+    } else {
+      if (p.qv.ptr != nullptr) add_qv_scores(s_acc);
     }
 
     // Scores in log2 units; invisible keys (masked, or invalid slots) become -inf before any max or sum.
@@ -304,8 +359,9 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
     // Warps 1.. hand their (m, l, O) to warp 0 through shared memory (the K/V stages are free now):
     // m = max_w m_w;  l = sum_w l_w 2^(m_w - m);  O = sum_w O_w 2^(m_w - m).
     constexpr int kState = 4 + 4 * kNTilesO;  // floats a thread hands over
-    static_assert((Cfg::kNWarps - 1) * kState * 32 * 4 <= (kStages * (Cfg::kKStage + Cfg::kVStage)) * 2,
-                  "the merge fits in the K/V stages");
+    static_assert(
+        (Cfg::kNWarps - 1) * kState * 32 * 4 <= kStages * (Cfg::kKStageKv + Cfg::kVStageKv) * sizeof(TKV),
+        "the merge fits in the K/V stages");
     float* s_state = reinterpret_cast<float*>(s_k);  // (kNWarps - 1, kState, 32)
     __syncthreads();                                 // every warp is done with the last tile
     if (warp > 0) {
@@ -366,7 +422,7 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
       m = m_new;
       lse = empty ? sink_nat : (m + log2f(l)) * kLn2;  // an empty row's lse is the sink, exactly
     }
-    const float inv_l = l > 0.f ? rescale / l : 0.f;
+    const float inv_l = l > 0.f ? rescale / l * o_descale : 0.f;  // fp8: out = vd P V
     if (p.num_splits > 1) {
       const int64_t prow = (split * p.seq.total_q + partial_row(p.seq, seq, i, t)) * p.num_q_heads + h;
       float* o = p.o_partial + prow * p.head_dim_v;

@@ -11,14 +11,15 @@
 
 namespace kvattn::cuda {
 
-template <DType kDType, int kHeadDim, int kHeadDimV>
+template <DType kDType, DType kKvDType, int kHeadDim, int kHeadDimV>
 kvattn_status launch_attention(const AttnParams& params, const AttentionPlan& plan, cudaStream_t stream) {
   if constexpr (!dtype_built(kDType) || !head_dim_built(kHeadDim)) {
     return fail(KVATTN_ERROR_UNSUPPORTED, "head_dim=" + std::to_string(kHeadDim) +
                                               ": not compiled in this developer build (KVATTN_DEV_HEAD_DIM / "
                                               "KVATTN_DEV_DTYPE)");
   } else {
-    using Cfg = AttnConfig<typename StorageOf<kDType>::type, kHeadDim, kHeadDimV>;
+    using Cfg =
+        AttnConfig<typename StorageOf<kDType>::type, typename StorageOf<kKvDType>::type, kHeadDim, kHeadDimV>;
     const auto kernel = attention_kernel<Cfg>;
     const int64_t ctas = static_cast<int64_t>(plan.m_blocks) * params.seq.batch * params.num_kv_heads;
     if (ctas > 0x7fffffff) {

@@ -1,5 +1,6 @@
-// The attention launchers: one per (dtype, head_dim, head_dim_v), explicitly instantiated in the
-// attention_*.cu files and listed once in dispatch.cu's table.
+// The attention launchers: one per (compute dtype, cache dtype, head_dim, head_dim_v), explicitly
+// instantiated in the attention_*.cu files and listed once in dispatch.cu's table. The compute dtype is
+// q's (and out's), bf16 for fp8 q; the cache dtype is the compute dtype or fp8 e4m3.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,7 +33,7 @@ constexpr bool head_dim_built(int head_dim) {
 using AttentionLauncher = kvattn_status (*)(const AttnParams& params, const AttentionPlan& plan,
                                             cudaStream_t stream);
 
-template <DType kDType, int kHeadDim, int kHeadDimV>
+template <DType kDType, DType kKvDType, int kHeadDim, int kHeadDimV>
 kvattn_status launch_attention(const AttnParams& params, const AttentionPlan& plan, cudaStream_t stream);
 
 // The split-KV combine of the attention's partials into out / lse (combine/combine.cu).

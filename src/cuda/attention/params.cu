@@ -47,9 +47,10 @@ RotaryParams make_rotary_params(const FwdProblem& p) {
 }
 
 namespace {
-bool rows_vec16(const CacheTensor& c) {
-  return reinterpret_cast<uintptr_t>(c.ptr) % 16 == 0 && c.page_stride % 8 == 0 && c.slot_stride % 8 == 0 &&
-         c.head_stride % 8 == 0;
+// Rows of `elems` elements a 16-byte chunk start 16-byte aligned.
+bool rows_vec16(const CacheTensor& c, int elems) {
+  return reinterpret_cast<uintptr_t>(c.ptr) % 16 == 0 && c.page_stride % elems == 0 &&
+         c.slot_stride % elems == 0 && c.head_stride % elems == 0;
 }
 }  // namespace
 
@@ -66,7 +67,18 @@ AttnParams make_attn_params(const FwdProblem& p, const AttentionPlan& plan, Devi
   a.out = p.out;
   a.k_cache = p.k_cache;
   a.v_cache = p.v_cache;
-  a.kv_vec16 = rows_vec16(p.k_cache) && rows_vec16(p.v_cache) && p.head_dim % 8 == 0 && p.head_dim_v % 8 == 0;
+  const int chunk = p.kv_dtype == DType::fp8_e4m3 ? 16 : 8;  // elements in 16 bytes
+  a.kv_vec16 = rows_vec16(p.k_cache, chunk) && rows_vec16(p.v_cache, chunk) && p.head_dim % chunk == 0 &&
+               p.head_dim_v % chunk == 0;
+  a.q_fp8 = p.q_dtype == DType::fp8_e4m3;
+  a.q_descale = p.q_descale;
+  a.k_descale = p.k_descale;
+  a.v_descale = p.v_descale;
+  for (int k = 0; k < 2; ++k) {
+    a.q_descale_strides[k] = p.q_descale_strides[k];
+    a.k_descale_strides[k] = p.k_descale_strides[k];
+    a.v_descale_strides[k] = p.v_descale_strides[k];
+  }
   a.rotary = make_rotary_params(p);
   a.scale = p.softmax_scale;
   a.scale_log2 = static_cast<float>(p.softmax_scale * 1.4426950408889634);

@@ -27,7 +27,18 @@ struct AttnParams {
   TokenTensor out;  // (i, t, h, 0..dv), out_dtype == q's dtype
   CacheTensor k_cache;
   CacheTensor v_cache;
-  bool kv_vec16;  // K/V rows 16-byte aligned and d, dv multiples of 8: cp.async, else element by element
+  bool
+      kv_vec16;  // K/V rows 16-byte aligned and d, dv whole 16-byte chunks: cp.async, else element by element
+  bool q_fp8;    // q (and qv) stored in fp8 (kernels with fp8 caches and bf16 compute only)
+
+  // fp8 descales, element (i, kv_head) = ptr[i * strides[0] + kv_head * strides[1]]; nullptr = 1. Read by
+  // the fp8-cache kernels only: x = scale * (qd kd (q.k) + qd vd (qv.v)), out = vd * P V.
+  const float* q_descale;
+  const float* k_descale;
+  const float* v_descale;
+  int64_t q_descale_strides[2];
+  int64_t k_descale_strides[2];
+  int64_t v_descale_strides[2];
 
   RotaryParams rotary;  // rotary.rotary_dim == 0: none
   float scale;          // softmax_scale
@@ -55,6 +66,11 @@ struct AttnParams {
 
 RotaryParams make_rotary_params(const FwdProblem& p);
 AttnParams make_attn_params(const FwdProblem& p, const AttentionPlan& plan, DeviceErrorRecord* errors);
+
+// An fp8 descale of (sequence i, kv head h), 1 when absent.
+__device__ __forceinline__ float descale_at(const float* ptr, const int64_t (&strides)[2], int i, int h) {
+  return ptr ? ptr[i * strides[0] + h * strides[1]] : 1.f;
+}
 
 // Row of (sequence, token) in the workspace partials: the row of q when varlen, else i * sq + t.
 __device__ __forceinline__ int64_t partial_row(const SeqParams& p, const Sequence& seq, int i, int64_t t) {

@@ -1,10 +1,15 @@
-// Storage dtypes of the CUDA backend (fp16, bf16) and their conversions to and from fp32.
+// Storage dtypes of the CUDA backend (fp16, bf16, fp8 e4m3) and their conversions to and from fp32.
+// fp8 is a storage dtype only (caches, and q under an fp8 cache): the kernels compute in fp16/bf16, into
+// which every e4m3 value converts exactly. fp32 -> e4m3 rounds to nearest even and SATURATES to +-448
+// (inf too; NaN stays NaN), as FA3 and vLLM quantize (__NV_SATFINITE).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "api/problem.hpp"
 
@@ -21,6 +26,11 @@ __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) {
   return __bfloat162float(x);
 }
 
+template <>
+__device__ __forceinline__ float to_float<__nv_fp8_e4m3>(__nv_fp8_e4m3 x) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(x.__x, __NV_E4M3)));
+}
+
 template <typename T>
 __device__ __forceinline__ T from_float(float x);
 template <>
@@ -30,6 +40,22 @@ __device__ __forceinline__ half from_float<half>(float x) {
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __forceinline__ __nv_fp8_e4m3 from_float<__nv_fp8_e4m3>(float x) {
+  __nv_fp8_e4m3 r;
+  r.__x = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+  return r;
+}
+
+// A storage value as compute type T: exact for fp8 -> fp16/bf16 (e4m3 fits both), the identity for T.
+template <typename T, typename S>
+__device__ __forceinline__ T convert_to(S x) {
+  if constexpr (std::is_same_v<T, S>) {
+    return x;
+  } else {
+    return from_float<T>(to_float(x));
+  }
 }
 
 // Two fp32 values rounded to T and packed into one 32-bit register (low half = a), the operand layout of
@@ -69,6 +95,10 @@ struct StorageOf<DType::f16> {
 template <>
 struct StorageOf<DType::bf16> {
   using type = __nv_bfloat16;
+};
+template <>
+struct StorageOf<DType::fp8_e4m3> {
+  using type = __nv_fp8_e4m3;
 };
 
 }  // namespace kvattn::cuda
