@@ -208,3 +208,16 @@ def load():
             return lib
         raise ImportError("kvattn: libkvattn.so not found; set KVATTN_LIBRARY or install the package "
                           "(pip install .). Tried: " + "; ".join(tried))
+
+
+_fwd_template = None
+
+
+def new_fwd_params():
+    """A kvattn_fwd_params as kvattn_fwd_params_init makes it: a copy of one made once (cheaper per call)."""
+    global _fwd_template
+    if _fwd_template is None:
+        template = FwdParams()
+        load().kvattn_fwd_params_init(ctypes.byref(template))
+        _fwd_template = bytes(template)
+    return FwdParams.from_buffer_copy(_fwd_template)

@@ -11,6 +11,7 @@ import numbers
 import sys
 import types
 
+from . import _args as A
 from . import _lib
 from . import tensors as T
 from .errors import KvattnError, check
@@ -23,52 +24,14 @@ _VARLEN_NAMES = dict(_FWD_NAMES, k_cache="k", v_cache="v", cache_seqlens="sequse
 _APPEND_NAMES = {"k_cache": "key_cache", "v_cache": "value_cache"}
 _COMBINE_NAMES = {"out_partials": "out_partial", "lse_partials": "lse_partial"}
 
-_I32 = (-(2**31), 2**31 - 1)
-_I64 = (-(2**63), 2**63 - 1)
+# The argument checks (kept importable from here under their old names)
+_I32, _I64 = A.I32, A.I64
+_int, _float, _alias, _window, _lse_shape = A.check_int, A.check_float, A.alias, A.window, A.lse_shape
 
-
-def _int(name, value, bounds=_I32):
-    """`value` as a Python int in `bounds` (ctypes would truncate silently)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise KvattnError(f"{name}: expected an int, got {value!r}")
-    value = int(value)
-    if not bounds[0] <= value <= bounds[1]:
-        raise KvattnError(f"{name}: {value} is out of range [{bounds[0]}, {bounds[1]}]")
-    return value
-
-
-def _float(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise KvattnError(f"{name}: expected a float, got {value!r}")
-    return float(value)
-
-
-def _alias(name, value, **aliases):
-    """The one of `name` and its aliases that is given (giving two of them is an error)."""
-    given = [(n, v) for n, v in [(name, value)] + list(aliases.items()) if v is not None]
-    if len(given) > 1:
-        raise KvattnError(f"{' and '.join(n for n, _ in given)} are the same argument; give only one")
-    return given[0][1] if given else None
-
-
-def _window(window_size):
-    try:
-        left, right = window_size
-    except (TypeError, ValueError):
-        raise KvattnError(f"window_size: expected (left, right), got {window_size!r}") from None
-    # None is FlashAttention's newer spelling of -1 (unbounded).
-    return (_int("window_size[0]", -1 if left is None else left),
-            _int("window_size[1]", -1 if right is None else right))
-
-
-def _lse_shape(q, varlen_q):
-    """fp32 lse: (hq, total_q) for varlen q, else (b, hq, sq); None when q's rank is wrong (the library says so)."""
-    shape = T.shape_of(q)
-    if varlen_q and len(shape) == 3:
-        return (shape[1], shape[0])
-    if not varlen_q and len(shape) == 4:
-        return (shape[0], shape[2], shape[1])
-    return None
+# flash_attn_with_kvcache's optional tensor arguments that go to the kvattn_fwd_params field of their name
+_FWD_OPTIONAL = ("k", "v", "qv", "rotary_cos", "rotary_sin", "rotary_seqlens", "cache_batch_idx", "cache_leftpad",
+                 "cu_seqlens_q", "seqused_q", "cu_seqlens_k_new", "cu_seqlens_k", "alibi_slopes", "q_descale",
+                 "k_descale", "v_descale")
 
 
 @routed("flash_attn_with_kvcache")
@@ -102,28 +65,26 @@ def _fwd(a, names):
                           "plans itself from static shapes, which is CUDA-graph safe)")
     lib = _lib.load()
     call = T.Call()
-    p = _lib.FwdParams()
-    lib.kvattn_fwd_params_init(ctypes.byref(p))
+    p = _lib.new_fwd_params()
 
     appends = a.k is not None or a.v is not None
-    p.q = call.tensor(a.q, "q", required=True)
-    p.k_cache = call.tensor(a.k_cache, "k_cache", required=True, written=appends)
-    p.v_cache = call.tensor(a.v_cache, "v_cache", required=True, written=appends)
-    for name in ("k", "v", "qv", "rotary_cos", "rotary_sin", "rotary_seqlens", "cache_batch_idx", "cache_leftpad",
-                 "cu_seqlens_q", "seqused_q", "cu_seqlens_k_new", "cu_seqlens_k", "alibi_slopes", "q_descale",
-                 "k_descale", "v_descale"):
-        setattr(p, name, call.tensor(getattr(a, name), name))
-    p.page_table = call.tensor(page_table, "page_table")
-    if T.is_torch(sinks) or T.is_numpy(sinks):
+    call.set(p, "q", a.q, required=True)
+    call.set(p, "k_cache", a.k_cache, required=True, written=appends)
+    call.set(p, "v_cache", a.v_cache, required=True, written=appends)
+    for name in _FWD_OPTIONAL:
+        call.set(p, name, getattr(a, name))
+    call.set(p, "page_table", page_table)
+    if sinks is not None and (T.is_torch(sinks) or T.is_numpy(sinks)):
         sinks = T.to_float32(sinks)  # fp16/bf16 -> an fp32 copy; fp32 passes as it is
         call.keep.append(sinks)
-    p.sinks = call.tensor(sinks, "sinks")
+    call.set(p, "sinks", sinks)
     if a.cache_seqlens is None:
         p.cache_seqlens_value = -1  # full capacity
-    elif isinstance(a.cache_seqlens, numbers.Integral) and not isinstance(a.cache_seqlens, bool):
+    elif type(a.cache_seqlens) is int or (isinstance(a.cache_seqlens, numbers.Integral)
+                                          and not isinstance(a.cache_seqlens, bool)):
         p.cache_seqlens_value = _int("cache_seqlens", a.cache_seqlens, (0, _I64[1]))
     else:
-        p.cache_seqlens = call.tensor(a.cache_seqlens, "cache_seqlens")
+        call.set(p, "cache_seqlens", a.cache_seqlens)
     if a.max_seqlen_q is not None:
         p.max_seqlen_q = _int("max_seqlen_q", a.max_seqlen_q, _I64)
 
@@ -147,13 +108,13 @@ def _fwd(a, names):
         q_code = T.dtype_code(a.q)
         out_code = _lib.DTYPE_BF16 if q_code == _lib.DTYPE_FP8_E4M3 else q_code
         out = T.empty(a.q, T.shape_of(a.q)[:-1] + T.shape_of(a.v_cache)[-1:], out_code)
-    p.out = call.tensor(out, "out", written=True)
+    call.set(p, "out", out, written=True)
     lse = None
     if a.return_softmax_lse:
         lse_shape = _lse_shape(a.q, a.cu_seqlens_q is not None)
         if lse_shape is not None:
             lse = T.empty(a.q, lse_shape, _lib.DTYPE_F32)
-        p.lse = call.tensor(lse, "lse", written=True)
+        call.set(p, "lse", lse, written=True)
 
     call.header(p)
     nbytes = ctypes.c_size_t(0)

@@ -4,6 +4,7 @@ Neither numpy nor torch is imported here unless the caller already passed one of
 call needs it (numpy); the package itself imports neither.
 """
 import ctypes
+import struct
 import sys
 
 from . import _lib
@@ -42,25 +43,64 @@ def is_numpy(x):
     return numpy is not None and isinstance(x, numpy.ndarray)
 
 
+# Per-call lookups, filled as types and dtypes are first seen (a handful of entries).
+_KINDS = {}  # array type -> "torch" or "numpy"
+_NUMPY_CODES = {}  # numpy dtype -> kvattn_dtype or None
+_TORCH_CODES = {}  # torch dtype -> kvattn_dtype or None
+_CPU = (_lib.DEVICE_CPU, 0)
+
+
+# kvattn_tensor's bytes for each rank: data, dtype, ndim, shape[:ndim], (the rest of shape), strides[:ndim]. One
+# pack_into writes a descriptor (shape and strides beyond ndim stay as they are: zero in a new struct).
+_TENSOR_LAYOUTS = [struct.Struct(f"@Pii{n}q{8 * (_lib.MAX_DIMS - n)}x{n}q") for n in range(_lib.MAX_DIMS + 1)]
+assert all(_lib.Tensor.strides.offset == _lib.Tensor.shape.offset + 8 * _lib.MAX_DIMS
+           and layout.size == _lib.Tensor.strides.offset + 8 * n for n, layout in enumerate(_TENSOR_LAYOUTS))
+
+
+def _kind(x):
+    """"torch", "numpy" or None (anything else) for an array argument."""
+    kind = _KINDS.get(type(x))
+    if kind is None:
+        kind = "torch" if is_torch(x) else "numpy" if is_numpy(x) else None
+        if kind is not None:
+            _KINDS[type(x)] = kind
+    return kind
+
+
 def _describe_numpy(x, name):
-    code = _NUMPY_DTYPES.get(x.dtype.name) if x.dtype.isnative else None
-    itemsize = x.dtype.itemsize
+    dtype = x.dtype
+    try:
+        code = _NUMPY_CODES[dtype]
+    except KeyError:
+        code = _NUMPY_CODES[dtype] = _NUMPY_DTYPES.get(dtype.name) if dtype.isnative else None
+    itemsize = dtype.itemsize
     if code is not None and any(s % itemsize for s in x.strides):
         raise KvattnError(f"{name}: strides {x.strides} (bytes) are not a multiple of the element size {itemsize}")
     strides = tuple(s // itemsize for s in x.strides)
-    dtype_name = x.dtype.name if x.dtype.isnative else f"{x.dtype.str} (non-native byte order)"
-    return x.ctypes.data, code, dtype_name, tuple(x.shape), strides, (_lib.DEVICE_CPU, 0)
+    return x.__array_interface__["data"][0], code, x.shape, strides, _CPU
+
+
+def _dtype_label(x):
+    """x's dtype as messages name it."""
+    if is_torch(x):
+        return str(x.dtype)
+    dtype = x.dtype
+    return dtype.name if dtype.isnative else f"{dtype.str} (non-native byte order)"
 
 
 def _describe_torch(x, name):
-    code = _TORCH_DTYPES.get(str(x.dtype))
-    if x.device.type == "cuda":
-        device = (_lib.DEVICE_CUDA, x.device.index if x.device.index is not None else 0)
-    elif x.device.type == "cpu":
-        device = (_lib.DEVICE_CPU, 0)
+    dtype = x.dtype
+    try:
+        code = _TORCH_CODES[dtype]
+    except KeyError:
+        code = _TORCH_CODES[dtype] = _TORCH_DTYPES.get(str(dtype))
+    if x.is_cuda:
+        device = (_lib.DEVICE_CUDA, x.get_device())
+    elif x.is_cpu:
+        device = _CPU
     else:
         raise KvattnError(f"{name}: device {x.device} is not supported (cpu or cuda)")
-    return x.data_ptr(), code, str(x.dtype), tuple(x.shape), tuple(x.stride()), device
+    return x.data_ptr(), code, tuple(x.shape), x.stride(), device
 
 
 def _canonical_strides(shape, strides):
@@ -95,23 +135,36 @@ class Call:
 
         `written`: the library writes into `x`, so a read-only numpy array is an error."""
         t = _lib.Tensor()
+        self.fill(t, x, name, required, written)
+        return t
+
+    def set(self, params, field, x, required=False, written=False):
+        """`params.<field> = self.tensor(x, field, ...)`, written in place (a new params struct is zeroed, so None
+        leaves the field absent)."""
+        if x is not None or required:
+            self.fill(getattr(params, field), x, field, required, written)
+
+    def fill(self, t, x, name, required=False, written=False):
+        """Write the descriptor of `x` into the kvattn_tensor `t` (a zeroed one: None leaves it absent)."""
         if x is None:
             if required:
                 raise KvattnError(f"{name} is required")
-            return t
-        if is_torch(x):
-            ptr, code, dtype_name, shape, strides, device = _describe_torch(x, name)
-        elif is_numpy(x):
-            ptr, code, dtype_name, shape, strides, device = _describe_numpy(x, name)
+            return
+        kind = _kind(x)
+        if kind == "torch":
+            ptr, code, shape, strides, device = _describe_torch(x, name)
+        elif kind == "numpy":
+            ptr, code, shape, strides, device = _describe_numpy(x, name)
             if written and not x.flags.writeable:
                 raise KvattnError(f"{name}: the array is read-only, and kvattn writes into it")
         else:
             raise KvattnError(f"{name}: expected a numpy array or a torch tensor, got {type(x).__name__}")
         if code is None:
-            raise KvattnError(f"{name}: dtype {dtype_name} is not supported "
+            raise KvattnError(f"{name}: dtype {_dtype_label(x)} is not supported "
                               "(float32, float16, bfloat16, float8_e4m3fn, int32, int64)")
-        if len(shape) > _lib.MAX_DIMS:
-            raise KvattnError(f"{name}: {len(shape)} dims, at most {_lib.MAX_DIMS} are supported")
+        ndim = len(shape)
+        if ndim > _lib.MAX_DIMS:
+            raise KvattnError(f"{name}: {ndim} dims, at most {_lib.MAX_DIMS} are supported")
         if self.device is None:
             self.device, self.device_from = device, name
         elif device != self.device:
@@ -119,21 +172,16 @@ class Call:
                               f"{device_name(self.device)}")
         if not ptr:
             ptr = ctypes.addressof(_EMPTY)  # zero elements: present, never dereferenced
-        strides = _canonical_strides(shape, strides)
-        t.data = ptr
-        t.dtype = code
-        t.ndim = len(shape)
-        for i, (n, s) in enumerate(zip(shape, strides)):
-            t.shape[i] = n
-            t.strides[i] = s
-        return t
+        if 0 in shape or (ndim and shape[-1] == 1):
+            strides = _canonical_strides(shape, strides)
+        _TENSOR_LAYOUTS[ndim].pack_into(t, 0, ptr, code, ndim, *shape, *strides)
 
     def header(self, params):
         """Set device_type, device_id and stream (torch's current stream on CUDA) of a params struct."""
         kind, index = self.device if self.device is not None else (_lib.DEVICE_CPU, 0)
         params.device_type = kind
         params.device_id = index
-        params.stream = cuda_stream(index) if kind == _lib.DEVICE_CUDA else None
+        params.stream = _current_raw_stream(index) if kind == _lib.DEVICE_CUDA else None
 
 
 def cuda_stream(device_id):
@@ -144,9 +192,26 @@ def cuda_stream(device_id):
     return torch.cuda.current_stream(device_id).cuda_stream or None
 
 
+def _current_raw_stream(device_id):
+    """cuda_stream() for a call with a CUDA tensor (so torch's CUDA is initialized): torch's
+    _cuda_getCurrentRawStream (what inductor's code uses), the same stream without building a Stream object."""
+    raw = getattr(sys.modules["torch"]._C, "_cuda_getCurrentRawStream", None)
+    if raw is None:
+        return cuda_stream(device_id)
+    return raw(device_id) or None
+
+
+_DTYPE_CODES = {}  # dtype_code's results by dtype object
+
+
 def dtype_code(x):
     """The kvattn_dtype of an array or tensor (None if unsupported)."""
-    return dtype_code_of(x.dtype)
+    dtype = x.dtype
+    try:
+        return _DTYPE_CODES[dtype]
+    except KeyError:
+        code = _DTYPE_CODES[dtype] = dtype_code_of(dtype)
+        return code
 
 
 def dtype_code_of(dtype):
@@ -171,8 +236,7 @@ def _numpy_dtype(code):
 
 
 def _torch_dtype(code):
-    torch = sys.modules["torch"]
-    return getattr(torch, _DTYPE_NAMES[code])
+    return getattr(sys.modules["torch"], _DTYPE_NAMES[code])
 
 
 def empty(like, shape, code):
@@ -215,7 +279,7 @@ def workspace(call, like, nbytes, alignment=256):
         return None
     if is_torch(like):
         torch = sys.modules["torch"]
-        buf = torch.empty((nbytes + alignment,), dtype=torch.uint8, device=like.device)
+        buf = like.new_empty((nbytes + alignment,), dtype=torch.uint8)
         ptr = buf.data_ptr()
     else:
         buf = _numpy().empty((nbytes + alignment,), dtype=_numpy().uint8)

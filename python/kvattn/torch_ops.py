@@ -28,6 +28,7 @@ import numbers
 import sys
 import threading
 
+from . import _args as A
 from . import _lib
 from . import tensors as T
 from .errors import KvattnError
@@ -87,17 +88,17 @@ def _is_sym(x, kind):
 
 def _int(name, value):
     """An int argument: checked like interface.py does, except a symbolic int from torch.compile."""
-    from .interface import _int as check
-
-    return value if _is_sym(value, "SymInt") else check(name, value)
+    if type(value) is int or not _is_sym(value, "SymInt"):
+        return A.check_int(name, value)
+    return value
 
 
 def _float(name, value):
-    from .interface import _float as check
-
+    if type(value) is float:
+        return value
     if _is_sym(value, "SymFloat") or _is_sym(value, "SymInt"):
         return value
-    return check(name, value)
+    return A.check_float(name, value)
 
 
 def _scalar_tensor(like, name, scale):
@@ -110,8 +111,9 @@ def _scalar_tensor(like, name, scale):
 
 def _all_torch(**arrays):
     """Every array argument of a routed call is a torch tensor (or None): the ops take nothing else."""
+    tensor = _torch().Tensor
     for name, x in arrays.items():
-        if x is not None and not T.is_torch(x):
+        if x is not None and not isinstance(x, tensor):
             raise KvattnError(f"{name}: expected a torch tensor (as the first argument is), got {type(x).__name__}")
 
 
@@ -138,10 +140,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
                             block_table=None, s_aux=None, learnable_sink=None, cu_seqlens_k=None,
                             deterministic=False):
     """interface.flash_attn_with_kvcache for torch tensors, through torch.ops.kvattn.fwd / fwd_out."""
-    from .interface import _alias, _window
-
-    page_table = _alias("page_table", page_table, block_table=block_table)
-    sinks = _alias("sinks", sinks, s_aux=s_aux, learnable_sink=learnable_sink)
+    page_table = A.alias("page_table", page_table, block_table=block_table)
+    sinks = A.alias("sinks", sinks, s_aux=s_aux, learnable_sink=learnable_sink)
     _all_torch(k_cache=k_cache, v_cache=v_cache, k=k, v=v, qv=qv, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
                cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad, page_table=page_table,
                cu_seqlens_q=cu_seqlens_q, cu_seqlens_k_new=cu_seqlens_k_new, rotary_seqlens=rotary_seqlens,
@@ -159,7 +159,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary
             raise KvattnError(f"cache_seqlens: {seqlens_value} is negative")
     else:
         raise KvattnError(f"cache_seqlens: expected an int or an int32 tensor, got {type(cache_seqlens).__name__}")
-    window_left, window_right = _window(window_size)
+    window_left, window_right = A.window(window_size)
     args = (q, k_cache, v_cache, k, v, qv, rotary_cos, rotary_sin, seqlens_tensor, seqlens_value,
             cache_batch_idx, cache_leftpad, page_table, cu_seqlens_q, cu_seqlens_k_new,
             None if max_seqlen_q is None else _int("max_seqlen_q", max_seqlen_q), rotary_seqlens,
@@ -210,13 +210,11 @@ def _fwd_out_spec(q, v_cache, cu_seqlens_q):
     Never raises: arguments the library rejects get some shape here (lse (0,) for a q of the wrong rank),
     and the real implementation raises KvattnError with the library's message at run time. (An error raised
     here would reach a torch.compile user as torch's TorchRuntimeError instead of KvattnError.)"""
-    from .interface import _lse_shape
-
     torch = _torch()
     out_dtype = torch.bfloat16 if q.dtype == torch.float8_e4m3fn else q.dtype
     dv = v_cache.shape[-1] if v_cache.dim() else 0
     out_shape = tuple(q.shape[:-1]) + (dv,)
-    lse_shape = _lse_shape(q, cu_seqlens_q is not None)
+    lse_shape = A.lse_shape(q, cu_seqlens_q is not None)
     return out_shape, out_dtype, (0,) if lse_shape is None else lse_shape
 
 
@@ -227,6 +225,50 @@ def _combine_lse(lse_partial, rows):
     order = [i - 1 for i in T.order_by_stride(lse_partial) if i > 0]
     store = lse_partial.new_empty(tuple(rows[i] for i in order), dtype=torch.float32)
     return store.permute(sorted(range(len(order)), key=lambda i: order[i]))
+
+
+# ---------------------------------------------------------------- the ops' real implementations
+
+
+_direct_fwd_fn = None
+
+
+def _direct_fwd():
+    """interface.flash_attn_with_kvcache without the torch route (looked up once)."""
+    global _direct_fwd_fn
+    if _direct_fwd_fn is None:
+        _direct_fwd_fn = _direct("flash_attn_with_kvcache")
+    return _direct_fwd_fn
+
+
+def _run_fwd(q, k_cache, v_cache, k, v, qv, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_value,
+             cache_batch_idx, cache_leftpad, page_table, cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q,
+             rotary_seqlens, q_descale, k_descale, v_descale, softmax_scale, causal, window_left,
+             window_right, attention_chunk, softcap, rotary_interleaved, scheduler_metadata, num_splits,
+             pack_gqa, sm_margin, sinks, alibi_slopes, seqused_q, cu_seqlens_k, deterministic, out):
+    """The ops' real implementation, the ctypes call with plain tensors: kvattn::fwd's with `out` None (allocated
+    here), kvattn::fwd_out's with the caller's `out`; returns (out, lse)."""
+    if out is None:
+        out_shape, out_dtype, _ = _fwd_out_spec(q, v_cache, cu_seqlens_q)
+        # Through tensors.empty, so that a test's poisoning of kvattn's allocations reaches this path too.
+        out = T.empty(q, out_shape, T.dtype_code_of(out_dtype))
+    seqlens = cache_seqlens if cache_seqlens is not None else (
+        None if cache_seqlens_value < 0 else cache_seqlens_value)
+    _, lse = _direct_fwd()(
+        q, k_cache, v_cache, k=k, v=v, qv=qv, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+        cache_seqlens=seqlens, cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
+        page_table=page_table, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k_new=cu_seqlens_k_new,
+        max_seqlen_q=max_seqlen_q, rotary_seqlens=rotary_seqlens, q_descale=q_descale, k_descale=k_descale,
+        v_descale=v_descale, softmax_scale=softmax_scale, causal=causal,
+        window_size=(window_left, window_right), attention_chunk=attention_chunk, softcap=softcap,
+        rotary_interleaved=rotary_interleaved, scheduler_metadata=scheduler_metadata,
+        num_splits=num_splits, pack_gqa=pack_gqa, sm_margin=sm_margin, return_softmax_lse=True,
+        sinks=sinks, alibi_slopes=alibi_slopes, seqused_q=seqused_q, out=out, cu_seqlens_k=cu_seqlens_k,
+        deterministic=deterministic)
+    if lse is None:  # q's rank is wrong and the library did not say so: never return a missing output
+        raise KvattnError(f"q: expected (b, sq, hq, d), or (total_q, hq, d) with cu_seqlens_q; got "
+                          f"{tuple(q.shape)}")
+    return out, lse
 
 
 # ---------------------------------------------------------------- the ops
@@ -256,9 +298,72 @@ _registered._dynamo_marked_constant = True
 
 
 def _op(name):
-    """torch.ops.kvattn.<name>, the ops registered first."""
+    """torch.ops.kvattn.<name>, the ops registered first; in eager code, the op's fast path if it has one."""
     _registered()
-    return getattr(getattr(_torch().ops, NAMESPACE), name)
+    torch = _torch()
+    op = getattr(getattr(torch.ops, NAMESPACE), name)
+    if not torch.compiler.is_compiling() and name in _FAST:
+        return _FAST[name]
+    return op
+
+
+class _FastOp:
+    """A call of torch.ops.kvattn.<name> (same arguments, same result) that skips the dispatcher's Python layers
+    (custom_op's autograd and ADInplaceOrView kernels, ~20 us a call) when they would do nothing but bump the
+    version counters of the mutated arguments: it bumps them and runs the op's implementation itself. Any call
+    the dispatcher could treat differently takes the op: a dispatch or function mode (FakeTensorMode, make_fx,
+    `with torch.device(...)`), a functorch transform, a jit trace, the profiler (which should see the op), a
+    tensor subclass, a negative view, a tensor needing autograd, or one on neither the CPU nor CUDA."""
+
+    def __init__(self, name, impl):
+        self.name = name
+        self.impl = impl  # the op's real implementation, called with the op's positional arguments
+        self.op = None
+        self.nargs = -1
+        self.tensor_idxs = self.mutated_idxs = ()
+
+    def _bind(self):
+        torch = _torch()
+        self.op = getattr(getattr(torch.ops, NAMESPACE), self.name).default
+        args = self.op._schema.arguments
+        self.nargs = len(args)
+        tensor_types = (torch._C.TensorType.get(), torch._C.OptionalType(torch._C.TensorType.get()))
+        self.tensor_idxs = tuple(i for i, a in enumerate(args) if a.type in tensor_types)
+        self.mutated_idxs = tuple(i for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write)
+
+    def __call__(self, *args):
+        if self.op is None:
+            self._bind()
+        if len(args) != self.nargs or not self._plain(args):
+            return self.op(*args)
+        increment_version = _torch().autograd.graph.increment_version
+        for i in self.mutated_idxs:
+            increment_version(args[i])
+        return self.impl(*args)
+
+    def _plain(self, args):
+        torch = _torch()
+        c = torch._C
+        if (c._len_torch_dispatch_stack() or c._len_torch_function_stack() or c._autograd._profiler_enabled()
+                or c._get_tracing_state() is not None or c._functorch.peek_interpreter_stack() is not None):
+            return False
+        tensor = torch.Tensor
+        grad = torch.is_grad_enabled()
+        for i in self.tensor_idxs:
+            x = args[i]
+            if x is None:
+                continue
+            if type(x) is not tensor:  # not a tensor (the op raises), or a subclass (its dispatch must see the op)
+                return False
+            if (grad and x.requires_grad) or not (x.is_cpu or x.is_cuda) or x.is_neg():
+                return False
+        return True
+
+
+_FAST = {
+    "fwd": _FastOp("fwd", lambda *args: _run_fwd(*args, None)),
+    "fwd_out": _FastOp("fwd_out", lambda *args: _run_fwd(*args)[1]),
+}
 
 
 def _define():
@@ -267,30 +372,6 @@ def _define():
 
     Tensor = torch.Tensor
     OptTensor = Optional[Tensor]
-
-    def run_fwd(q, k_cache, v_cache, k, v, qv, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_value,
-                cache_batch_idx, cache_leftpad, page_table, cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q,
-                rotary_seqlens, q_descale, k_descale, v_descale, softmax_scale, causal, window_left,
-                window_right, attention_chunk, softcap, rotary_interleaved, scheduler_metadata, num_splits,
-                pack_gqa, sm_margin, sinks, alibi_slopes, seqused_q, cu_seqlens_k, deterministic, out):
-        """The ctypes call with plain tensors; returns lse."""
-        seqlens = cache_seqlens if cache_seqlens is not None else (
-            None if cache_seqlens_value < 0 else cache_seqlens_value)
-        _, lse = _direct("flash_attn_with_kvcache")(
-            q, k_cache, v_cache, k=k, v=v, qv=qv, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
-            cache_seqlens=seqlens, cache_batch_idx=cache_batch_idx, cache_leftpad=cache_leftpad,
-            page_table=page_table, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k_new=cu_seqlens_k_new,
-            max_seqlen_q=max_seqlen_q, rotary_seqlens=rotary_seqlens, q_descale=q_descale, k_descale=k_descale,
-            v_descale=v_descale, softmax_scale=softmax_scale, causal=causal,
-            window_size=(window_left, window_right), attention_chunk=attention_chunk, softcap=softcap,
-            rotary_interleaved=rotary_interleaved, scheduler_metadata=scheduler_metadata,
-            num_splits=num_splits, pack_gqa=pack_gqa, sm_margin=sm_margin, return_softmax_lse=True,
-            sinks=sinks, alibi_slopes=alibi_slopes, seqused_q=seqused_q, out=out, cu_seqlens_k=cu_seqlens_k,
-            deterministic=deterministic)
-        if lse is None:  # q's rank is wrong and the library did not say so: never return a missing output
-            raise KvattnError(f"q: expected (b, sq, hq, d), or (total_q, hq, d) with cu_seqlens_q; got "
-                              f"{tuple(q.shape)}")
-        return lse
 
     def fake_lse(q, v_cache, cu_seqlens_q):
         _, _, lse_shape = _fwd_out_spec(q, v_cache, cu_seqlens_q)
@@ -310,15 +391,11 @@ def _define():
             num_splits: int, pack_gqa: Optional[bool], sm_margin: int, sinks: OptTensor,
             alibi_slopes: OptTensor, seqused_q: OptTensor, cu_seqlens_k: OptTensor,
             deterministic: bool) -> Tuple[Tensor, Tensor]:
-        out_shape, out_dtype, _ = _fwd_out_spec(q, v_cache, cu_seqlens_q)
-        # Through tensors.empty, so that a test's poisoning of kvattn's allocations reaches this path too.
-        out = T.empty(q, out_shape, T.dtype_code_of(out_dtype))
-        lse = run_fwd(q, k_cache, v_cache, k, v, qv, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_value,
-                      cache_batch_idx, cache_leftpad, page_table, cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q,
-                      rotary_seqlens, q_descale, k_descale, v_descale, softmax_scale, causal, window_left,
-                      window_right, attention_chunk, softcap, rotary_interleaved, scheduler_metadata, num_splits,
-                      pack_gqa, sm_margin, sinks, alibi_slopes, seqused_q, cu_seqlens_k, deterministic, out)
-        return out, lse
+        return _run_fwd(q, k_cache, v_cache, k, v, qv, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_value,
+                        cache_batch_idx, cache_leftpad, page_table, cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q,
+                        rotary_seqlens, q_descale, k_descale, v_descale, softmax_scale, causal, window_left,
+                        window_right, attention_chunk, softcap, rotary_interleaved, scheduler_metadata, num_splits,
+                        pack_gqa, sm_margin, sinks, alibi_slopes, seqused_q, cu_seqlens_k, deterministic, None)
 
     @fwd.register_fake
     def _(q, k_cache, v_cache, k, v, qv, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_value,
@@ -340,11 +417,11 @@ def _define():
                 num_splits: int, pack_gqa: Optional[bool], sm_margin: int, sinks: OptTensor,
                 alibi_slopes: OptTensor, seqused_q: OptTensor, cu_seqlens_k: OptTensor, deterministic: bool,
                 out: Tensor) -> Tensor:
-        return run_fwd(q, k_cache, v_cache, k, v, qv, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_value,
-                       cache_batch_idx, cache_leftpad, page_table, cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q,
-                       rotary_seqlens, q_descale, k_descale, v_descale, softmax_scale, causal, window_left,
-                       window_right, attention_chunk, softcap, rotary_interleaved, scheduler_metadata, num_splits,
-                       pack_gqa, sm_margin, sinks, alibi_slopes, seqused_q, cu_seqlens_k, deterministic, out)
+        return _run_fwd(q, k_cache, v_cache, k, v, qv, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_value,
+                        cache_batch_idx, cache_leftpad, page_table, cu_seqlens_q, cu_seqlens_k_new, max_seqlen_q,
+                        rotary_seqlens, q_descale, k_descale, v_descale, softmax_scale, causal, window_left,
+                        window_right, attention_chunk, softcap, rotary_interleaved, scheduler_metadata, num_splits,
+                        pack_gqa, sm_margin, sinks, alibi_slopes, seqused_q, cu_seqlens_k, deterministic, out)[1]
 
     @fwd_out.register_fake
     def _(q, k_cache, v_cache, k, v, qv, rotary_cos, rotary_sin, cache_seqlens, cache_seqlens_value,
