@@ -9,6 +9,9 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 bash tools/deps.sh
 
+echo "== clang-format (the committed .clang-format)"
+git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh' '*.h' | xargs clang-format --dry-run --Werror
+
 echo "== build (CPU backend, ASan + UBSan)"
 bash tools/build.sh build-asan -DKVATTN_CUDA=OFF -DKVATTN_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

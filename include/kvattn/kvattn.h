@@ -70,18 +70,19 @@ typedef struct kvattn_fwd_params {
   void* stream; /* cudaStream_t; NULL = default stream. Ignored on the CPU backend. */
 
   kvattn_tensor q;       /* (b, sq, hq, d), or (total_q, hq, d) with cu_seqlens_q */
-  kvattn_tensor k_cache; /* (b_cache, s_cache, hk, d) | paged (num_pages, page_size, hk, d) | (total_k, hk, d) with cu_seqlens_k */
+  kvattn_tensor k_cache; /* (b_cache, s_cache, hk, d) | paged (num_pages, page_size, hk, d) | (total_k, hk, d)
+                            with cu_seqlens_k */
   kvattn_tensor v_cache; /* as k_cache with dv */
-  kvattn_tensor k;       /* optional new keys (b, s_new, hk, d), or (total_new, hk, d) with cu_seqlens_k_new */
-  kvattn_tensor v;       /* optional new values, as k with dv */
-  kvattn_tensor qv;      /* optional (b, sq, hq, dv) / (total_q, hq, dv) */
+  kvattn_tensor k;  /* optional new keys (b, s_new, hk, d), or (total_new, hk, d) with cu_seqlens_k_new */
+  kvattn_tensor v;  /* optional new values, as k with dv */
+  kvattn_tensor qv; /* optional (b, sq, hq, dv) / (total_q, hq, dv) */
 
   kvattn_tensor rotary_cos;     /* optional (seqlen_ro, rotary_dim / 2), fp32 or q's dtype */
   kvattn_tensor rotary_sin;     /* same shape and dtype as rotary_cos */
   kvattn_tensor rotary_seqlens; /* optional (b,) int32 */
 
-  kvattn_tensor cache_seqlens;  /* optional (b,) int32; when absent, cache_seqlens_value applies */
-  int64_t cache_seqlens_value;  /* used when cache_seqlens is absent; < 0 = full capacity */
+  kvattn_tensor cache_seqlens;   /* optional (b,) int32; when absent, cache_seqlens_value applies */
+  int64_t cache_seqlens_value;   /* used when cache_seqlens is absent; < 0 = full capacity */
   kvattn_tensor cache_batch_idx; /* optional (b,) int32 */
   kvattn_tensor cache_leftpad;   /* optional (b,) int32 */
   kvattn_tensor page_table;      /* optional (b_pt, pages_per_row) int32 */
@@ -100,15 +101,15 @@ typedef struct kvattn_fwd_params {
 
   double softmax_scale; /* <= 0: default 1/sqrt(d) (1/sqrt(d + dv) with qv) */
   int32_t causal;
-  int32_t window_left;  /* -1 = unbounded */
-  int32_t window_right; /* -1 = unbounded */
+  int32_t window_left;     /* -1 = unbounded */
+  int32_t window_right;    /* -1 = unbounded */
   int32_t attention_chunk; /* 0 = off */
   double softcap;          /* 0 = off */
   int32_t rotary_interleaved;
 
-  int32_t num_splits; /* 0 = choose, 1 = none, n = at most n */
-  int32_t pack_gqa;   /* -1 = choose, 0/1 = hint (speed only) */
-  int32_t sm_margin;  /* SMs to leave free (speed only) */
+  int32_t num_splits;    /* 0 = choose, 1 = none, n = at most n */
+  int32_t pack_gqa;      /* -1 = choose, 0/1 = hint (speed only) */
+  int32_t sm_margin;     /* SMs to leave free (speed only) */
   int32_t deterministic; /* split decision independent of batch composition (fixed split size) */
 
   kvattn_tensor out; /* required: as q with dv, q's dtype (bf16 when q is fp8) */
