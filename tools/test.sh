@@ -18,6 +18,7 @@ export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktra
 echo "== GoogleTest (sanitized)"
 ctest --test-dir build-asan --output-on-failure -j2
 echo "== pytest (sanitized library)"
+export KVATTN_SWEEP_CASES=${KVATTN_SWEEP_CASES:-4000}  # random feature-product cases (seeds in the names)
 # libstdc++ preloaded too: ASan must see it at start to intercept C++ throws in a non-C++ host (python).
 LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" KVATTN_LIBRARY="$root/build-asan/libkvattn.so" \
   PYTHONPATH="$root/python:$root" python3 -m pytest -q -p no:cacheprovider tests/python
