@@ -4,7 +4,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-bash tools/deps.sh
+bash tools/deps.sh main
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 && command -v nvcc >/dev/null; then
   dir=build-cuda; bash tools/build.sh build-cuda -DKVATTN_CUDA=ON -DKVATTN_BUILD_TESTS=OFF
 else
