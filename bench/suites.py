@@ -79,6 +79,11 @@ def w1():
                     quick = (hq, b, L) in ((32, 1, 128 * K), (32, 4, 32 * K)) and page in (0, 16) and not lpad
                     cases.append(Case("W1", f"W1 {hq}/{hk} b{b} {_tok(L)} {_layout_tag(page, scat, lpad)}",
                                       hq, hk, b, L, page=page, scattered=scat, leftpad=lpad, quick=quick))
+    # Short contexts are latency-bound: compare their time with the floor (floor_us in the records) plus
+    # a launch, not with the bandwidth ceiling.
+    for L in (1 * K, 2 * K, 4 * K):
+        for page in (0, 16):
+            cases.append(Case("W1", f"W1 32/8 b1 {_tok(L)} {_layout_tag(page)} short", 32, 8, 1, L, page=page))
     return cases
 
 
