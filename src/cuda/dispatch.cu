@@ -169,12 +169,7 @@ kvattn_status cuda_fwd(const FwdProblem& p) {
   if ((status = current_device_limits(&limits)) != KVATTN_OK) return status;
   const AttentionPlan plan =
       plan_attention(p, entry->head_dim, entry->head_dim_v, limits.sm_count, limits.smem_per_sm);
-  if (plan.workspace_bytes > 0 && (p.workspace == nullptr || p.workspace_bytes < plan.workspace_bytes)) {
-    return fail(KVATTN_ERROR_INVALID_ARGUMENT,
-                "workspace: this call needs " + std::to_string(plan.workspace_bytes) +
-                    " bytes (kvattn_fwd_workspace_size), got " +
-                    (p.workspace ? std::to_string(p.workspace_bytes) : std::string("NULL")));
-  }
+  // The workspace (size, alignment) was checked once, by validation (validate_fwd_workspace).
   DeviceErrorRecord* errors = nullptr;
   if ((status = device_error_record(&errors)) != KVATTN_OK) return status;
   const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
