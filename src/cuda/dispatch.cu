@@ -132,12 +132,14 @@ kvattn_status cuda_fwd_supported(const FwdProblem& p) {
   if (const kvattn_status s = device_status(guard, p.device_id); s != KVATTN_OK) return s;
   DeviceLimits limits;
   if ((status = current_device_limits(&limits)) != KVATTN_OK) return status;
-  // The static 3 x block_n slot addresses come on top of the dynamic shared memory.
+  // Either variant may run; the static row offsets come on top of the dynamic shared memory.
   const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
-  const size_t smem =
-      std::max(attention_smem_bytes(entry->head_dim, entry->head_dim_v, p.qv.ptr != nullptr, false, fp8),
-               attention_smem_bytes(entry->head_dim, entry->head_dim_v, p.qv.ptr != nullptr, true, fp8)) +
-      1536;
+  size_t smem = 0;
+  for (const bool key_split : {false, true}) {
+    smem = std::max(
+        smem, attention_smem_bytes(entry->head_dim, entry->head_dim_v, p.qv.ptr != nullptr, key_split, fp8) +
+                  attention_static_smem_bytes(entry->head_dim, entry->head_dim_v, key_split));
+  }
   if (smem > static_cast<size_t>(limits.max_smem_per_block)) {
     return fail(KVATTN_ERROR_UNSUPPORTED,
                 "head_dim_v=" + std::to_string(p.head_dim_v) + ": the kernel needs " + std::to_string(smem) +

@@ -33,12 +33,26 @@ constexpr TileShape attention_tile(int head_dim, int head_dim_v) {
   return {16 * (warps / warps_dv), block_n, warps, warps_dv, warps_dv == 1 && block_n / warps >= 16};
 }
 
+// Pipeline depth and residency of each variant. The decode variant keeps its 16 Q rows in registers and is
+// compiled for at most 168 registers, so 3 CTAs (12 warps) share an SM and hide each other's latencies; 2
+// stages let 3 CTAs fit the SM's shared memory. The general kernel: 2 stages, 2 CTAs. The developer switch
+// KVATTN_DECODE_STAGES=3 trades the third CTA for a deeper pipeline (2 CTAs).
+#ifndef KVATTN_DECODE_STAGES
+#define KVATTN_DECODE_STAGES 2
+#endif
+constexpr int kDecodeStages = KVATTN_DECODE_STAGES;
+constexpr int kDecodeCtasPerSm = kDecodeStages == 2 ? 3 : 2;
+constexpr int kGeneralStages = 2;
+constexpr int kGeneralCtasPerSm = 2;
+constexpr int attention_stages(bool key_split) {
+  return key_split ? kDecodeStages : kGeneralStages;
+}
+
 // Shared memory of a CTA: Q (rows, d), K (stages, block_n, d), V (stages, block_n, dv) and, with qv, Qv
 // (rows, dv); every row padded by 8 elements (16 bytes) so ldmatrix reads are conflict-free. The decode
-// variant has 16 rows and 3 stages (the Q rows it does not need pay for the third stage), else block_m
-// rows and 2 stages. fp8 caches: the K/V stages hold fp8 rows (1 byte an element, padded by 16 bytes),
-// and one more (block_n, d) + (block_n, dv) tile holds the current stage converted to fp16/bf16 for the
-// tensor cores.
+// variant has 16 rows, else block_m rows. fp8 caches: the K/V stages hold fp8 rows (1 byte an element,
+// padded by 16 bytes), and one more (block_n, d) + (block_n, dv) tile holds the current stage converted
+// to fp16/bf16 for the tensor cores. Static on top: the 16-byte K/V row offsets of each stage.
 constexpr int kSmemPad = 8;
 constexpr int kSmemPadFp8 = 16;
 constexpr size_t attention_kv_stage_bytes(int head_dim, int head_dim_v, bool kv_fp8) {
@@ -50,11 +64,14 @@ constexpr size_t attention_smem_bytes(int head_dim, int head_dim_v, bool with_qv
                                       bool kv_fp8 = false) {
   const TileShape t = attention_tile(head_dim, head_dim_v);
   const size_t qk = head_dim + kSmemPad, vv = head_dim_v + kSmemPad;
-  const size_t rows = key_split ? 16 : t.block_m, stages = key_split ? 3 : 2;
+  const size_t rows = key_split ? 16 : t.block_m, stages = attention_stages(key_split);
   size_t bytes = rows * qk * 2 + stages * attention_kv_stage_bytes(head_dim, head_dim_v, kv_fp8);
   if (kv_fp8) bytes += attention_kv_stage_bytes(head_dim, head_dim_v, false);  // the converted tile
   if (with_qv) bytes += rows * vv * 2;
   return bytes;
+}
+constexpr size_t attention_static_smem_bytes(int head_dim, int head_dim_v, bool key_split) {
+  return size_t(attention_stages(key_split)) * attention_tile(head_dim, head_dim_v).block_n * 16;
 }
 
 constexpr int kMaxSplits = 128;
@@ -139,8 +156,13 @@ inline AttentionPlan plan_attention(const FwdProblem& p, int kernel_head_dim, in
   in.max_keys = p.cu_seqlens_k ? p.num_pages : p.capacity;
   in.block_n = plan.tile.block_n;
   in.sm_count = std::max(1, sm_count - std::max(0, p.sm_margin));
-  in.ctas_per_sm =
-      static_cast<int>(std::clamp<size_t>(static_cast<size_t>(smem_per_sm) / (plan.smem_bytes + 1024), 1, 2));
+  // CTAs that fit an SM: the variant's register-bound residency, or fewer when shared memory says so (1 KiB
+  // a CTA is reserved by the runtime).
+  const size_t cta_smem = plan.smem_bytes +
+                          attention_static_smem_bytes(kernel_head_dim, kernel_head_dim_v, plan.key_split) +
+                          1024;
+  in.ctas_per_sm = static_cast<int>(std::clamp<size_t>(
+      static_cast<size_t>(smem_per_sm) / cta_smem, 1, plan.key_split ? kDecodeCtasPerSm : kGeneralCtasPerSm));
   in.num_splits = p.num_splits;
   in.deterministic = p.deterministic;
   plan.splits = choose_splits(in);

@@ -53,7 +53,7 @@ __device__ inline void write_nan_rows(const AttnParams& p, const Sequence& seq, 
 // softmax work when the rows would be mostly padding.
 template <class Cfg, bool kKeySplit>
 __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char* smem_raw,
-                                              SlotAddress (*s_slots)[Cfg::kBlockN]) {  // (3, kBlockN)
+                                              KvRowPtrs (*s_rows)[Cfg::kBlockN]) {  // (stages, kBlockN)
   using T = typename Cfg::T;
   constexpr int kBlockN = Cfg::kBlockN;
   constexpr int kRows = kKeySplit ? 16 : Cfg::kBlockM;  // packed rows of the CTA
@@ -61,8 +61,7 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
   static_assert(!kKeySplit || (Cfg::kWarpsDv == 1 && kKeysPerWarp % 16 == 0), "key split: 16-key mma steps");
   constexpr int kNTilesS = kKeysPerWarp / 8;     // 8-key column tiles of this warp's S
   constexpr int kNTilesO = Cfg::kDvPerWarp / 8;  // 8-column tiles of a warp's O
-  // The decode variant keeps a third K/V stage in flight in the shared memory its 16-row Q leaves free.
-  constexpr int kStages = kKeySplit ? 3 : 2;
+  constexpr int kStages = attention_stages(kKeySplit);
   using TKV = typename Cfg::TKV;
   constexpr int kConvElems = Cfg::kKvFp8 ? Cfg::kKStage + Cfg::kVStage : 0;  // the converted tile, in T
   static_assert(attention_smem_bytes(Cfg::kHeadDim, Cfg::kHeadDimV, true, kKeySplit, Cfg::kKvFp8) ==
@@ -87,7 +86,6 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
   const int64_t rows = static_cast<int64_t>(seq.q_len) * p.group;
   const int64_t m0 = static_cast<int64_t>(m_block) * kRows;
   if (m0 >= rows) return;
-  bool ok = check_unique_row(p.seq, i, p.errors) && seq.ok;
 
   // Keys visible to the attending rows of this m-block (the mask is monotone in qp, so the first and the
   // last row bound the range), cut into num_splits chunks of whole tiles.
@@ -111,14 +109,48 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
   const int64_t tile_end = min(n_tiles, tile_begin + tiles_per_split);
   const int64_t slot0 = seq.leftpad + kp_first;
 
+  // The first K/V tiles are requested before the checks and the Q load, so that their latency overlaps
+  // them (the row pointers never leave the cache, whatever a page-table entry holds).
+  // kStages - 1 tiles are in flight while one is computed. Every step commits one cp.async group (empty
+  // past the last tile) so that wait_group<kStages - 1> always means "the tile about to be computed".
+  // The page-table entries of a tile are loaded one tile before its row offsets are computed.
+  int32_t next_entry = tile_begin < tile_end ? prefetch_page<Cfg>(p, seq, slot0 + tile_begin * kBlockN) : 0;
+  auto address = [&](int64_t tile, int stage) {
+    if (tile < tile_end) {
+      address_tile<Cfg>(p, seq, kv_head, slot0 + tile * kBlockN, next_entry, s_rows[stage]);
+      next_entry = tile + 1 < tile_end ? prefetch_page<Cfg>(p, seq, slot0 + (tile + 1) * kBlockN) : 0;
+    }
+  };
+  auto issue = [&](int64_t tile, int stage) {
+    if (tile < tile_end) {
+      TKV* k_dst = s_k + stage * Cfg::kKStageKv;
+      TKV* v_dst = s_v + stage * Cfg::kVStageKv;
+      if (p.kv_vec16) {
+        gather_rows<Cfg, Cfg::kHeadDim, Cfg::kStrideQKKv, false>(p.head_dim, s_rows[stage], k_dst);
+        gather_rows<Cfg, Cfg::kHeadDimV, Cfg::kStrideVKv, true>(p.head_dim_v, s_rows[stage], v_dst);
+      } else {
+        gather_rows_unaligned<Cfg, Cfg::kHeadDim, Cfg::kStrideQKKv, false>(p.head_dim, s_rows[stage], k_dst);
+        gather_rows_unaligned<Cfg, Cfg::kHeadDimV, Cfg::kStrideVKv, true>(p.head_dim_v, s_rows[stage], v_dst);
+      }
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) address(tile_begin + s, s);
+  __syncthreads();  // the first row pointers visible
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) issue(tile_begin + s, s);
+
   // Page ids of the whole sequence, this split's share: every (m-block, kv head) group checks them all,
   // and an offending split's NaN reaches every row through the combine.
+  bool ok = check_unique_row(p.seq, i, p.errors) && seq.ok;
   if (p.seq.page_table && ok) {
     const int64_t share = (kv_len + p.num_splits - 1) / p.num_splits;
     const int64_t begin = seq.leftpad + split * share;
     ok = check_pages(p.seq, seq, begin, min(seq.end, begin + share), p.errors);
   }
   if (!ok) {
+    cp_async_wait<0>();  // nothing may land in shared memory after the CTA is gone
     write_nan_rows<Cfg, kRows>(p, seq, i, kv_head, split, m0);
     return;
   }
@@ -160,38 +192,14 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
   float row_max[2] = {-INFINITY, -INFINITY};  // log2 units
   float row_sum[2] = {0.f, 0.f};              // this thread's share; quad-reduced at the end
 
-  // kStages - 1 tiles are in flight while one is computed. Every step commits one cp.async group (empty
-  // past the last tile) so that wait_group<kStages - 1> always means "the tile about to be computed".
-  auto issue_tile = [&](int64_t tile) {
-    const int stage = static_cast<int>((tile - tile_begin) % kStages);
-    if (tile < tile_end) {
-      gather_rows<Cfg, Cfg::kHeadDim, Cfg::kStrideQKKv>(p.k_cache, p.head_dim, kv_head, p.kv_vec16,
-                                                        s_slots[stage], s_k + stage * Cfg::kKStageKv);
-      gather_rows<Cfg, Cfg::kHeadDimV, Cfg::kStrideVKv>(p.v_cache, p.head_dim_v, kv_head, p.kv_vec16,
-                                                        s_slots[stage], s_v + stage * Cfg::kVStageKv);
-    }
-    cp_async_commit();
-  };
-  auto address = [&](int64_t tile) {
-    if (tile < tile_end) {
-      address_tile<Cfg>(p, seq, slot0 + tile * kBlockN, s_slots[(tile - tile_begin) % kStages]);
-    }
-  };
-  if (tile_begin < tile_end) {
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) address(tile_begin + s);
-    __syncthreads();
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) issue_tile(tile_begin + s);
-  }
-
+  int stage = 0;
   for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
-    const int stage = static_cast<int>((tile - tile_begin) % kStages);
-    address(tile + kStages - 1);
-    __syncthreads();  // slot addresses written; the stage being refilled no longer read by the last compute
-    issue_tile(tile + kStages - 1);
+    const int fill = stage == 0 ? kStages - 1 : stage - 1;  // the stage of tile + kStages - 1
+    address(tile + kStages - 1, fill);
+    __syncthreads();  // row pointers written; the stage being refilled no longer read by the last compute
+    issue(tile + kStages - 1, fill);
     cp_async_wait<kStages - 1>();
-    __syncthreads();  // this tile's K/V (and Q on the first tile) visible to every warp
+    __syncthreads();  // this tile's K/V visible to every warp
 
     const T* s_k_tile;
     const T* s_v_tile;
@@ -310,7 +318,9 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
       }
     }
 
-    // Online softmax: rescale what was accumulated when the row max grows.
+    // Online softmax: rescale what was accumulated when the row max grows (O only when some row of the
+    // warp needs it: once the maxima settle, most tiles skip the kDvPerWarp / 2 multiplies a thread).
+    float correction[2];
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       float mx = row_max[k];
@@ -319,19 +329,21 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float base = safe_max_base(mx);
-      const float correction = exp2f(row_max[k] - base);
+      correction[k] = mx == row_max[k] ? 1.f : fast_exp2(row_max[k] - base);
       row_max[k] = mx;
-      row_sum[k] *= correction;
-#pragma unroll
-      for (int n = 0; n < kNTilesO; ++n) {
-        o_acc[n][2 * k] *= correction;
-        o_acc[n][2 * k + 1] *= correction;
-      }
+      row_sum[k] *= correction[k];
 #pragma unroll
       for (int n = 0; n < kNTilesS; ++n) {
-        s_acc[n][2 * k] = exp2f(s_acc[n][2 * k] - base);
-        s_acc[n][2 * k + 1] = exp2f(s_acc[n][2 * k + 1] - base);
+        s_acc[n][2 * k] = fast_exp2(s_acc[n][2 * k] - base);
+        s_acc[n][2 * k + 1] = fast_exp2(s_acc[n][2 * k + 1] - base);
         row_sum[k] += s_acc[n][2 * k] + s_acc[n][2 * k + 1];
+      }
+    }
+    if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
+#pragma unroll
+      for (int n = 0; n < kNTilesO; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o_acc[n][e] *= correction[e / 2];
       }
     }
 
@@ -353,15 +365,16 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
         mma_m16n8k16<T>(o_acc[2 * np + 1], a, b[2], b[3]);
       }
     }
+    stage = stage + 1 == kStages ? 0 : stage + 1;
   }
 
   if constexpr (kKeySplit) {
     // Warps 1.. hand their (m, l, O) to warp 0 through shared memory (the K/V stages are free now):
     // m = max_w m_w;  l = sum_w l_w 2^(m_w - m);  O = sum_w O_w 2^(m_w - m).
     constexpr int kState = 4 + 4 * kNTilesO;  // floats a thread hands over
-    static_assert(
-        (Cfg::kNWarps - 1) * kState * 32 * 4 <= kStages * (Cfg::kKStageKv + Cfg::kVStageKv) * sizeof(TKV),
-        "the merge fits in the K/V stages");
+    static_assert((Cfg::kNWarps - 1) * kState * 32 * 4 <=
+                      kStages * (Cfg::kKStageKv + Cfg::kVStageKv) * sizeof(TKV) + kConvElems * sizeof(T),
+                  "the merge fits in the K/V stages (and the converted tile that follows them)");
     float* s_state = reinterpret_cast<float*>(s_k);  // (kNWarps - 1, kState, 32)
     __syncthreads();                                 // every warp is done with the last tile
     if (warp > 0) {
@@ -449,17 +462,23 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
   }
 }
 
+// The general kernel (prefill, and decode shapes the decode variant does not cover).
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kNThreads) attention_kernel(const __grid_constant__ AttnParams p) {
+__global__ void __launch_bounds__(Cfg::kNThreads, kGeneralCtasPerSm)
+    attention_kernel(const __grid_constant__ AttnParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __shared__ SlotAddress s_slots[3][Cfg::kBlockN];
-  if constexpr (Cfg::kKeySplitOk) {
-    if (p.key_split) {
-      attention_cta<Cfg, true>(p, smem_raw, s_slots);
-      return;
-    }
-  }
-  attention_cta<Cfg, false>(p, smem_raw, s_slots);
+  __shared__ KvRowPtrs s_rows[kGeneralStages][Cfg::kBlockN];
+  attention_cta<Cfg, false>(p, smem_raw, s_rows);
+}
+
+// The decode variant (plan.key_split), its own kernel so that its register budget allows kDecodeCtasPerSm
+// CTAs an SM.
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kNThreads, kDecodeCtasPerSm)
+    attention_decode_kernel(const __grid_constant__ AttnParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ KvRowPtrs s_rows[kDecodeStages][Cfg::kBlockN];
+  if constexpr (Cfg::kKeySplitOk) attention_cta<Cfg, true>(p, smem_raw, s_rows);
 }
 
 }  // namespace kvattn::cuda

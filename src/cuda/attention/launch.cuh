@@ -20,13 +20,17 @@ kvattn_status launch_attention(const AttnParams& params, const AttentionPlan& pl
   } else {
     using Cfg =
         AttnConfig<typename StorageOf<kDType>::type, typename StorageOf<kKvDType>::type, kHeadDim, kHeadDimV>;
-    const auto kernel = attention_kernel<Cfg>;
     const int64_t ctas = static_cast<int64_t>(plan.m_blocks) * params.seq.batch * params.num_kv_heads;
     if (ctas > 0x7fffffff) {
       return fail(KVATTN_ERROR_UNSUPPORTED, "q: batch * kv heads * row blocks = " + std::to_string(ctas) +
                                                 " CTAs exceeds the grid limit");
     }
-    if (plan.smem_bytes > 48 * 1024) {
+    void (*kernel)(AttnParams) = attention_kernel<Cfg>;
+    if constexpr (Cfg::kKeySplitOk) {
+      if (plan.key_split) kernel = attention_decode_kernel<Cfg>;
+    }
+    // Past 48 KiB of static + dynamic shared memory a kernel must opt in.
+    if (plan.smem_bytes + attention_static_smem_bytes(kHeadDim, kHeadDimV, plan.key_split) > 48 * 1024) {
       const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(plan.smem_bytes));
       if (err != cudaSuccess) return cuda_fail(err, "attention_kernel shared memory");

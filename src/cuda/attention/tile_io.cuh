@@ -75,48 +75,96 @@ __device__ inline void load_q(const AttnParams& p, const Sequence& seq, int i, i
   load_q_as<Cfg, kRows, typename Cfg::T>(p, seq, i, kv_head, m0, s_q, s_qv);
 }
 
-// The (page, in-page slot) of each key row of a tile, one thread per key; invalid slots (outside
-// [leftpad, end) or behind an out-of-range page id) get page -1 and are zero-filled by the gather.
+// Where key row n of a tile starts in each cache (kv head included). A slot that is not valid (outside
+// [leftpad, end) or behind an out-of-range page id) points at a row of zeros instead, so the gather
+// copies every row the same way and NaN garbage in unused slots never reaches S or P V. Computed once per
+// key row: a 16-byte chunk then costs one add, whatever the layout.
+struct KvRowPtrs {
+  const unsigned char* k;
+  const unsigned char* v;
+};
+
+// The longest row a kernel reads (dv = 512 16-bit elements); zero-initialized, never written.
+static __device__ __align__(16) uint4 g_zero_row[64];
+
+// The raw page-table entry of this thread's key row in the tile starting at tile_slot0 (one thread per
+// key; paged caches only, 0 otherwise). Loaded a tile before address_tile needs it.
 template <class Cfg>
-__device__ inline void address_tile(const AttnParams& p, const Sequence& seq, int64_t tile_slot0,
-                                    SlotAddress* s_slots) {
+__device__ __forceinline__ int32_t prefetch_page(const AttnParams& p, const Sequence& seq,
+                                                 int64_t tile_slot0) {
+  const int64_t s = tile_slot0 + threadIdx.x;
+  if (!p.seq.page_table || threadIdx.x >= Cfg::kBlockN || s < seq.leftpad || s >= seq.end) return 0;
+  return page_entry(p.seq, seq, s);
+}
+
+// The row pointers of a tile, one thread per key; `entry` is this thread's prefetch_page of the tile.
+template <class Cfg>
+__device__ inline void address_tile(const AttnParams& p, const Sequence& seq, int kv_head, int64_t tile_slot0,
+                                    int32_t entry, KvRowPtrs* s_rows) {
+  using TKV = typename Cfg::TKV;
   if (threadIdx.x < Cfg::kBlockN) {
     const int64_t s = tile_slot0 + threadIdx.x;
-    SlotAddress a{-1, 0};
-    if (s >= seq.leftpad && s < seq.end) a = slot_address(p.seq, seq, s);
-    s_slots[threadIdx.x] = a;
+    const unsigned char* zero = reinterpret_cast<const unsigned char*>(g_zero_row);
+    KvRowPtrs r{zero, zero};
+    if (s >= seq.leftpad && s < seq.end) {
+      const SlotAddress a = slot_address_at(p.seq, seq, s, entry);
+      if (a.page >= 0) {
+        const auto at = [&](const CacheTensor& c) {
+          return static_cast<const unsigned char*>(c.ptr) +
+                 (a.page * c.page_stride + a.in_page * c.slot_stride + kv_head * c.head_stride) * sizeof(TKV);
+        };
+        r = {at(p.k_cache), at(p.v_cache)};
+      }
+    }
+    s_rows[threadIdx.x] = r;
   }
 }
 
-// One (kBlockN, kChannels) tile of a cache into shared memory (row stride kStride elements of TKV, the
-// cache's storage), gathered row by row in 16-byte chunks; channels past `channels` (the problem's head
-// dim, <= kChannels) are zero. vec16: rows 16-byte aligned and `channels` a whole number of chunks.
-template <class Cfg, int kChannels, int kStride>
-__device__ inline void gather_rows(const CacheTensor& cache, int channels, int kv_head, bool vec16,
-                                   const SlotAddress* s_slots, typename Cfg::TKV* dst) {
+// One (kBlockN, kChannels) tile of a cache into shared memory at dst (row stride kStride elements of TKV,
+// the cache's storage), in 16-byte chunks; channels past `channels` (the problem's head dim, <= kChannels)
+// are zero. kV: the V cache (the v pointers of s_rows), else K. Needs 16-byte aligned rows and `channels`
+// a whole number of chunks (p.kv_vec16); gather_rows_unaligned does the rest.
+template <class Cfg, int kChannels, int kStride, bool kV>
+__device__ __forceinline__ void gather_rows(int channels, const KvRowPtrs* s_rows, typename Cfg::TKV* dst) {
   using TKV = typename Cfg::TKV;
   constexpr int kPerChunk = 16 / static_cast<int>(sizeof(TKV));  // 8 (16-bit) or 16 (fp8) elements
   static_assert(kChannels % kPerChunk == 0, "whole 16-byte chunks");
   constexpr int kChunks = kChannels / kPerChunk;
-  constexpr int kPerThread = (Cfg::kBlockN * kChunks + Cfg::kNThreads - 1) / Cfg::kNThreads;
-  const TKV* base = static_cast<const TKV*>(cache.ptr);
+  if constexpr (Cfg::kNThreads % kChunks == 0 && Cfg::kBlockN % (Cfg::kNThreads / kChunks) == 0) {
+    // A thread copies chunk c of rows r0, r0 + kRowStep, ...: its shared-memory addresses differ by
+    // constants, so each chunk is one shared load (the row pointer), one add and one copy.
+    constexpr int kRowStep = Cfg::kNThreads / kChunks;
+    const int r0 = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+    const bool valid = c * kPerChunk < channels;
+    const uint32_t d0 = smem_addr(dst + r0 * kStride + c * kPerChunk);
 #pragma unroll
-  for (int it = 0; it < kPerThread; ++it) {
-    const int idx = threadIdx.x + it * Cfg::kNThreads;
-    if (Cfg::kBlockN * kChunks % Cfg::kNThreads != 0 && idx >= Cfg::kBlockN * kChunks) break;
-    const int n = idx / kChunks, c0 = idx % kChunks * kPerChunk;
-    const SlotAddress a = s_slots[n];
-    const bool valid = a.page >= 0 && c0 < channels;
-    const TKV* src = base + (valid ? a.page * cache.page_stride + a.in_page * cache.slot_stride +
-                                         kv_head * cache.head_stride + c0
-                                   : 0);
-    TKV* d = dst + n * kStride + c0;
-    if (vec16) {
-      cp_async_16(smem_addr(d), src, valid);
-    } else {
-#pragma unroll
-      for (int e = 0; e < kPerChunk; ++e) d[e] = valid && c0 + e < channels ? src[e] : from_float<TKV>(0.f);
+    for (int j = 0; j < Cfg::kBlockN / kRowStep; ++j) {
+      const KvRowPtrs& row = s_rows[r0 + j * kRowStep];
+      cp_async_16(d0 + j * kRowStep * kStride * sizeof(TKV), (kV ? row.v : row.k) + c * 16, valid);
     }
+  } else {
+    constexpr int kPerThread = (Cfg::kBlockN * kChunks + Cfg::kNThreads - 1) / Cfg::kNThreads;
+#pragma unroll
+    for (int it = 0; it < kPerThread; ++it) {
+      const int idx = threadIdx.x + it * Cfg::kNThreads;
+      if (Cfg::kBlockN * kChunks % Cfg::kNThreads != 0 && idx >= Cfg::kBlockN * kChunks) break;
+      const int n = idx / kChunks, c = idx % kChunks;
+      const KvRowPtrs& row = s_rows[n];
+      cp_async_16(smem_addr(dst + n * kStride + c * kPerChunk), (kV ? row.v : row.k) + c * 16,
+                  c * kPerChunk < channels);
+    }
+  }
+}
+
+// The same tile element by element, for caches whose rows are not 16-byte aligned.
+template <class Cfg, int kChannels, int kStride, bool kV>
+__device__ __noinline__ void gather_rows_unaligned(int channels, const KvRowPtrs* s_rows,
+                                                   typename Cfg::TKV* dst) {
+  using TKV = typename Cfg::TKV;
+  for (int idx = threadIdx.x; idx < Cfg::kBlockN * kChannels; idx += Cfg::kNThreads) {
+    const int n = idx / kChannels, c = idx % kChannels;
+    const TKV* row = reinterpret_cast<const TKV*>(kV ? s_rows[n].v : s_rows[n].k);
+    dst[n * kStride + c] = c < channels ? row[c] : from_float<TKV>(0.f);
   }
 }
 

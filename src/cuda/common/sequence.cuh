@@ -182,17 +182,27 @@ struct SlotAddress {
   int32_t in_page;
 };
 
+// The raw page-table entry holding slot s (paged caches only; unchecked: slot_address_at checks it). The
+// attention kernel loads it a tile ahead so that its latency hides behind the tile being computed.
+__device__ __forceinline__ int32_t page_entry(const SeqParams& p, const Sequence& seq, int64_t s) {
+  // Slots and page sizes fit 32 bits (int32 page tables and lengths): 32-bit division, not a 64-bit call.
+  const uint32_t column = static_cast<uint32_t>(s) / static_cast<uint32_t>(p.page_size);
+  return p.page_table[seq.cache_row * p.page_table_stride + column];
+}
+
 // The one addressing rule, per slot, so page size 1 and scattered pages work. `s` must be a valid slot of
-// a sequence with ok == true.
-__device__ __forceinline__ SlotAddress slot_address(const SeqParams& p, const Sequence& seq, int64_t s) {
+// a sequence with ok == true; `entry` is page_entry(p, seq, s) when the cache is paged (unused otherwise).
+__device__ __forceinline__ SlotAddress slot_address_at(const SeqParams& p, const Sequence& seq, int64_t s,
+                                                       int32_t entry) {
   if (p.cu_seqlens_k) return {0, static_cast<int32_t>(seq.packed_row0 + s)};
   if (!p.page_table) return {static_cast<int32_t>(seq.cache_row), static_cast<int32_t>(s)};
-  // Slots and page sizes fit 32 bits (int32 page tables and lengths): 32-bit division, not a 64-bit call.
-  const uint32_t slot = static_cast<uint32_t>(s), page_size = static_cast<uint32_t>(p.page_size);
-  const uint32_t column = slot / page_size;
-  const int64_t page = p.page_table[seq.cache_row * p.page_table_stride + column];
-  if (page < 0 || page >= p.num_pages) return {-1, 0};
-  return {static_cast<int32_t>(page), static_cast<int32_t>(slot - column * page_size)};
+  if (entry < 0 || entry >= p.num_pages) return {-1, 0};
+  const uint32_t page_size = static_cast<uint32_t>(p.page_size);
+  return {entry, static_cast<int32_t>(static_cast<uint32_t>(s) % page_size)};
+}
+
+__device__ __forceinline__ SlotAddress slot_address(const SeqParams& p, const Sequence& seq, int64_t s) {
+  return slot_address_at(p, seq, s, p.page_table && !p.cu_seqlens_k ? page_entry(p, seq, s) : 0);
 }
 
 // Block-wide check of the page-table entries holding slots [slot_begin, slot_end) of a sequence; records

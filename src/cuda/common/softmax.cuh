@@ -17,6 +17,15 @@ __device__ __forceinline__ float safe_max_base(float m) {
   return m == -INFINITY ? 0.f : m;
 }
 
+// 2^x in one MUFU instruction (ex2.approx.ftz: about 2 ulp, results below 2^-126 flushed to 0), for the
+// per-key exponentials of the online softmax, where exp2f's denormal handling would cost more instructions
+// than the rest of the softmax.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Merge weights of n partial LSEs (natural log) plus an optional sink logit:
 //   lse = log(sum_s exp(lse_s) + exp(sink)),  w_s = exp(lse_s - lse)
 // Any NaN partial makes the whole row NaN (an offending sequence stays NaN through a split).
