@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/softmax.cuh"
@@ -34,13 +35,45 @@ __device__ inline void merge_row_warp(const PartialRow& in, int n, int dv, bool 
   for (int off = 16; off > 0; off /= 2) st.sum += __shfl_xor_sync(0xffffffffu, st.sum, off);
   if (has_sink && sink != -INFINITY) st.sum += expf(sink - st.max_lse);
   const float total = st.lse();
-  for (int c = lane; c < dv; c += 32) {
-    float acc = 0.f;
-    for (int s = 0; s < n; ++s) {
-      const float w = st.weight(in.lse[s * in.lse_stride], total);
-      if (w > 0.f) acc += w * in.o[s * in.o_stride + c];
+  // out = sum_s w_s O_s. The loads of O do not depend on the weights, so 8 of them are in flight at once:
+  // for each block of 32 splits, lane t computes the weight of split b + t and shuffles it to the others.
+  // A zero-weight partial is selected away, never multiplied in (its O may be anything, even NaN).
+  auto accumulate = [&](auto width) {
+    constexpr int kW = decltype(width)::value;        // channels a lane loads at once: 4 (float4) or 1
+    for (int base = 0; base < dv; base += 32 * kW) {  // warp-uniform: every lane takes part in the shuffles
+      const int c0 = base + lane * kW;
+      const bool active = c0 < dv;
+      float acc[kW] = {};
+      for (int b = 0; b < n; b += 32) {
+        const int mine = b + lane;
+        const float w_mine = mine < n ? st.weight(in.lse[mine * in.lse_stride], total) : 0.f;
+        const int count = min(32, n - b);
+#pragma unroll 8
+        for (int t = 0; t < count; ++t) {
+          const float w = __shfl_sync(0xffffffffu, w_mine, t);
+          if (!active) continue;
+          const float* src = in.o + (b + t) * in.o_stride + c0;
+          float o[kW];
+          if constexpr (kW == 4) {
+            const float4 v = *reinterpret_cast<const float4*>(src);
+            o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+          } else {
+            o[0] = *src;
+          }
+#pragma unroll
+          for (int e = 0; e < kW; ++e) acc[e] += w > 0.f ? w * o[e] : 0.f;
+        }
+      }
+      if (!active) continue;
+#pragma unroll
+      for (int e = 0; e < kW; ++e) store_as(out, out_dtype, out_offset + c0 + e, st.nan ? NAN : acc[e]);
     }
-    store_as(out, out_dtype, out_offset + c, st.nan ? NAN : acc);
+  };
+  const bool vec4 = dv % 4 == 0 && in.o_stride % 4 == 0 && reinterpret_cast<uintptr_t>(in.o) % 16 == 0;
+  if (vec4) {
+    accumulate(std::integral_constant<int, 4>{});
+  } else {
+    accumulate(std::integral_constant<int, 1>{});
   }
   if (lse_out && lane == 0) *lse_out = total;
 }
