@@ -71,7 +71,9 @@ constexpr size_t attention_smem_bytes(int head_dim, int head_dim_v, bool with_qv
   return bytes;
 }
 constexpr size_t attention_static_smem_bytes(int head_dim, int head_dim_v, bool key_split) {
-  return size_t(attention_stages(key_split)) * attention_tile(head_dim, head_dim_v).block_n * 16;
+  const size_t row_ptrs =
+      size_t(attention_stages(key_split)) * attention_tile(head_dim, head_dim_v).block_n * 16;
+  return row_ptrs + (key_split ? 128 : 0);  // the decode kernel's balanced-schedule scan
 }
 
 constexpr int kMaxSplits = 128;
@@ -119,6 +121,10 @@ inline int choose_splits(const SplitInputs& in) {
   return static_cast<int>(limit);
 }
 
+// The balanced schedule (attention/schedule.cuh) of the decode kernel scans the batch with 4 sequences a
+// thread of its 128: larger batches take static splits.
+constexpr int kBalancedMaxBatch = 512;
+
 // Everything the launch of a FwdProblem needs that depends on shapes only.
 struct AttentionPlan {
   TileShape tile{};
@@ -127,8 +133,14 @@ struct AttentionPlan {
   int splits = 1;
   int64_t chunk_keys = 0;  // deterministic: keys per split (multiple of block_n); 0 = balanced per CTA
   size_t smem_bytes = 0;
-  size_t o_partial_offset = 0;    // (splits, total_q, hq, dv) fp32
-  size_t lse_partial_offset = 0;  // (splits, total_q, hq) fp32
+  // Balanced schedule (decode with num_splits = 0, not deterministic): a grid of balanced_ctas CTAs that
+  // share the key tiles of all units evenly; splits stays 1.
+  bool balanced = false;
+  int64_t balanced_ctas = 0;
+  int rows_per_unit = 0;          // max_seqlen_q * g (<= 16)
+  size_t o_partial_offset = 0;    // (splits, total_q, hq, dv) fp32; balanced: (2, G, R, dv)
+  size_t lse_partial_offset = 0;  // (splits, total_q, hq) fp32; balanced: (2, G, R)
+  size_t unit_pieces_offset = 0;  // balanced: (batch, kv heads, 2) int32
   size_t workspace_bytes = 0;
 };
 
@@ -165,6 +177,23 @@ inline AttentionPlan plan_attention(const FwdProblem& p, int kernel_head_dim, in
       static_cast<size_t>(smem_per_sm) / cta_smem, 1, plan.key_split ? kDecodeCtasPerSm : kGeneralCtasPerSm));
   in.num_splits = p.num_splits;
   in.deterministic = p.deterministic;
+  plan.balanced = plan.key_split && p.num_splits == 0 && !p.deterministic && p.batch <= kBalancedMaxBatch;
+  if (plan.balanced) {
+    // One CTA a unit when there are more units than resident CTAs (up to 4 waves), so that the prologues
+    // of units overlap across CTAs as they would without a schedule; else one wave.
+    const int64_t slots = static_cast<int64_t>(in.sm_count) * in.ctas_per_sm;
+    plan.balanced_ctas =
+        std::clamp<int64_t>(static_cast<int64_t>(p.batch) * p.num_kv_heads, slots, 4 * slots);
+    plan.rows_per_unit = static_cast<int>(std::max<int64_t>(1, rows));
+    const size_t partial_rows = 2 * static_cast<size_t>(plan.balanced_ctas) * plan.rows_per_unit;
+    plan.lse_partial_offset = align_up(partial_rows * p.head_dim_v * sizeof(float), kWorkspaceAlign);
+    plan.unit_pieces_offset =
+        plan.lse_partial_offset + align_up(partial_rows * sizeof(float), kWorkspaceAlign);
+    plan.workspace_bytes =
+        plan.unit_pieces_offset +
+        align_up(static_cast<size_t>(p.batch) * p.num_kv_heads * 2 * sizeof(int32_t), kWorkspaceAlign);
+    return plan;
+  }
   plan.splits = choose_splits(in);
   if (plan.splits > 1 && p.deterministic) {
     const int64_t per_split = (in.max_keys + plan.splits - 1) / plan.splits;

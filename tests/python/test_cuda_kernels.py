@@ -122,6 +122,28 @@ def test_splits_long_sequences(layout, num_splits):
     run_and_compare(case, DEVICE)
 
 
+# The balanced schedule (decode, num_splits=0): skewed lengths and many sequences, so that units of every
+# size straddle CTA boundaries (pieces in 2..many CTAs, empty and one-tile units, a CTA holding both
+# slots); window, sinks and leftpad cut the key ranges; the page checks of the pieces must cover the slots.
+_SKEWED = (9000, 1, 0, 64, 65, 300) + tuple(int(x) for x in np.random.default_rng(5).integers(1, 700, 34))
+
+
+@pytest.mark.parametrize("features", [
+    dict(),
+    dict(sinks="fp32", leftpad=tuple(int(x) % 7 for x in range(len(_SKEWED)))),
+    dict(window=(700, 0), causal=True, batch_idx="scattered"),
+    dict(sq=4, causal=True, softcap=20.0),
+])
+@pytest.mark.parametrize("layout,page", [("paged", 1), ("paged", 16), ("contiguous", 0)])
+def test_balanced_schedule_skewed(layout, page, features):
+    leftpad = features.get("leftpad")
+    seqlens = tuple(n + (leftpad[j] if leftpad else 0) for j, n in enumerate(_SKEWED))
+    kw = dict(dtype="bf16", d=128, hq=8, hk=2, seqlens=seqlens, sq=1, layout=layout, page_size=max(page, 1),
+              num_splits=0, seed=len(features) + page)
+    kw.update(features)
+    run_and_compare(Case(**kw), DEVICE)
+
+
 def test_deterministic_long():
     case = Case(dtype="fp16", d=64, hq=4, hk=1, seqlens=(9000, 4100), sq=3, causal=True, deterministic=True,
                 num_splits=0, seed=9)

@@ -16,6 +16,7 @@
 
 #include "cuda/attention/config.cuh"
 #include "cuda/attention/params.cuh"
+#include "cuda/attention/schedule.cuh"
 #include "cuda/attention/tile_io.cuh"
 #include "cuda/common/softmax.cuh"
 
@@ -23,26 +24,25 @@ namespace kvattn::cuda {
 
 // Rows [m0, m0 + kRows) of an offending sequence (up to q_len * g): NaN in out / lse or in the partials.
 template <class Cfg, int kRows>
-__device__ inline void write_nan_rows(const AttnParams& p, const Sequence& seq, int i, int kv_head, int split,
-                                      int64_t m0) {
+__device__ inline void write_nan_rows(const AttnParams& p, const Piece& w, const Sequence& seq) {
   const int64_t rows = static_cast<int64_t>(seq.q_len) * p.group;
   for (int idx = threadIdx.x; idx < kRows * p.head_dim_v; idx += Cfg::kNThreads) {
-    const int64_t r = m0 + idx / p.head_dim_v;
+    const int64_t r = w.m0 + idx / p.head_dim_v;
     const int c = idx % p.head_dim_v;
     if (r >= rows) continue;
     const int64_t t = r / p.group;
-    const int h = kv_head * p.group + static_cast<int>(r % p.group);
-    if (p.num_splits > 1) {
-      const int64_t prow = (split * p.seq.total_q + partial_row(p.seq, seq, i, t)) * p.num_q_heads + h;
+    const int h = w.kv_head * p.group + static_cast<int>(r % p.group);
+    const int64_t prow = piece_partial_row(p, w, seq, r);
+    if (prow >= 0) {
       p.o_partial[prow * p.head_dim_v + c] = NAN;
       if (c == 0) p.lse_partial[prow] = NAN;
     } else {
       using T = typename Cfg::T;
-      T* o = static_cast<T*>(p.out.ptr) + i * p.out.batch_stride + (seq.q_row0 + t) * p.out.token_stride +
+      T* o = static_cast<T*>(p.out.ptr) + w.i * p.out.batch_stride + (seq.q_row0 + t) * p.out.token_stride +
              h * p.out.head_stride;
       o[c] = from_float<T>(NAN);
       if (c == 0 && p.lse) {
-        p.lse[i * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_row0 + t) * p.lse_token_stride] = NAN;
+        p.lse[w.i * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_row0 + t) * p.lse_token_stride] = NAN;
       }
     }
   }
@@ -52,7 +52,7 @@ __device__ inline void write_nan_rows(const AttnParams& p, const Sequence& seq, 
 // each key tile each, merging their (m, l, O) at the end, instead of 16 rows each: 4x less tensor-core and
 // softmax work when the rows would be mostly padding.
 template <class Cfg, bool kKeySplit>
-__device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char* smem_raw,
+__device__ __forceinline__ void attention_cta(const AttnParams& p, const Piece& w, unsigned char* smem_raw,
                                               KvRowPtrs (*s_rows)[Cfg::kBlockN]) {  // (stages, kBlockN)
   using T = typename Cfg::T;
   constexpr int kBlockN = Cfg::kBlockN;
@@ -76,37 +76,27 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
   T* s_qv = s_k_conv + kConvElems;                                     // (kRows, kHeadDimV), with qv only
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int m_block = blockIdx.x % p.m_blocks;
-  const int bh = blockIdx.x / p.m_blocks;
-  const int i = bh / p.num_kv_heads, kv_head = bh % p.num_kv_heads;
-  const int split = blockIdx.y;
+  const int i = w.i, kv_head = w.kv_head;
+  const int64_t m0 = w.m0;
 
   const Sequence seq = load_sequence(p.seq, i, p.errors, threadIdx.x == 0);
   if (!seq.rows_known) return;  // cu_seqlens_q is broken: no row of out is known to be ours
   const int64_t rows = static_cast<int64_t>(seq.q_len) * p.group;
-  const int64_t m0 = static_cast<int64_t>(m_block) * kRows;
   if (m0 >= rows) return;
 
-  // Keys visible to the attending rows of this m-block (the mask is monotone in qp, so the first and the
-  // last row bound the range), cut into num_splits chunks of whole tiles.
+  // Keys visible to the attending rows of this m-block, and this piece's tiles of them.
+  const KeyRange keys = key_range(p, seq, m0, kRows, kBlockN);
   const int64_t kv_len = seq.end - seq.leftpad;
   const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
-  int64_t kp_first = 0, kp_last = -1;
-  int64_t kp_all_first = 0,
-          kp_all_last = -1;  // keys that EVERY attending row sees: tiles inside skip the mask
-  if (m0 < used_rows) {
-    const int64_t qp_first = m0 / p.group + kv_len - seq.q_used;
-    const int64_t qp_last = (min(m0 + kRows, used_rows) - 1) / p.group + kv_len - seq.q_used;
-    kp_first = p.mask.first_key(qp_first);
-    kp_last = p.mask.last_key(qp_last, kv_len);
-    kp_all_first = p.mask.first_key(qp_last);
-    kp_all_last = p.mask.last_key(qp_first, kv_len);
+  const int64_t kp_first = keys.first, kp_all_first = keys.all_first, kp_all_last = keys.all_last;
+  const int64_t n_tiles = keys.tiles;
+  int64_t tile_begin = min(n_tiles, w.tile_begin), tile_end = min(n_tiles, w.tile_end);
+  if (w.split >= 0) {  // static splits: the split's share of whole tiles
+    const int64_t tiles_per_split =
+        p.chunk_keys > 0 ? p.chunk_keys / kBlockN : (n_tiles + p.num_splits - 1) / p.num_splits;
+    tile_begin = min(n_tiles, w.split * tiles_per_split);
+    tile_end = min(n_tiles, tile_begin + tiles_per_split);
   }
-  const int64_t n_tiles = kp_last >= kp_first ? (kp_last - kp_first + kBlockN) / kBlockN : 0;
-  const int64_t tiles_per_split =
-      p.chunk_keys > 0 ? p.chunk_keys / kBlockN : (n_tiles + p.num_splits - 1) / p.num_splits;
-  const int64_t tile_begin = min(n_tiles, split * tiles_per_split);
-  const int64_t tile_end = min(n_tiles, tile_begin + tiles_per_split);
   const int64_t slot0 = seq.leftpad + kp_first;
 
   // The first K/V tiles are requested before the checks and the Q load, so that their latency overlaps
@@ -141,17 +131,24 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) issue(tile_begin + s, s);
 
-  // Page ids of the whole sequence, this split's share: every (m-block, kv head) group checks them all,
-  // and an offending split's NaN reaches every row through the combine.
+  // Page ids of the whole sequence [leftpad, end), shared among the pieces of this (m-block, kv head):
+  // every group checks them all, and an offending piece's NaN reaches every row through the combine.
   bool ok = check_unique_row(p.seq, i, p.errors) && seq.ok;
   if (p.seq.page_table && ok) {
-    const int64_t share = (kv_len + p.num_splits - 1) / p.num_splits;
-    const int64_t begin = seq.leftpad + split * share;
-    ok = check_pages(p.seq, seq, begin, min(seq.end, begin + share), p.errors);
+    int64_t begin, end;
+    if (w.split >= 0) {
+      const int64_t share = (kv_len + p.num_splits - 1) / p.num_splits;
+      begin = seq.leftpad + w.split * share;
+      end = min(seq.end, begin + share);
+    } else {  // its own tiles, and the slots before (after) the visible keys for the first (last) piece
+      begin = tile_begin == 0 ? seq.leftpad : slot0 + tile_begin * kBlockN;
+      end = tile_end == n_tiles ? seq.end : min(seq.end, slot0 + tile_end * kBlockN);
+    }
+    ok = check_pages(p.seq, seq, begin, end, p.errors);
   }
   if (!ok) {
     cp_async_wait<0>();  // nothing may land in shared memory after the CTA is gone
-    write_nan_rows<Cfg, kRows>(p, seq, i, kv_head, split, m0);
+    write_nan_rows<Cfg, kRows>(p, w, seq);
     return;
   }
 
@@ -387,9 +384,9 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
       }
     }
     __syncthreads();
-    if (warp > 0) return;
-    for (int w = 0; w < Cfg::kNWarps - 1; ++w) {
-      const float* theirs = s_state + w * kState * 32 + lane;
+    if (warp > 0) return;  // the caller's barrier keeps the next piece off s_state until warp 0 is done
+    for (int w2 = 0; w2 < Cfg::kNWarps - 1; ++w2) {
+      const float* theirs = s_state + w2 * kState * 32 + lane;
       float a_scale[2], b_scale[2];
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
@@ -411,7 +408,7 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
     }
   }
 
-  // Epilogue. splits == 1: out = O / l and lse, the sink counted here; splits > 1: the normalized partial
+  // Epilogue. A whole unit: out = O / l and lse, the sink counted here; a piece: the normalized partial
   // (O / l, m + log l) without the sink, which the combine counts once.
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
@@ -426,7 +423,8 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
     const int h = row_head[k];
     float m = row_max[k], l = row_attends[k] ? row_sum[k] : 0.f, rescale = 1.f;
     float lse = l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
-    if (p.num_splits == 1 && p.sinks && row_attends[k]) {
+    const int64_t prow = piece_partial_row(p, w, seq, r);
+    if (prow < 0 && p.sinks && row_attends[k]) {
       const float sink_nat = p.sinks[h], sink = sink_nat * kLog2e;
       const float m_new = fmaxf(m, sink);
       rescale = exp2f(m - m_new);
@@ -436,8 +434,7 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
       lse = empty ? sink_nat : (m + log2f(l)) * kLn2;  // an empty row's lse is the sink, exactly
     }
     const float inv_l = l > 0.f ? rescale / l * o_descale : 0.f;  // fp8: out = vd P V
-    if (p.num_splits > 1) {
-      const int64_t prow = (split * p.seq.total_q + partial_row(p.seq, seq, i, t)) * p.num_q_heads + h;
+    if (prow >= 0) {
       float* o = p.o_partial + prow * p.head_dim_v;
 #pragma unroll
       for (int n = 0; n < kNTilesO; ++n) {
@@ -462,23 +459,78 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, unsigned char
   }
 }
 
-// The general kernel (prefill, and decode shapes the decode variant does not cover).
+// The piece of a CTA of the static-split grid: (m-block, kv head, sequence) from blockIdx.x, the split
+// from blockIdx.y.
+template <int kRows>
+__device__ __forceinline__ Piece static_piece(const AttnParams& p) {
+  const int m_block = blockIdx.x % p.m_blocks, bh = blockIdx.x / p.m_blocks;
+  return {bh / p.num_kv_heads,
+          bh % p.num_kv_heads,
+          static_cast<int64_t>(m_block) * kRows,
+          static_cast<int>(blockIdx.y),
+          0,
+          0,
+          -1};
+}
+
+// The general kernel (prefill, and decode shapes the decode variant does not cover): static splits.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kNThreads, kGeneralCtasPerSm)
     attention_kernel(const __grid_constant__ AttnParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ KvRowPtrs s_rows[kGeneralStages][Cfg::kBlockN];
-  attention_cta<Cfg, false>(p, smem_raw, s_rows);
+  attention_cta<Cfg, false>(p, static_piece<Cfg::kBlockM>(p), smem_raw, s_rows);
 }
 
 // The decode variant (plan.key_split), its own kernel so that its register budget allows kDecodeCtasPerSm
-// CTAs an SM.
+// CTAs an SM. Static splits, or the balanced schedule (schedule.cuh): CTA k walks the units of its cost
+// range, one piece each.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kNThreads, kDecodeCtasPerSm)
     attention_decode_kernel(const __grid_constant__ AttnParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ KvRowPtrs s_rows[kDecodeStages][Cfg::kBlockN];
-  if constexpr (Cfg::kKeySplitOk) attention_cta<Cfg, true>(p, smem_raw, s_rows);
+  if constexpr (Cfg::kKeySplitOk) {
+    if (!p.balanced) {
+      attention_cta<Cfg, true>(p, static_piece<kKeySplitRows>(p), smem_raw, s_rows);
+      return;
+    }
+    const BalancedStart st = balanced_start<kKeySplitRows, Cfg::kBlockN, Cfg::kNThreads>(p);
+    const int64_t k = blockIdx.x, g = st.ctas;
+    if (k >= g) return;
+    const int64_t a = cta_begin(k, g, st.total), b = cta_begin(k + 1, g, st.total);
+    int i = st.seq;
+    int64_t tiles = st.seq_tiles;
+    int h = static_cast<int>((a - st.seq_start) / (tiles + kUnitCost));
+    int64_t u_start = st.seq_start + h * (tiles + kUnitCost);
+    while (i < p.seq.batch && u_start < b) {
+      // The unit's line: kUnitCost of fixed work, then its tiles.
+      const int64_t u_end = u_start + tiles + kUnitCost;
+      Piece w{i,
+              h,
+              0,
+              -1,
+              max(int64_t{0}, max(a, u_start) - u_start - kUnitCost),
+              max(int64_t{0}, min(b, u_end) - u_start - kUnitCost),
+              -1};
+      if (u_start < a || u_end > b) {
+        const int slot = u_start < a ? 0 : 1;  // continues into this CTA, or starts here and goes on
+        w.partial = (static_cast<int64_t>(slot) * p.balanced_ctas + k) * p.rows_per_unit;
+      }
+      if (u_start >= a && threadIdx.x == 0) {  // the unit's first piece: tell the combine where they all are
+        const int64_t u = static_cast<int64_t>(i) * p.num_kv_heads + h;
+        p.unit_pieces[2 * u] = static_cast<int32_t>(k);
+        p.unit_pieces[2 * u + 1] = static_cast<int32_t>(cta_of(u_end - 1, g, st.total) - k + 1);
+      }
+      attention_cta<Cfg, true>(p, w, smem_raw, s_rows);
+      __syncthreads();  // the next piece reuses the shared memory
+      u_start = u_end;
+      if (++h == p.num_kv_heads) {
+        h = 0;
+        if (++i < p.seq.batch) tiles = unit_tiles<kKeySplitRows, Cfg::kBlockN>(p, i);
+      }
+    }
+  }
 }
 
 }  // namespace kvattn::cuda

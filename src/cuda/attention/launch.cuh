@@ -35,8 +35,9 @@ kvattn_status launch_attention(const AttnParams& params, const AttentionPlan& pl
                                                    static_cast<int>(plan.smem_bytes));
       if (err != cudaSuccess) return cuda_fail(err, "attention_kernel shared memory");
     }
-    kernel<<<dim3(static_cast<unsigned>(ctas), plan.splits), Cfg::kNThreads, plan.smem_bytes, stream>>>(
-        params);
+    const dim3 grid = plan.balanced ? dim3(static_cast<unsigned>(plan.balanced_ctas), 1)
+                                    : dim3(static_cast<unsigned>(ctas), plan.splits);
+    kernel<<<grid, Cfg::kNThreads, plan.smem_bytes, stream>>>(params);
     return check_launch("attention_kernel");
   }
 }

@@ -95,10 +95,14 @@ AttnParams make_attn_params(const FwdProblem& p, const AttentionPlan& plan, Devi
   a.key_split = plan.key_split;
   a.num_splits = plan.splits;
   a.chunk_keys = plan.chunk_keys;
-  if (plan.splits > 1) {
+  a.balanced = plan.balanced;
+  a.balanced_ctas = static_cast<int32_t>(plan.balanced_ctas);
+  a.rows_per_unit = plan.rows_per_unit;
+  if (plan.splits > 1 || plan.balanced) {
     char* ws = static_cast<char*>(p.workspace);
     a.o_partial = reinterpret_cast<float*>(ws + plan.o_partial_offset);
     a.lse_partial = reinterpret_cast<float*>(ws + plan.lse_partial_offset);
+    if (plan.balanced) a.unit_pieces = reinterpret_cast<int32_t*>(ws + plan.unit_pieces_offset);
   }
   a.errors = errors;
   return a;

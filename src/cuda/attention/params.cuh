@@ -58,8 +58,14 @@ struct AttnParams {
   bool key_split;  // decode variant (AttentionPlan::key_split)
   int32_t num_splits;
   int64_t chunk_keys;  // > 0: every split covers this many keys (deterministic); 0: balanced
-  float* o_partial;    // splits > 1: (splits, total_q, hq, head_dim_v) fp32
-  float* lse_partial;  // splits > 1: (splits, total_q, hq) fp32, natural log, no sink
+  float* o_partial;    // splits > 1: (splits, total_q, hq, head_dim_v) fp32; balanced: (2, G, R, dv)
+  float* lse_partial;  // splits > 1: (splits, total_q, hq) fp32, natural log, no sink; balanced: (2, G, R)
+  // The balanced schedule (schedule.cuh; decode kernel): G = gridDim.x CTAs, R = rows_per_unit rows of a
+  // unit, unit_pieces (batch, kv heads, 2): the CTA of each unit's first piece and the number of pieces.
+  bool balanced;
+  int32_t balanced_ctas;
+  int32_t rows_per_unit;
+  int32_t* unit_pieces;
 
   DeviceErrorRecord* errors;
 };

@@ -24,18 +24,36 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   const Sequence seq = load_sequence(p.seq, i, nullptr, false);
   if (!seq.rows_known || t >= seq.q_len) return;
   const bool attends = t < seq.q_used;  // rows past seqused_q: out 0, lse -inf, no sink
-  const int64_t prow = partial_row(p.seq, seq, i, t) * p.num_q_heads + h;
-  const int64_t split_rows = p.seq.total_q * p.num_q_heads;
-  const PartialRow in{p.lse_partial + prow, split_rows, p.o_partial + prow * head_dim_v,
-                      split_rows * head_dim_v};
+  PartialRow in;
+  int n = p.num_splits;
+  if (p.balanced) {
+    // The pieces of unit (i, kv head): slot 1 of CTA k_a, then slot 0 of CTAs k_a + 1 ... (schedule.cuh).
+    // A unit of one piece was written directly.
+    const int64_t u = static_cast<int64_t>(i) * p.num_kv_heads + h / p.group;
+    const int64_t k_a = p.unit_pieces[2 * u];
+    n = p.unit_pieces[2 * u + 1];
+    if (n <= 1) return;
+    const int64_t r = t * p.group + h % p.group, rows = p.rows_per_unit;
+    const int64_t first = (p.balanced_ctas + k_a) * rows + r, base = k_a * rows + r;
+    in = {p.lse_partial + base,
+          rows,
+          p.o_partial + base * head_dim_v,
+          rows * head_dim_v,
+          p.lse_partial + first,
+          p.o_partial + first * head_dim_v};
+  } else {
+    const int64_t prow = partial_row(p.seq, seq, i, t) * p.num_q_heads + h;
+    const int64_t split_rows = p.seq.total_q * p.num_q_heads;
+    in = {p.lse_partial + prow, split_rows, p.o_partial + prow * head_dim_v, split_rows * head_dim_v};
+  }
   const int64_t out_offset =
       i * p.out.batch_stride + (seq.q_row0 + t) * p.out.token_stride + h * p.out.head_stride;
   float* lse_out =
       p.lse ? p.lse + i * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_row0 + t) * p.lse_token_stride
             : nullptr;
   const bool has_sink = attends && p.sinks;
-  merge_row_warp(in, p.num_splits, head_dim_v, has_sink, has_sink ? p.sinks[h] : 0.f, p.out.ptr, out_dtype,
-                 out_offset, lse_out);
+  merge_row_warp(in, n, head_dim_v, has_sink, has_sink ? p.sinks[h] : 0.f, p.out.ptr, out_dtype, out_offset,
+                 lse_out);
 }
 
 __global__ void __launch_bounds__(32 * kRowsPerBlock)

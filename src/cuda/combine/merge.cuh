@@ -15,6 +15,14 @@ struct PartialRow {
   int64_t lse_stride;
   const float* o;  // channel c of split s: o[s * o_stride + c]
   int64_t o_stride;
+  // Optional: split 0 lives elsewhere (the balanced schedule's first piece of a unit).
+  const float* lse0 = nullptr;
+  const float* o0 = nullptr;
+
+  __device__ __forceinline__ const float* lse_of(int s) const {
+    return s == 0 && lse0 ? lse0 : lse + s * lse_stride;
+  }
+  __device__ __forceinline__ const float* o_of(int s) const { return s == 0 && o0 ? o0 : o + s * o_stride; }
 };
 
 // out[out_offset + c] for c < dv (dtype out_dtype) and *lse_out (optional); sink in natural log units,
@@ -23,14 +31,14 @@ __device__ inline void merge_row_warp(const PartialRow& in, int n, int dv, bool 
                                       void* out, DType out_dtype, int64_t out_offset, float* lse_out) {
   const int lane = threadIdx.x % 32;
   MergeState st;
-  for (int s = lane; s < n; s += 32) st.add_max(in.lse[s * in.lse_stride]);
+  for (int s = lane; s < n; s += 32) st.add_max(*in.lse_of(s));
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) {
     st.max_lse = fmaxf(st.max_lse, __shfl_xor_sync(0xffffffffu, st.max_lse, off));
   }
   st.nan = __any_sync(0xffffffffu, st.nan);
   if (has_sink) st.max_lse = fmaxf(st.max_lse, sink);
-  for (int s = lane; s < n; s += 32) st.add_sum(in.lse[s * in.lse_stride]);
+  for (int s = lane; s < n; s += 32) st.add_sum(*in.lse_of(s));
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) st.sum += __shfl_xor_sync(0xffffffffu, st.sum, off);
   if (has_sink && sink != -INFINITY) st.sum += expf(sink - st.max_lse);
@@ -46,13 +54,13 @@ __device__ inline void merge_row_warp(const PartialRow& in, int n, int dv, bool 
       float acc[kW] = {};
       for (int b = 0; b < n; b += 32) {
         const int mine = b + lane;
-        const float w_mine = mine < n ? st.weight(in.lse[mine * in.lse_stride], total) : 0.f;
+        const float w_mine = mine < n ? st.weight(*in.lse_of(mine), total) : 0.f;
         const int count = min(32, n - b);
 #pragma unroll 8
         for (int t = 0; t < count; ++t) {
           const float w = __shfl_sync(0xffffffffu, w_mine, t);
           if (!active) continue;
-          const float* src = in.o + (b + t) * in.o_stride + c0;
+          const float* src = in.o_of(b + t) + c0;
           float o[kW];
           if constexpr (kW == 4) {
             const float4 v = *reinterpret_cast<const float4*>(src);
@@ -69,7 +77,8 @@ __device__ inline void merge_row_warp(const PartialRow& in, int n, int dv, bool 
       for (int e = 0; e < kW; ++e) store_as(out, out_dtype, out_offset + c0 + e, st.nan ? NAN : acc[e]);
     }
   };
-  const bool vec4 = dv % 4 == 0 && in.o_stride % 4 == 0 && reinterpret_cast<uintptr_t>(in.o) % 16 == 0;
+  const bool vec4 = dv % 4 == 0 && in.o_stride % 4 == 0 && reinterpret_cast<uintptr_t>(in.o) % 16 == 0 &&
+                    reinterpret_cast<uintptr_t>(in.o0) % 16 == 0;
   if (vec4) {
     accumulate(std::integral_constant<int, 4>{});
   } else {

@@ -1,0 +1,163 @@
+// Which keys a CTA reads, and where its result goes.
+//
+// A unit is (sequence, kv head, m-block): its packed rows against the keys they can see, cut into key
+// tiles. A piece is a contiguous run of a unit's tiles that one CTA computes in one pass. Two schedules:
+//   static splits (general kernel, explicit num_splits, deterministic mode): CTA (unit, split) computes
+//     the split's share of the unit's tiles; partials (splits, total_q, hq, dv);
+//   balanced (the decode kernel when num_splits = 0): the units' costs (tiles + kUnitCost) are laid end to
+//     end, and CTA k of G computes the cost range [k W / G, (k + 1) W / G) of that line, unit by unit. A
+//     unit that straddles a boundary becomes pieces in consecutive CTAs; each CTA holds at most two such
+//     pieces, slot 0 (the unit that continues into it) and slot 1 (the unit that starts in it and goes
+//     on), so the partials are (2, G, rows_per_unit, dv) whatever the lengths. The work of each CTA is the
+//     same within one tile, however skewed the lengths: no CTA waits on one long sequence.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/attention/params.cuh"
+#include "cuda/common/sequence.cuh"
+
+namespace kvattn::cuda {
+
+struct Piece {
+  int i;
+  int kv_head;
+  int64_t m0;          // first packed row of the unit's m-block
+  int split;           // static splits: this CTA's split; -1 in the balanced schedule
+  int64_t tile_begin;  // balanced: the piece's tiles [tile_begin, tile_end) of the unit
+  int64_t tile_end;
+  int64_t partial;  // balanced: first partial row of the piece ((slot * G + cta) * rows_per_unit), or -1
+                    // when the piece is the whole unit (out, lse and the sink are written directly)
+};
+
+// The partial row of packed row r of a piece, or -1 when the piece writes out directly.
+__device__ __forceinline__ int64_t piece_partial_row(const AttnParams& p, const Piece& w, const Sequence& seq,
+                                                     int64_t r) {
+  if (w.split < 0) return w.partial < 0 ? -1 : w.partial + (r - w.m0);
+  if (p.num_splits == 1) return -1;
+  const int64_t t = r / p.group;
+  const int h = w.kv_head * p.group + static_cast<int>(r % p.group);
+  return (w.split * p.seq.total_q + partial_row(p.seq, seq, w.i, t)) * p.num_q_heads + h;
+}
+
+// The keys visible to the attending rows [m0, m0 + rows) of a sequence (the mask is monotone in qp, so
+// the first and the last row bound the range), and the keys EVERY attending row sees (tiles inside them
+// skip the mask), as key positions kp in [0, kv_len).
+struct KeyRange {
+  int64_t first = 0, last = -1;
+  int64_t all_first = 0, all_last = -1;
+  int64_t tiles = 0;  // ceil((last - first + 1) / block_n)
+};
+
+__device__ __forceinline__ KeyRange key_range(const AttnParams& p, const Sequence& seq, int64_t m0, int rows,
+                                              int block_n) {
+  KeyRange k;
+  const int64_t kv_len = seq.end - seq.leftpad;
+  const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
+  if (m0 < used_rows) {
+    const int64_t qp_first = m0 / p.group + kv_len - seq.q_used;
+    const int64_t qp_last = (min(m0 + rows, used_rows) - 1) / p.group + kv_len - seq.q_used;
+    k.first = p.mask.first_key(qp_first);
+    k.last = p.mask.last_key(qp_last, kv_len);
+    k.all_first = p.mask.first_key(qp_last);
+    k.all_last = p.mask.last_key(qp_first, kv_len);
+  }
+  k.tiles = k.last >= k.first ? (k.last - k.first + block_n) / block_n : 0;
+  return k;
+}
+
+// ---- the balanced schedule (decode: one m-block of rows_per_unit <= 16 rows per unit)
+
+constexpr int64_t kUnitCost = 2;           // a unit's fixed work (Q, pipeline fill, epilogue), in tiles
+constexpr int64_t kMinCtaCost = 8;         // a CTA's share is at least this: small problems use fewer CTAs
+constexpr int kBalancedSeqsPerThread = 4;  // the scan holds this many sequences a thread
+
+// Tiles of sequence i's unit (every kv head of a sequence has the same).
+template <int kRows, int kBlockN>
+__device__ __forceinline__ int64_t unit_tiles(const AttnParams& p, int i) {
+  const Sequence seq = load_sequence(p.seq, i, nullptr, false);
+  if (!seq.rows_known) return 0;
+  return key_range(p, seq, 0, kRows, kBlockN).tiles;
+}
+
+// The cost range [begin, end) of CTA k of g over a line of total cost w.
+__device__ __forceinline__ int64_t cta_begin(int64_t k, int64_t g, int64_t w) {
+  return k * w / g;
+}
+// The CTA whose range holds cost position x.
+__device__ __forceinline__ int64_t cta_of(int64_t x, int64_t g, int64_t w) {
+  int64_t k = x * g / w;
+  while (k + 1 < g && cta_begin(k + 1, g, w) <= x) ++k;
+  while (k > 0 && cta_begin(k, g, w) > x) --k;
+  return k;
+}
+
+struct BalancedStart {
+  int64_t total;      // W: the whole line
+  int ctas;           // G: CTAs with work (the grid may have more; they exit)
+  int seq;            // the sequence of the unit holding this CTA's first cost position
+  int64_t seq_start;  // where that sequence's first unit starts on the line
+  int64_t seq_tiles;  // its tiles
+};
+
+// Every CTA scans the batch (batch <= 128 x kBalancedSeqsPerThread, checked by the plan): thread t owns
+// sequences [t x 4, t x 4 + 4), a block-wide exclusive scan gives each its start on the line, and the
+// thread whose range holds this CTA's first position publishes the sequence. Call from all threads.
+template <int kRows, int kBlockN, int kThreads>
+__device__ inline BalancedStart balanced_start(const AttnParams& p) {
+  __shared__ int64_t s_warp_sums[kThreads / 32];
+  __shared__ BalancedStart s_start;
+  const int first = threadIdx.x * kBalancedSeqsPerThread;
+  int64_t tiles[kBalancedSeqsPerThread];
+  int64_t mine = 0;
+#pragma unroll
+  for (int m = 0; m < kBalancedSeqsPerThread; ++m) {
+    tiles[m] = first + m < p.seq.batch ? unit_tiles<kRows, kBlockN>(p, first + m) : -1;
+    if (tiles[m] >= 0) mine += p.num_kv_heads * (tiles[m] + kUnitCost);
+  }
+  // Exclusive scan of `mine` over the block: within each warp, then over the warp totals.
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  int64_t incl = mine;
+#pragma unroll
+  for (int off = 1; off < 32; off *= 2) {
+    const int64_t up = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl += up;
+  }
+  if (lane == 31) s_warp_sums[warp] = incl;
+  __syncthreads();
+  int64_t before = 0, total = 0;
+#pragma unroll
+  for (int w = 0; w < kThreads / 32; ++w) {
+    if (w < warp) before += s_warp_sums[w];
+    total += s_warp_sums[w];
+  }
+  const int64_t excl = before + incl - mine;
+  // CTAs with work: a whole number of CTAs per unit when there are fewer units than CTAs (equal lengths
+  // then cut at unit ends, one piece a CTA), and at least kMinCtaCost a CTA.
+  const int64_t units = static_cast<int64_t>(p.seq.batch) * p.num_kv_heads;
+  int64_t g = gridDim.x;
+  if (units > 0 && units < g) g = units * (g / units);
+  g = max(int64_t{1}, min(g, (total + kMinCtaCost - 1) / kMinCtaCost));
+  const int64_t a = cta_begin(blockIdx.x, g, max(total, int64_t{1}));
+  if (threadIdx.x == 0) s_start = {total, static_cast<int>(g), p.seq.batch, total, 0};
+  __syncthreads();
+  if (blockIdx.x < g && excl <= a && a < excl + mine) {
+    int64_t at = excl;
+#pragma unroll
+    for (int m = 0; m < kBalancedSeqsPerThread; ++m) {
+      if (tiles[m] < 0) break;
+      const int64_t cost = p.num_kv_heads * (tiles[m] + kUnitCost);
+      if (a < at + cost) {
+        s_start.seq = first + m;
+        s_start.seq_start = at;
+        s_start.seq_tiles = tiles[m];
+        break;
+      }
+      at += cost;
+    }
+  }
+  __syncthreads();
+  return s_start;
+}
+
+}  // namespace kvattn::cuda
