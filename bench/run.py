@@ -109,9 +109,9 @@ class Ctx:
         if args.no_flex or args.flex == "none":
             self.flex_state["disabled"] = "skipped (--flex none)"
 
-    def backend(self, seed):
+    def backend(self, seed, case=None):
         if self.device == "cuda":
-            return L.TorchBackend("cuda", "bf16", seed)
+            return L.TorchBackend("cuda", self.dtype_of(case), seed)
         if self.dry:
             return L.TorchBackend("cpu", "fp32", seed)
         return L.NumpyBackend(seed)
@@ -119,6 +119,12 @@ class Ctx:
     @property
     def dtype_name(self):
         return "bf16" if self.device == "cuda" else "fp32"
+
+    def dtype_of(self, case):
+        """The case's dtype on the GPU (bf16 unless it names fp16); fp32 on the CPU backend."""
+        if self.device != "cuda":
+            return "fp32"
+        return (case.dtype if case is not None and case.dtype else "bf16")
 
 
 # ---- one case
@@ -147,13 +153,13 @@ def _memory_budget(ctx):
 
 def measure_kvattn(plan, ctx, seed):
     """Input sets, kvattn calls on them, timing. Returns (sets, fns, timing, est_us) or raises."""
-    sb = L.set_bytes(plan, ctx.dtype_name)
+    sb = L.set_bytes(plan, ctx.dtype_of(plan.case))
     free = _memory_budget(ctx)
     if sb * 2.2 > free:
         raise MemoryError(f"skipped: one input set and its gathered copy need {2.2 * sb / 1e9:.1f} GB, "
                           f"{free / 1e9:.1f} GB free")
     n_sets = T.n_sets_for(sb, 0.4 * free) if ctx.device == "cuda" else 1
-    be = ctx.backend(seed)
+    be = ctx.backend(seed, plan.case)
     sets = [L.materialize(plan, be, i) for i in range(n_sets)]
     fa = ctx.kvattn.flash_attn_with_kvcache
     fns = [functools.partial(fa, **kw) for kw in sets]
@@ -169,9 +175,9 @@ def measure_kvattn(plan, ctx, seed):
 
 def run_case(case, ctx, env):
     plan = L.make_plan(case)
-    nbytes, flops = L.count(plan, ctx.dtype_name)
+    nbytes, flops = L.count(plan, ctx.dtype_of(case))
     rec = dict(suite=case.suite, case=case.name, layout=case.layout, metric=case.metric, shapes=_shapes(case, plan),
-               dtype=ctx.dtype_name, bytes=nbytes, flops=flops,
+               dtype=ctx.dtype_of(case), bytes=nbytes, flops=flops,
                floor_us=max(nbytes / (R.READ_CEILING_TBPS * 1e12), flops / (R.FLOP_CEILING_TFLOPS * 1e12)) * 1e6,
                baseline=case.baseline or None, status="ok", peers={})
     rec.update({k: env.get(k) for k in ("card", "driver", "torch", "git", "date", "device")})

@@ -34,6 +34,7 @@ class Case:
     mixed: int = 0  # W3: this many 1-token decodes (over mixed_cached tokens) share the call with the chunk
     mixed_cached: int = 0
     baseline: str = ""  # a case of the same suite to compare the time with (W2 skewed/uniform, W4 q/q=1)
+    dtype: str = ""  # "" = bf16 on the GPU; "fp16"
     quick: bool = False  # part of --quick
     metric: str = "bw"  # the suite's headline metric: bw (TB/s) or flops (TFLOP/s)
     scaled: bool = False  # shrunk for the CPU backend
@@ -79,6 +80,15 @@ def w1():
                     quick = (hq, b, L) in ((32, 1, 128 * K), (32, 4, 32 * K)) and page in (0, 16) and not lpad
                     cases.append(Case("W1", f"W1 {hq}/{hk} b{b} {_tok(L)} {_layout_tag(page, scat, lpad)}",
                                       hq, hk, b, L, page=page, scattered=scat, leftpad=lpad, quick=quick))
+    # Append + rotary fused into the call, against the same call without them (the issue's <= 3%), and
+    # fp16 against bf16 (the "same as bf16"), each next to its baseline.
+    base = "W1 32/8 b8 32k p16+scat+lpad"
+    cases.append(Case("W1", base, 32, 8, 8, 32 * K, page=16, scattered=True, leftpad=True))
+    cases.append(Case("W1", base + " append1+rotary", 32, 8, 8, 32 * K - 1, n_new=1, rotary=True, page=16,
+                      scattered=True, leftpad=True, baseline=base))
+    for b, L, page in ((4, 32 * K, 0), (16, 128 * K, 16)):
+        name = f"W1 32/8 b{b} {_tok(L)} {_layout_tag(page)}"
+        cases.append(Case("W1", name + " fp16", 32, 8, b, L, page=page, dtype="fp16", baseline=name))
     # Short contexts are latency-bound: compare their time with the floor (floor_us in the records) plus
     # a launch, not with the bandwidth ceiling.
     for L in (1 * K, 2 * K, 4 * K):

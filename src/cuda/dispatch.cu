@@ -180,8 +180,9 @@ kvattn_status cuda_fwd(const FwdProblem& p) {
   if (plan.m_blocks == 0 || p.batch == 0) return KVATTN_OK;
   const AttnParams params = make_attn_params(p, plan, errors);
   if ((status = entry->launch(params, plan, stream)) != KVATTN_OK) return status;
-  if (plan.splits > 1 || plan.balanced)
-    return launch_split_combine(params, p.head_dim_v, p.out_dtype, stream);
+  if (plan.splits > 1 || plan.balanced) {
+    return launch_split_combine(params, p.head_dim_v, p.out_dtype, limits.cc_major >= 9, stream);
+  }
   return KVATTN_OK;
 }
 

@@ -18,6 +18,7 @@
 #include "cuda/attention/params.cuh"
 #include "cuda/attention/schedule.cuh"
 #include "cuda/attention/tile_io.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/softmax.cuh"
 
 namespace kvattn::cuda {
@@ -479,6 +480,7 @@ __global__ void __launch_bounds__(Cfg::kNThreads, kGeneralCtasPerSm)
     attention_kernel(const __grid_constant__ AttnParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ KvRowPtrs s_rows[kGeneralStages][Cfg::kBlockN];
+  allow_dependent_launch();  // the split combine may be scheduled now; it waits for this grid's end
   attention_cta<Cfg, false>(p, static_piece<Cfg::kBlockM>(p), smem_raw, s_rows);
 }
 
@@ -490,6 +492,7 @@ __global__ void __launch_bounds__(Cfg::kNThreads, kDecodeCtasPerSm)
     attention_decode_kernel(const __grid_constant__ AttnParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ KvRowPtrs s_rows[kDecodeStages][Cfg::kBlockN];
+  allow_dependent_launch();  // the split combine may be scheduled now; it waits for this grid's end
   if constexpr (Cfg::kKeySplitOk) {
     if (!p.balanced) {
       attention_cta<Cfg, true>(p, static_piece<kKeySplitRows>(p), smem_raw, s_rows);

@@ -37,7 +37,9 @@ template <DType kDType, DType kKvDType, int kHeadDim, int kHeadDimV>
 kvattn_status launch_attention(const AttnParams& params, const AttentionPlan& plan, cudaStream_t stream);
 
 // The split-KV combine of the attention's partials into out / lse (combine/combine.cu).
+// early_launch (sm_90+): programmatic dependent launch, so that the combine's CTAs are resident and waiting
+// when the attention kernel ends instead of being launched then.
 kvattn_status launch_split_combine(const AttnParams& params, int head_dim_v, DType out_dtype,
-                                   cudaStream_t stream);
+                                   bool early_launch, cudaStream_t stream);
 
 }  // namespace kvattn::cuda

@@ -6,6 +6,7 @@
 #include "cuda/attention/launch.hpp"
 #include "cuda/combine/merge.cuh"
 #include "cuda/common/host.hpp"
+#include "cuda/common/pdl.cuh"
 
 namespace kvattn::cuda {
 namespace {
@@ -15,6 +16,7 @@ constexpr int kRowsPerBlock = 4;  // one warp a row
 // Rows (i, t, h) for t < max_seqlen_q; rows outside sequence i's q are not ours and stay untouched.
 __global__ void __launch_bounds__(32 * kRowsPerBlock)
     split_combine_kernel(const __grid_constant__ AttnParams p, int head_dim_v, DType out_dtype) {
+  wait_for_prior_grid();  // launched early (PDL): the partials are complete only past this point
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   const int64_t per_seq = static_cast<int64_t>(p.seq.max_seqlen_q) * p.num_q_heads;
   if (row >= per_seq * p.seq.batch) return;
@@ -78,13 +80,22 @@ int64_t blocks_for(int64_t rows) {
 }  // namespace
 
 kvattn_status launch_split_combine(const AttnParams& params, int head_dim_v, DType out_dtype,
-                                   cudaStream_t stream) {
+                                   bool early_launch, cudaStream_t stream) {
   const int64_t blocks =
       blocks_for(static_cast<int64_t>(params.seq.batch) * params.seq.max_seqlen_q * params.num_q_heads);
   if (blocks == 0) return KVATTN_OK;
   if (blocks > 0x7fffffff) return fail(KVATTN_ERROR_UNSUPPORTED, "q: too many rows for the split combine");
-  split_combine_kernel<<<static_cast<unsigned>(blocks), 32 * kRowsPerBlock, 0, stream>>>(params, head_dim_v,
-                                                                                         out_dtype);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(32 * kRowsPerBlock);
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = early_launch ? 1 : 0;
+  const cudaError_t err = cudaLaunchKernelEx(&config, split_combine_kernel, params, head_dim_v, out_dtype);
+  if (err != cudaSuccess) return cuda_fail(err, "launching split_combine_kernel");
   return check_launch("split_combine_kernel");
 }
 

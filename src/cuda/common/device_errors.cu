@@ -88,6 +88,8 @@ kvattn_status current_device_limits(DeviceLimits* limits) {
   if (err == cudaSuccess) {
     err = cudaDeviceGetAttribute(&limits->smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
   }
+  if (err == cudaSuccess)
+    err = cudaDeviceGetAttribute(&limits->cc_major, cudaDevAttrComputeCapabilityMajor, dev);
   if (err != cudaSuccess) return cuda_fail(err, "reading the device properties");
   return KVATTN_OK;
 }

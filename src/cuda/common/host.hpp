@@ -63,6 +63,7 @@ struct DeviceLimits {
   int sm_count = 0;
   int max_smem_per_block = 0;
   int smem_per_sm = 0;
+  int cc_major = 0;  // compute capability: 9 and up launch dependent kernels early (PDL)
 };
 kvattn_status current_device_limits(DeviceLimits* limits);
 
