@@ -136,7 +136,8 @@ struct AttentionPlan {
   // Balanced schedule (decode with num_splits = 0, not deterministic): a grid of balanced_ctas CTAs that
   // share the key tiles of all units evenly; splits stays 1.
   bool balanced = false;
-  int64_t balanced_ctas = 0;
+  int64_t balanced_ctas = 0;      // the grid
+  int64_t balanced_slots = 0;     // CTAs resident at once
   int rows_per_unit = 0;          // max_seqlen_q * g (<= 16)
   size_t o_partial_offset = 0;    // (splits, total_q, hq, dv) fp32; balanced: (2, G, R, dv)
   size_t lse_partial_offset = 0;  // (splits, total_q, hq) fp32; balanced: (2, G, R)
@@ -179,11 +180,13 @@ inline AttentionPlan plan_attention(const FwdProblem& p, int kernel_head_dim, in
   in.deterministic = p.deterministic;
   plan.balanced = plan.key_split && p.num_splits == 0 && !p.deterministic && p.batch <= kBalancedMaxBatch;
   if (plan.balanced) {
-    // One CTA a unit when there are more units than resident CTAs (up to 4 waves), so that the prologues
-    // of units overlap across CTAs as they would without a schedule; else one wave.
+    // Whole waves of CTAs of equal work: one wave when there are fewer units than resident CTAs, else
+    // about one CTA a unit (up to 4 waves), so that the prologues of units overlap across CTAs as they
+    // would without a schedule, rounded up to whole waves (a last partial wave of equal CTAs idles SMs).
     const int64_t slots = static_cast<int64_t>(in.sm_count) * in.ctas_per_sm;
-    plan.balanced_ctas =
-        std::clamp<int64_t>(static_cast<int64_t>(p.batch) * p.num_kv_heads, slots, 4 * slots);
+    const int64_t units = static_cast<int64_t>(p.batch) * p.num_kv_heads;
+    plan.balanced_slots = slots;
+    plan.balanced_ctas = std::min(4 * slots, slots * std::max<int64_t>(1, (units + slots - 1) / slots));
     plan.rows_per_unit = static_cast<int>(std::max<int64_t>(1, rows));
     const size_t partial_rows = 2 * static_cast<size_t>(plan.balanced_ctas) * plan.rows_per_unit;
     plan.lse_partial_offset = align_up(partial_rows * p.head_dim_v * sizeof(float), kWorkspaceAlign);

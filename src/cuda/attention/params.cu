@@ -97,6 +97,7 @@ AttnParams make_attn_params(const FwdProblem& p, const AttentionPlan& plan, Devi
   a.chunk_keys = plan.chunk_keys;
   a.balanced = plan.balanced;
   a.balanced_ctas = static_cast<int32_t>(plan.balanced_ctas);
+  a.balanced_slots = static_cast<int32_t>(plan.balanced_slots);
   a.rows_per_unit = plan.rows_per_unit;
   if (plan.splits > 1 || plan.balanced) {
     char* ws = static_cast<char*>(p.workspace);

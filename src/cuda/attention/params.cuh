@@ -64,6 +64,7 @@ struct AttnParams {
   // unit, unit_pieces (batch, kv heads, 2): the CTA of each unit's first piece and the number of pieces.
   bool balanced;
   int32_t balanced_ctas;
+  int32_t balanced_slots;
   int32_t rows_per_unit;
   int32_t* unit_pieces;
 

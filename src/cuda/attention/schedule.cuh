@@ -69,7 +69,7 @@ __device__ __forceinline__ KeyRange key_range(const AttnParams& p, const Sequenc
 // ---- the balanced schedule (decode: one m-block of rows_per_unit <= 16 rows per unit)
 
 constexpr int64_t kUnitCost = 2;           // a unit's fixed work (Q, pipeline fill, epilogue), in tiles
-constexpr int64_t kMinCtaCost = 8;         // a CTA's share is at least this: small problems use fewer CTAs
+constexpr int64_t kMinCtaCost = 4;         // a CTA's share is at least this: small problems use fewer CTAs
 constexpr int kBalancedSeqsPerThread = 4;  // the scan holds this many sequences a thread
 
 // Tiles of sequence i's unit (every kv head of a sequence has the same).
@@ -132,11 +132,12 @@ __device__ inline BalancedStart balanced_start(const AttnParams& p) {
     total += s_warp_sums[w];
   }
   const int64_t excl = before + incl - mine;
-  // CTAs with work: a whole number of CTAs per unit when there are fewer units than CTAs (equal lengths
-  // then cut at unit ends, one piece a CTA), and at least kMinCtaCost a CTA.
+  // CTAs with work: with fewer units than resident CTAs, a whole number of CTAs a unit in one wave (equal
+  // lengths are then cut at unit ends, one piece a CTA); else the grid (whole waves); and at least
+  // kMinCtaCost a CTA.
   const int64_t units = static_cast<int64_t>(p.seq.batch) * p.num_kv_heads;
   int64_t g = gridDim.x;
-  if (units > 0 && units < g) g = units * (g / units);
+  if (units > 0 && units < p.balanced_slots) g = units * (p.balanced_slots / units);
   g = max(int64_t{1}, min(g, (total + kMinCtaCost - 1) / kMinCtaCost));
   const int64_t a = cta_begin(blockIdx.x, g, max(total, int64_t{1}));
   if (threadIdx.x == 0) s_start = {total, static_cast<int>(g), p.seq.batch, total, 0};
