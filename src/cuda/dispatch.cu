@@ -169,8 +169,11 @@ kvattn_status cuda_fwd(const FwdProblem& p) {
   if (const kvattn_status s = device_status(guard, p.device_id); s != KVATTN_OK) return s;
   DeviceLimits limits;
   if ((status = current_device_limits(&limits)) != KVATTN_OK) return status;
-  const AttentionPlan plan =
+  AttentionPlan plan =
       plan_attention(p, entry->head_dim, entry->head_dim_v, limits.sm_count, limits.smem_per_sm);
+  // Only right behind the append kernel (which touches nothing but the K/V it writes), never behind a
+  // kernel of the caller's.
+  plan.early_launch = p.k_new.ptr != nullptr && p.batch > 0 && p.max_seqlen_k_new > 0 && limits.cc_major >= 9;
   // The workspace (size, alignment) was checked once, by validation (validate_fwd_workspace).
   DeviceErrorRecord* errors = nullptr;
   if ((status = device_error_record(&errors)) != KVATTN_OK) return status;

@@ -136,6 +136,7 @@ struct AttentionPlan {
   // Balanced schedule (decode with num_splits = 0, not deterministic): a grid of balanced_ctas CTAs that
   // share the key tiles of all units evenly; splits stays 1.
   bool balanced = false;
+  bool early_launch = false;      // after the append kernel on sm_90+: launched early, waits before K/V (PDL)
   int64_t balanced_ctas = 0;      // the grid
   int64_t balanced_slots = 0;     // CTAs resident at once
   int rows_per_unit = 0;          // max_seqlen_q * g (<= 16)

@@ -12,6 +12,7 @@
 #include "cuda/attention/params.cuh"
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/host.hpp"
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/rotary.cuh"
 #include "cuda/common/sequence.cuh"
 
@@ -56,6 +57,7 @@ __device__ __forceinline__ float descale_of(const float* ptr, const int64_t (&st
 // j0 = y * kTokensPerBlock, y + gridDim.y, ... (gridDim.y is capped at 65535).
 template <typename T, typename TCache>
 __global__ void __launch_bounds__(kAppendThreads) append_kernel(const __grid_constant__ AppendParams p) {
+  allow_dependent_launch();  // the attention may be scheduled now; it waits for this grid before K/V
   const int i = blockIdx.x;
   const Sequence seq = load_sequence(p.seq, i, p.errors, threadIdx.x == 0);
   const bool ok = check_unique_row(p.seq, i, p.errors) && seq.ok;

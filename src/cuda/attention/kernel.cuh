@@ -128,7 +128,8 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, const Piece& 
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) address(tile_begin + s, s);
-  __syncthreads();  // the first row pointers visible
+  __syncthreads();        // the first row pointers visible
+  wait_for_prior_grid();  // launched early after the append (PDL): the appended K/V are in place past here
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) issue(tile_begin + s, s);
 
