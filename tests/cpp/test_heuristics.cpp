@@ -1,0 +1,105 @@
+// The CUDA plan is a pure function of static shapes (heuristics.hpp): which kernel, which split schedule,
+// how many CTAs and how much workspace. Tested here, without a GPU, with the H200's figures.
+#include <gtest/gtest.h>
+
+#include "cuda/heuristics.hpp"
+
+namespace {
+
+using kvattn::DType;
+using kvattn::FwdProblem;
+using namespace kvattn::cuda;
+
+constexpr int kSms = 132;             // H200
+constexpr int kSmemPerSm = 233472;    // bytes
+constexpr int64_t kCapacity = 32768;  // keys a cache row can hold
+
+FwdProblem decode(int batch, int hq = 32, int hk = 8, int sq = 1) {
+  FwdProblem p;
+  p.batch = batch;
+  p.num_q_heads = hq;
+  p.num_kv_heads = hk;
+  p.max_seqlen_q = sq;
+  p.total_q = static_cast<int64_t>(batch) * sq;
+  p.head_dim = p.head_dim_v = 128;
+  p.q_dtype = p.kv_dtype = DType::bf16;
+  p.num_pages = batch;
+  p.capacity = kCapacity;
+  return p;
+}
+
+AttentionPlan plan_of(const FwdProblem& p) {
+  return plan_attention(p, 128, 128, kSms, kSmemPerSm);
+}
+
+TEST(Heuristics, DecodeTakesTheBalancedScheduleWithThreeCtasAnSm) {
+  const AttentionPlan plan = plan_of(decode(4));
+  EXPECT_TRUE(plan.key_split);
+  EXPECT_TRUE(plan.balanced);
+  EXPECT_EQ(plan.splits, 1);
+  EXPECT_EQ(plan.balanced_slots, 3 * kSms);  // 168 registers and ~76 KB of shared memory: 3 CTAs an SM
+  EXPECT_EQ(plan.balanced_ctas, 3 * kSms);   // 32 units < 396 resident CTAs: one wave
+  EXPECT_EQ(plan.rows_per_unit, 4);          // g x q = 4 x 1
+  // partials (2, G, rows, dv) fp32, their lse (2, G, rows), then (batch, kv heads, 2) int32
+  const size_t rows = 2 * 396 * 4;
+  EXPECT_EQ(plan.lse_partial_offset, align_up(rows * 128 * 4, kWorkspaceAlign));
+  EXPECT_EQ(plan.unit_pieces_offset, plan.lse_partial_offset + align_up(rows * 4, kWorkspaceAlign));
+  EXPECT_EQ(plan.workspace_bytes, plan.unit_pieces_offset + align_up(4 * 8 * 2 * 4, kWorkspaceAlign));
+}
+
+TEST(Heuristics, BalancedGridIsWholeWavesUpToFour) {
+  EXPECT_EQ(plan_of(decode(64)).balanced_ctas, 2 * 396);   // 512 units -> 2 waves
+  EXPECT_EQ(plan_of(decode(128)).balanced_ctas, 3 * 396);  // 1024 units -> 3 waves
+  EXPECT_EQ(plan_of(decode(256)).balanced_ctas, 4 * 396);  // 2048 units -> capped at 4 waves
+  // The workspace does not grow with the batch past the cap (apart from the unit table).
+  const AttentionPlan a = plan_of(decode(256)), b = plan_of(decode(512));
+  EXPECT_EQ(a.lse_partial_offset, b.lse_partial_offset);
+}
+
+TEST(Heuristics, StaticSplitsWhereTheBalancedScheduleDoesNotApply) {
+  FwdProblem p = decode(kBalancedMaxBatch + 1);  // the scan holds 512 sequences
+  EXPECT_FALSE(plan_of(p).balanced);
+
+  p = decode(4);
+  p.num_splits = 3;  // an explicit count is honoured as at most that many static splits
+  AttentionPlan plan = plan_of(p);
+  EXPECT_FALSE(plan.balanced);
+  EXPECT_GE(plan.splits, 1);
+  EXPECT_LE(plan.splits, 3);
+
+  p.num_splits = 1;  // no split: no workspace
+  plan = plan_of(p);
+  EXPECT_FALSE(plan.balanced);
+  EXPECT_EQ(plan.splits, 1);
+  EXPECT_EQ(plan.workspace_bytes, 0u);
+
+  p.num_splits = 0;
+  p.deterministic = true;  // fixed split points: batch-independent results
+  plan = plan_of(p);
+  EXPECT_FALSE(plan.balanced);
+  EXPECT_EQ(plan.splits, static_cast<int>(kCapacity / kDeterministicSplitKeys));
+  EXPECT_EQ(plan.chunk_keys, kDeterministicSplitKeys);
+}
+
+TEST(Heuristics, MoreThanSixteenPackedRowsTakeTheGeneralKernel) {
+  const AttentionPlan plan = plan_of(decode(8, 32, 8, 8));  // g x q = 32 rows
+  EXPECT_FALSE(plan.key_split);
+  EXPECT_FALSE(plan.balanced);
+  EXPECT_EQ(plan.m_blocks, 1);  // 64-row CTAs
+}
+
+TEST(Heuristics, Fp8DecodeFitsTwoCtasAnSm) {
+  FwdProblem p = decode(4);
+  p.kv_dtype = DType::fp8_e4m3;  // the converted fp16/bf16 tile costs another 34 KB of shared memory
+  const AttentionPlan plan = plan_of(p);
+  EXPECT_TRUE(plan.balanced);
+  EXPECT_EQ(plan.balanced_slots, 2 * kSms);
+}
+
+TEST(Heuristics, SharedMemoryOfTheDecodeKernelLeavesRoomForThreeCtas) {
+  const size_t cta = attention_smem_bytes(128, 128, false, true) +
+                     attention_static_smem_bytes(128, 128, true) + 1024;  // the runtime's reserve
+  EXPECT_LE(3 * cta, static_cast<size_t>(kSmemPerSm));
+}
+
+}  // namespace
