@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "cuda/attention/balance.hpp"
 #include "cuda/attention/params.cuh"
 #include "cuda/common/sequence.cuh"
 
@@ -68,28 +69,12 @@ __device__ __forceinline__ KeyRange key_range(const AttnParams& p, const Sequenc
 
 // ---- the balanced schedule (decode: one m-block of rows_per_unit <= 16 rows per unit)
 
-constexpr int64_t kUnitCost = 2;           // a unit's fixed work (Q, pipeline fill, epilogue), in tiles
-constexpr int64_t kMinCtaCost = 4;         // a CTA's share is at least this: small problems use fewer CTAs
-constexpr int kBalancedSeqsPerThread = 4;  // the scan holds this many sequences a thread
-
 // Tiles of sequence i's unit (every kv head of a sequence has the same).
 template <int kRows, int kBlockN>
 __device__ __forceinline__ int64_t unit_tiles(const AttnParams& p, int i) {
   const Sequence seq = load_sequence(p.seq, i, nullptr, false);
   if (!seq.rows_known) return 0;
   return key_range(p, seq, 0, kRows, kBlockN).tiles;
-}
-
-// The cost range [begin, end) of CTA k of g over a line of total cost w.
-__device__ __forceinline__ int64_t cta_begin(int64_t k, int64_t g, int64_t w) {
-  return k * w / g;
-}
-// The CTA whose range holds cost position x.
-__device__ __forceinline__ int64_t cta_of(int64_t x, int64_t g, int64_t w) {
-  int64_t k = x * g / w;
-  while (k + 1 < g && cta_begin(k + 1, g, w) <= x) ++k;
-  while (k > 0 && cta_begin(k, g, w) > x) --k;
-  return k;
 }
 
 struct BalancedStart {
@@ -105,6 +90,8 @@ struct BalancedStart {
 // thread whose range holds this CTA's first position publishes the sequence. Call from all threads.
 template <int kRows, int kBlockN, int kThreads>
 __device__ inline BalancedStart balanced_start(const AttnParams& p) {
+  static_assert(kThreads * kBalancedSeqsPerThread >= kBalancedMaxBatch,
+                "the plan's batch limit fits the scan");
   __shared__ int64_t s_warp_sums[kThreads / 32];
   __shared__ BalancedStart s_start;
   const int first = threadIdx.x * kBalancedSeqsPerThread;

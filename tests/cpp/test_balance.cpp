@@ -1,0 +1,121 @@
+// The balanced split schedule of the decode kernel (src/cuda/attention/schedule.cuh), checked on the host:
+// the line arithmetic of balance.hpp, and a model of each CTA's walk that mirrors the kernel's (pieces, the
+// partial slots, the unit table the combine reads) against the invariants the combine relies on.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "cuda/attention/balance.hpp"
+
+namespace {
+
+using namespace kvattn::cuda;
+
+TEST(Balance, EveryPositionBelongsToTheCtaWhoseRangeHoldsIt) {
+  for (int64_t w : {1, 2, 7, 64, 1000, 123457}) {
+    for (int64_t g : {1, 2, 3, 16, 396, 1584}) {
+      if (g > w) continue;
+      for (int64_t x = 0; x < w; x += std::max<int64_t>(1, w / 997)) {
+        const int64_t k = cta_of(x, g, w);
+        ASSERT_GE(k, 0);
+        ASSERT_LT(k, g);
+        ASSERT_LE(cta_begin(k, g, w), x);
+        ASSERT_GT(cta_begin(k + 1, g, w), x);
+      }
+      // Shares differ by at most one cost unit.
+      int64_t lo = w, hi = 0;
+      for (int64_t k = 0; k < g; ++k) {
+        const int64_t share = cta_begin(k + 1, g, w) - cta_begin(k, g, w);
+        lo = std::min(lo, share), hi = std::max(hi, share);
+      }
+      EXPECT_LE(hi - lo, 1) << "w=" << w << " g=" << g;
+    }
+  }
+}
+
+struct Piece {
+  int64_t unit, tile_begin, tile_end;
+  int slot;  // -1: the whole unit (written directly), 0 or 1: a partial
+};
+
+// The kernel's walk for CTA k (attention_decode_kernel), unit costs = tiles + kUnitCost laid end to end.
+std::vector<Piece> walk(const std::vector<int64_t>& tiles, int64_t k, int64_t g, int64_t total,
+                        std::map<int64_t, std::pair<int64_t, int64_t>>* unit_pieces) {
+  const int64_t a = cta_begin(k, g, total), b = cta_begin(k + 1, g, total);
+  std::vector<Piece> out;
+  int64_t u_start = 0;
+  for (int64_t u = 0; u < static_cast<int64_t>(tiles.size()); ++u) {
+    const int64_t u_end = u_start + tiles[u] + kUnitCost;
+    if (u_end > a && u_start < b) {
+      Piece w{u, std::max<int64_t>(0, std::max(a, u_start) - u_start - kUnitCost),
+              std::max<int64_t>(0, std::min(b, u_end) - u_start - kUnitCost), -1};
+      if (u_start < a || u_end > b) w.slot = u_start < a ? 0 : 1;
+      if (u_start >= a) (*unit_pieces)[u] = {k, cta_of(u_end - 1, g, total) - k + 1};
+      out.push_back(w);
+    }
+    u_start = u_end;
+  }
+  return out;
+}
+
+void check_schedule(const std::vector<int64_t>& tiles, int64_t grid) {
+  int64_t total = 0;
+  for (int64_t t : tiles) total += t + kUnitCost;
+  const int64_t g = std::max<int64_t>(1, std::min(grid, (total + kMinCtaCost - 1) / kMinCtaCost));
+  std::map<int64_t, std::pair<int64_t, int64_t>> unit_pieces;  // unit -> (first CTA, pieces)
+  std::map<int64_t, std::vector<std::pair<int64_t, Piece>>> by_unit;
+  for (int64_t k = 0; k < g; ++k) {
+    int slots_used[2] = {0, 0};
+    for (const Piece& w : walk(tiles, k, g, total, &unit_pieces)) {
+      if (w.slot >= 0) ++slots_used[w.slot];
+      by_unit[w.unit].push_back({k, w});
+    }
+    ASSERT_LE(slots_used[0], 1) << "CTA " << k;  // the partials are (2, G, rows, dv): one piece a slot
+    ASSERT_LE(slots_used[1], 1) << "CTA " << k;
+  }
+  ASSERT_EQ(by_unit.size(), tiles.size());
+  for (const auto& [u, pieces] : by_unit) {
+    // The pieces cover the unit's tiles once, in order, in consecutive CTAs.
+    int64_t next = 0;
+    for (size_t j = 0; j < pieces.size(); ++j) {
+      const Piece& w = pieces[j].second;
+      ASSERT_EQ(w.tile_begin, next) << "unit " << u;
+      ASSERT_GE(w.tile_end, w.tile_begin);
+      next = w.tile_end;
+      if (j > 0) {
+        ASSERT_EQ(pieces[j].first, pieces[j - 1].first + 1);
+      }
+    }
+    ASSERT_EQ(next, tiles[u]) << "unit " << u;
+    // What the combine reads: (first CTA, pieces); a single piece is the whole unit, else slot 1 of the
+    // first CTA and slot 0 of the following ones.
+    ASSERT_TRUE(unit_pieces.count(u));
+    const auto [k_a, n] = unit_pieces[u];
+    ASSERT_EQ(k_a, pieces.front().first);
+    ASSERT_EQ(n, static_cast<int64_t>(pieces.size()));
+    for (size_t j = 0; j < pieces.size(); ++j) {
+      const int want = n == 1 ? -1 : (j == 0 ? 1 : 0);
+      ASSERT_EQ(pieces[j].second.slot, want) << "unit " << u << " piece " << j;
+    }
+  }
+}
+
+TEST(Balance, PiecesCoverEveryUnitOnceAndTheCombineFindsThem) {
+  check_schedule({512, 512, 512, 512}, 396);             // few long units: many pieces each
+  check_schedule({0, 0, 0}, 396);                        // empty units still get a (whole) piece
+  check_schedule({9000, 1, 0, 64, 65}, 40);              // one long unit among tiny ones
+  check_schedule(std::vector<int64_t>(2048, 34), 1584);  // more units than CTAs
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<int64_t> tiles(1 + rng() % 64);
+    for (int64_t& t : tiles)
+      t = rng() % 5 == 0 ? 0 : static_cast<int64_t>(rng() % (rng() % 3 == 0 ? 2000 : 40));
+    check_schedule(tiles, 1 + static_cast<int64_t>(rng() % 800));
+  }
+}
+
+}  // namespace
