@@ -1,12 +1,14 @@
-// The attention kernel: FlashAttention-2 style on mma.sync, one kernel for decode and prefill.
+// The attention kernels: FlashAttention-2 style on mma.sync; a general kernel (64-row CTAs) and a decode
+// kernel (16 rows, the warps splitting each key tile), one body (attention_cta).
 //
-// CTA = (m-block of packed rows, kv head, sequence) x split. The g query heads of a kv head and the query
-// tokens of the m-block share every K/V tile read. Per key tile:
+// A pass of attention_cta computes one piece (schedule.cuh): the m-block of packed rows of a (sequence,
+// kv head) against a run of its key tiles. The g query heads of a kv head and the query tokens of the
+// m-block share every K/V tile read. Per key tile:
 //   S = scale * (Q K^T [+ Qv V^T]);  softcap; ALiBi; mask          (registers, fp32, log2 units)
 //   m = max(m, rowmax S);  P = exp2(S - m);  l = l * exp2(m_old - m) + rowsum P
 //   O = O * exp2(m_old - m) + P V
-// K/V tiles are gathered row by row through the page table with cp.async (invalid slots zero-filled, so
-// NaN garbage outside the valid slots never reaches S or P V), double-buffered.
+// K/V tiles are gathered row by row through the page table with cp.async (invalid slots read a row of
+// zeros, so NaN garbage outside the valid slots never reaches S or P V), double-buffered.
 // fp8 caches: the stages hold fp8 rows (half the bytes to load); each tile is converted (exactly) into one
 // fp16/bf16 tile for the tensor cores. The descales are constant over a CTA (sequence, kv head):
 //   S = qd kd (Q K^T) + qd vd (Qv V^T) (the qv term in its own accumulator), O = vd P V at the end.
@@ -104,7 +106,7 @@ __device__ __forceinline__ void attention_cta(const AttnParams& p, const Piece& 
   // them (the row pointers never leave the cache, whatever a page-table entry holds).
   // kStages - 1 tiles are in flight while one is computed. Every step commits one cp.async group (empty
   // past the last tile) so that wait_group<kStages - 1> always means "the tile about to be computed".
-  // The page-table entries of a tile are loaded one tile before its row offsets are computed.
+  // The page-table entries of a tile are loaded one tile before its row pointers are computed.
   int32_t next_entry = tile_begin < tile_end ? prefetch_page<Cfg>(p, seq, slot0 + tile_begin * kBlockN) : 0;
   auto address = [&](int64_t tile, int stage) {
     if (tile < tile_end) {
