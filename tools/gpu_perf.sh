@@ -5,7 +5,8 @@
 #      KVATTN_SUITES (W1,W2,W4) in --quick mode, or KVATTN_BENCH_ARGS instead;
 #      (skipped with KVATTN_SKIP_BENCH=1);
 #   3. Nsight Compute on each case of KVATTN_NCU_CASES (';'-separated names; none by default).
-# Logs and results go to $OUT. Carry .whl and the libraries.
+# Logs and results go to $OUT (each library's benchmark folder as bench_<name>.tgz: the device tool returns
+# at most 8 files). Carry .whl and the libraries.
 set +e
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-/tmp/kvattn_perf}
@@ -29,7 +30,10 @@ for l in $lib_list; do
   name=$(echo "$l" | tr '/.' '__')
   KVATTN_LIBRARY=$l timeout -k 10 "${KVATTN_BENCH_TIMEOUT:-200}" python3 -m bench.run $bench_args \
     --no-peers --flex none --out "$OUT/bench_$name" > "$OUT/bench_$name.log" 2>&1
-  echo "bench $l rc=$?"
+  rc=$?
+  # The device tool returns at most 8 files: one archive per benchmarked library.
+  tar -czf "$OUT/bench_$name.tgz" -C "$OUT" "bench_$name" && rm -rf "${OUT:?}/bench_$name"
+  echo "bench $l rc=$rc"
   grep -E "^W[0-9]|us" "$OUT/bench_$name.log" | grep -v "^$" | tail -40
 done
 
