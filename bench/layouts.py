@@ -249,6 +249,8 @@ def materialize(plan, be, set_index=0, poison=False):
     if plan.varlen:
         kw.update(cu_seqlens_q=be.ints(cu(plan.sq)), max_seqlen_q=int(plan.sq.max()),
                   cu_seqlens_k_new=be.ints(cu(plan.n_new)))
+    if getattr(c, "deterministic", False):
+        kw["deterministic"] = True
     if poison:
         _poison_invalid(plan, be, kw)
     kw["out"] = be.empty(q_shape[:-1] + (c.dv,))

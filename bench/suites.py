@@ -35,6 +35,7 @@ class Case:
     mixed_cached: int = 0
     baseline: str = ""  # a case of the same suite to compare the time with (W2 skewed/uniform, W4 q/q=1)
     dtype: str = ""  # "" = bf16 on the GPU; "fp16"
+    deterministic: bool = False  # fixed split points: the result is independent of the rest of the batch
     quick: bool = False  # part of --quick
     metric: str = "bw"  # the suite's headline metric: bw (TB/s) or flops (TFLOP/s)
     scaled: bool = False  # shrunk for the CPU backend
@@ -52,6 +53,8 @@ class Case:
             parts.append("rotary")
         if self.mixed:
             parts.append(f"varlen+{self.mixed}dec")
+        if self.deterministic:
+            parts.append("deterministic")
         return "+".join(parts)
 
     @property
@@ -89,6 +92,12 @@ def w1():
     for b, L, page in ((4, 32 * K, 0), (16, 128 * K, 16)):
         name = f"W1 32/8 b{b} {_tok(L)} {_layout_tag(page)}"
         cases.append(Case("W1", name + " fp16", 32, 8, b, L, page=page, dtype="fp16", baseline=name))
+    # Deterministic mode (fixed 4096-key splits, batch-composition independent) against the default
+    # schedule: what it costs (issue #5).
+    for b, L, page in ((4, 32 * K, 16), (16, 128 * K, 16)):
+        name = f"W1 32/8 b{b} {_tok(L)} {_layout_tag(page)}"
+        cases.append(Case("W1", name + " deterministic", 32, 8, b, L, page=page, deterministic=True,
+                          baseline=name))
     # Short contexts are latency-bound: compare their time with the floor (floor_us in the records) plus
     # a launch, not with the bandwidth ceiling.
     for L in (1 * K, 2 * K, 4 * K):
@@ -106,6 +115,9 @@ def w2():
                 cases.append(Case("W2", f"W2 32/8 b{b} {dist} p{page}", 32, 8, b, 2176, dist=dist, lo=256,
                                   hi=4096, page=page, baseline=base if dist == "zipf" else "",
                                   quick=(b == 128 and page == 16)))
+    # Deterministic mode on a skewed batch: fixed splits instead of the balanced schedule.
+    cases.append(Case("W2", "W2 32/8 b128 zipf p16 deterministic", 32, 8, 128, 2176, dist="zipf", lo=256,
+                      hi=4096, page=16, deterministic=True, baseline="W2 32/8 b128 zipf p16"))
     return cases
 
 
