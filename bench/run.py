@@ -118,7 +118,7 @@ class Ctx:
 
     @property
     def dtype_name(self):
-        return "bf16" if self.device == "cuda" else "fp32"
+        return self.dtype_of(None)
 
     def dtype_of(self, case):
         """The case's dtype on the GPU (bf16 unless it names fp16); fp32 on the CPU backend."""

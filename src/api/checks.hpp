@@ -13,6 +13,13 @@
 
 namespace kvattn {
 
+// Short names of the dtypes the checks name.
+constexpr kvattn_dtype kF32 = KVATTN_DTYPE_F32;
+constexpr kvattn_dtype kF16 = KVATTN_DTYPE_F16;
+constexpr kvattn_dtype kBF16 = KVATTN_DTYPE_BF16;
+constexpr kvattn_dtype kFP8 = KVATTN_DTYPE_FP8_E4M3;
+constexpr kvattn_dtype kI32 = KVATTN_DTYPE_I32;
+
 struct Rejection {
   kvattn_status status;
   std::string message;

@@ -8,11 +8,6 @@
 namespace kvattn {
 namespace {
 
-constexpr kvattn_dtype kF32 = KVATTN_DTYPE_F32;
-constexpr kvattn_dtype kF16 = KVATTN_DTYPE_F16;
-constexpr kvattn_dtype kBF16 = KVATTN_DTYPE_BF16;
-constexpr kvattn_dtype kFP8 = KVATTN_DTYPE_FP8_E4M3;
-
 void check_append(const kvattn_append_params& a, AppendProblem& p) {
   expect_device(a.device_type, a.device_id);
   for (const auto& [name, t] : {std::pair<const char*, const kvattn_tensor&>{"key", a.key},

@@ -9,7 +9,6 @@
 namespace kvattn {
 namespace {
 
-constexpr kvattn_dtype kF32 = KVATTN_DTYPE_F32;
 constexpr int32_t kMaxRowDims = 3;
 const char* const kRowSymbols[kMaxRowDims] = {"r0", "r1", "r2"};
 

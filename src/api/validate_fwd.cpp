@@ -12,12 +12,6 @@
 namespace kvattn {
 namespace {
 
-constexpr kvattn_dtype kF32 = KVATTN_DTYPE_F32;
-constexpr kvattn_dtype kF16 = KVATTN_DTYPE_F16;
-constexpr kvattn_dtype kBF16 = KVATTN_DTYPE_BF16;
-constexpr kvattn_dtype kFP8 = KVATTN_DTYPE_FP8_E4M3;
-constexpr kvattn_dtype kI32 = KVATTN_DTYPE_I32;
-
 struct NamedTensor {
   const char* name;
   kvattn_tensor kvattn_fwd_params::*member;

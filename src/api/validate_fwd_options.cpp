@@ -12,9 +12,6 @@
 namespace kvattn {
 namespace {
 
-constexpr kvattn_dtype kF32 = KVATTN_DTYPE_F32;
-constexpr kvattn_dtype kFP8 = KVATTN_DTYPE_FP8_E4M3;
-
 const float* floats(const kvattn_tensor& t) {
   return static_cast<const float*>(t.data);
 }

@@ -132,7 +132,7 @@ kvattn_status cuda_fwd_supported(const FwdProblem& p) {
   if (const kvattn_status s = device_status(guard, p.device_id); s != KVATTN_OK) return s;
   DeviceLimits limits;
   if ((status = current_device_limits(&limits)) != KVATTN_OK) return status;
-  // Either variant may run; the static row offsets come on top of the dynamic shared memory.
+  // Either variant may run; the static row pointers come on top of the dynamic shared memory.
   const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
   size_t smem = 0;
   for (const bool key_split : {false, true}) {

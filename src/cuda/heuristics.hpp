@@ -53,7 +53,7 @@ constexpr int attention_stages(bool key_split) {
 // (rows, dv); every row padded by 8 elements (16 bytes) so ldmatrix reads are conflict-free. The decode
 // variant has 16 rows, else block_m rows. fp8 caches: the K/V stages hold fp8 rows (1 byte an element,
 // padded by 16 bytes), and one more (block_n, d) + (block_n, dv) tile holds the current stage converted
-// to fp16/bf16 for the tensor cores. Static on top: the 16-byte K/V row offsets of each stage.
+// to fp16/bf16 for the tensor cores. Static on top: the 16-byte K/V row pointers of each stage.
 constexpr int kSmemPad = 8;
 constexpr int kSmemPadFp8 = 16;
 constexpr size_t attention_kv_stage_bytes(int head_dim, int head_dim_v, bool kv_fp8) {

@@ -4,7 +4,6 @@ kvattn.device_errors naming the argument). The feature cross product at small sh
 (parametrized by device); these cases add what only large shapes reach: several key tiles, several row
 blocks, splits, wide heads.
 """
-import dataclasses
 
 import numpy as np
 import pytest
@@ -95,22 +94,6 @@ def test_fp8_odd_head_dims_element_path(dtype):
         case = Case(dtype=dtype, kv_fp8=True, d=d, dv=dv, hq=4, hk=2, seqlens=(90, 17), new=(2, 2), sq=2,
                     causal=True, layout="paged", page_size=5, seed=d)
         run_and_compare(case, DEVICE)
-
-
-def test_fp8_nan_outside_valid_slots_bit_identical():
-    case = Case(dtype="bf16", kv_fp8=True, d=128, hq=8, hk=2, seqlens=(200, 150), sq=4, layout="paged",
-                page_size=3, leftpad=(5, 0), causal=True, num_splits=3, seed=4)
-    q, k_cache, v_cache, kw, _, _ = build(case)
-    rng = np.random.default_rng(0)
-    filled = [np.where(np.isnan(H.f64(c)), rng.standard_normal(c.shape), H.f64(c)).astype(c.dtype)
-              for c in (k_cache, v_cache)]
-    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
-    a = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
-                                         H.to_device(v_cache, DEVICE), **dev)
-    b = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), *(H.to_device(c, DEVICE) for c in filled), **dev)
-    a, b = H.to_numpy(a), H.to_numpy(b)
-    assert not np.isnan(H.f64(a)).any()
-    np.testing.assert_array_equal(a.view(np.int16), b.view(np.int16))
 
 
 @pytest.mark.parametrize("num_splits", [1, 2, 5, 0])
@@ -210,9 +193,11 @@ def test_device_error_capacity():
     assert np.isnan(H.f64(H.to_numpy(kc))[1, k_cache.shape[1] - 1:]).all()
 
 
-def test_nan_outside_valid_slots_bit_identical():
-    case = Case(dtype="bf16", d=128, hq=8, hk=2, seqlens=(200, 150), sq=4, layout="paged", page_size=3,
-                leftpad=(5, 0), causal=True, num_splits=3, seed=4)
+@pytest.mark.parametrize("kv_fp8", [False, True])
+def test_nan_outside_valid_slots_bit_identical(kv_fp8):
+    """NaN garbage in every unused slot and page gives the same bits as finite garbage there."""
+    case = Case(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=8, hk=2, seqlens=(200, 150), sq=4, layout="paged",
+                page_size=3, leftpad=(5, 0), causal=True, num_splits=3, seed=4)
     q, k_cache, v_cache, kw, _, _ = build(case)
     rng = np.random.default_rng(0)
     filled = [np.where(np.isnan(H.f64(c)), rng.standard_normal(c.shape), H.f64(c)).astype(c.dtype)
