@@ -7,6 +7,10 @@
  * synchronizes and never reads device data on the host (see kvattn_device_errors for the checks that
  * need device data).
  *
+ * Versioning: fields are only ever appended to the params structs. A caller's struct_size may be smaller
+ * than this header's, down to the size of the struct's first release: the fields it lacks take their
+ * kvattn_*_params_init defaults. abi_version changes only with an incompatible change.
+ *
  * Semantics: CONTRACT.md (shipped as docs/CONTRACT.md). Tensors are strided views: strides are in
  * ELEMENTS, the last dimension must be contiguous (stride 1). An absent optional tensor has data == NULL.
  */
@@ -117,6 +121,11 @@ typedef struct kvattn_fwd_params {
 
   void* workspace; /* kvattn_fwd_workspace_size() bytes on the device, 256-byte aligned; may be NULL if 0 */
   size_t workspace_bytes;
+
+  /* Appended after the first release (absent from a smaller struct_size: 0). */
+  int32_t force_portable; /* 1: CUDA runs the portable sm_80 kernels even where newer ones exist (as does
+                             the environment variable KVATTN_FORCE_PORTABLE=1); 0: the newest the device
+                             runs. Results agree within the kernels' tolerance; for testing. */
 } kvattn_fwd_params;
 
 /* vLLM reshape_and_cache_flash: token t is written to slot slot_mapping[t] (negative = skip) of a paged
@@ -166,6 +175,12 @@ KVATTN_API kvattn_status kvattn_check(const kvattn_fwd_params* params);
 /* Device workspace the call needs; depends on static shapes only (graph-safe). */
 KVATTN_API kvattn_status kvattn_fwd_workspace_size(const kvattn_fwd_params* params, size_t* bytes);
 KVATTN_API kvattn_status kvattn_fwd(const kvattn_fwd_params* params);
+/* kvattn_fwd_workspace_size and kvattn_fwd in one call (one validation): *workspace_bytes_needed receives
+ * the size; if params->workspace_bytes is at least that (a persistent workspace, say), the call runs as
+ * kvattn_fwd. Else nothing runs and it returns KVATTN_ERROR_INVALID_ARGUMENT naming workspace_bytes:
+ * grow the workspace to *workspace_bytes_needed and call again. A workspace must not be shared by calls
+ * that may run at the same time (different streams). */
+KVATTN_API kvattn_status kvattn_fwd_sized(const kvattn_fwd_params* params, size_t* workspace_bytes_needed);
 
 KVATTN_API kvattn_status kvattn_append_kv(const kvattn_append_params* params);
 KVATTN_API kvattn_status kvattn_combine(const kvattn_combine_params* params);

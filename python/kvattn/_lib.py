@@ -94,6 +94,7 @@ class FwdParams(ctypes.Structure):
         ("lse", Tensor),
         ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_size_t),
+        ("force_portable", ctypes.c_int32),
     ]
 
 
@@ -145,6 +146,7 @@ def _declare(lib):
         "kvattn_check": (_status, [p(FwdParams)]),
         "kvattn_fwd_workspace_size": (_status, [p(FwdParams), p(ctypes.c_size_t)]),
         "kvattn_fwd": (_status, [p(FwdParams)]),
+        "kvattn_fwd_sized": (_status, [p(FwdParams), p(ctypes.c_size_t)]),
         "kvattn_append_kv": (_status, [p(AppendParams)]),
         "kvattn_combine": (_status, [p(CombineParams)]),
         "kvattn_device_errors": (_status, [ctypes.c_int32, ctypes.c_void_p]),

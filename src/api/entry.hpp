@@ -39,10 +39,11 @@ kvattn_status guarded(Body&& body) noexcept {
   }
 }
 
-// The caller's struct must come from a header of this ABI version and be at least as large as ours
-// (a smaller one would make us read past its end).
+// The caller's struct must come from a header of this ABI version and be at least `min_size` large: the
+// size of the struct's first release (kvattn.h's versioning rule; a smaller one would make us read past
+// its end). Fields past a smaller struct_size are read as their defaults (see entry_points.cpp).
 template <class Params>
-kvattn_status check_header(const Params* params, const char* struct_name) {
+kvattn_status check_header(const Params* params, const char* struct_name, size_t min_size = sizeof(Params)) {
   if (params == nullptr)
     return fail(KVATTN_ERROR_INVALID_ARGUMENT, std::string("params: NULL ") + struct_name);
   if (params->abi_version != KVATTN_ABI_VERSION) {
@@ -51,11 +52,11 @@ kvattn_status check_header(const Params* params, const char* struct_name) {
                     " does not match the ABI version " + std::to_string(KVATTN_ABI_VERSION) +
                     " of this library; initialize with " + struct_name + "_init");
   }
-  if (params->struct_size < sizeof(Params)) {
+  if (params->struct_size < min_size) {
     return fail(KVATTN_ERROR_INVALID_ARGUMENT,
                 std::string(struct_name) + ".struct_size: " + std::to_string(params->struct_size) +
-                    " is smaller than " + std::to_string(sizeof(Params)) +
-                    ", the size this library knows; initialize with " + struct_name + "_init");
+                    " is smaller than " + std::to_string(min_size) +
+                    ", the smallest size this library knows; initialize with " + struct_name + "_init");
   }
   return KVATTN_OK;
 }

@@ -1,5 +1,9 @@
 // The C ABI's operations: check the header, validate (validate_*.cpp), then run on the backend of
-// device_type. Nothing crosses the boundary as an exception (entry.hpp).
+// device_type. Nothing crosses the boundary as an exception (entry.hpp). A kvattn_fwd call is validated,
+// looked up and planned once (validate_fwd fills the CudaFwdCall that the launch reads).
+#include <cstddef>
+#include <cstring>
+
 #include "api/backend.hpp"
 #include "api/entry.hpp"
 #include "api/status.hpp"
@@ -8,10 +12,27 @@
 namespace kvattn {
 namespace {
 
-// Header and full validation of kvattn_fwd's arguments.
-kvattn_status validated_fwd(const kvattn_fwd_params* params, FwdProblem* p) {
-  if (kvattn_status s = check_header(params, "kvattn_fwd_params"); s != KVATTN_OK) return s;
-  return validate_fwd(*params, p);
+// kvattn_fwd_params as first released: every field before force_portable.
+constexpr size_t kFwdParamsFirstSize = offsetof(kvattn_fwd_params, force_portable);
+
+// Header and full validation of kvattn_fwd's arguments. A struct from an older header (smaller
+// struct_size) is read over the _init defaults of the fields it lacks.
+kvattn_status validated_fwd(const kvattn_fwd_params* params, FwdProblem* p, CudaFwdCall* cuda) {
+  if (kvattn_status s = check_header(params, "kvattn_fwd_params", kFwdParamsFirstSize); s != KVATTN_OK) {
+    return s;
+  }
+  if (params->struct_size < sizeof(kvattn_fwd_params)) {
+    kvattn_fwd_params full;
+    kvattn_fwd_params_init(&full);
+    std::memcpy(&full, params, params->struct_size);
+    full.struct_size = sizeof(full);
+    return validate_fwd(full, p, cuda);
+  }
+  return validate_fwd(*params, p, cuda);
+}
+
+kvattn_status run_fwd(const FwdProblem& p, const CudaFwdCall& cuda) {
+  return p.device_type == KVATTN_DEVICE_CPU ? cpu_fwd(p) : cuda_fwd(p, cuda);
 }
 
 }  // namespace
@@ -24,8 +45,9 @@ extern "C" {
 KVATTN_API kvattn_status kvattn_check(const kvattn_fwd_params* params) {
   return guarded([&] {
     kvattn::FwdProblem p;
-    if (kvattn_status s = kvattn::validated_fwd(params, &p); s != KVATTN_OK) return s;
-    return kvattn::validate_fwd_workspace(p);
+    kvattn::CudaFwdCall cuda;
+    if (kvattn_status s = kvattn::validated_fwd(params, &p, &cuda); s != KVATTN_OK) return s;
+    return kvattn::validate_fwd_workspace(p, cuda.plan.workspace_bytes);
   });
 }
 
@@ -34,18 +56,39 @@ KVATTN_API kvattn_status kvattn_fwd_workspace_size(const kvattn_fwd_params* para
     if (bytes == nullptr) return kvattn::fail(KVATTN_ERROR_INVALID_ARGUMENT, "bytes: NULL output pointer");
     *bytes = 0;
     kvattn::FwdProblem p;
-    if (kvattn_status s = kvattn::validated_fwd(params, &p); s != KVATTN_OK) return s;
-    if (p.device_type == KVATTN_DEVICE_CPU) return KVATTN_OK;  // the CPU backend needs no workspace
-    return kvattn::cuda_fwd_workspace_size(p, bytes);
+    kvattn::CudaFwdCall cuda;  // the CPU backend needs no workspace: its plan stays empty
+    if (kvattn_status s = kvattn::validated_fwd(params, &p, &cuda); s != KVATTN_OK) return s;
+    *bytes = cuda.plan.workspace_bytes;
+    return KVATTN_OK;
   });
 }
 
 KVATTN_API kvattn_status kvattn_fwd(const kvattn_fwd_params* params) {
   return guarded([&] {
     kvattn::FwdProblem p;
-    if (kvattn_status s = kvattn::validated_fwd(params, &p); s != KVATTN_OK) return s;
-    if (kvattn_status s = kvattn::validate_fwd_workspace(p); s != KVATTN_OK) return s;
-    return p.device_type == KVATTN_DEVICE_CPU ? kvattn::cpu_fwd(p) : kvattn::cuda_fwd(p);
+    kvattn::CudaFwdCall cuda;
+    if (kvattn_status s = kvattn::validated_fwd(params, &p, &cuda); s != KVATTN_OK) return s;
+    if (kvattn_status s = kvattn::validate_fwd_workspace(p, cuda.plan.workspace_bytes); s != KVATTN_OK) {
+      return s;
+    }
+    return kvattn::run_fwd(p, cuda);
+  });
+}
+
+KVATTN_API kvattn_status kvattn_fwd_sized(const kvattn_fwd_params* params, size_t* workspace_bytes_needed) {
+  return guarded([&] {
+    if (workspace_bytes_needed == nullptr) {
+      return kvattn::fail(KVATTN_ERROR_INVALID_ARGUMENT, "workspace_bytes_needed: NULL output pointer");
+    }
+    *workspace_bytes_needed = 0;
+    kvattn::FwdProblem p;
+    kvattn::CudaFwdCall cuda;
+    if (kvattn_status s = kvattn::validated_fwd(params, &p, &cuda); s != KVATTN_OK) return s;
+    *workspace_bytes_needed = cuda.plan.workspace_bytes;
+    if (kvattn_status s = kvattn::validate_fwd_workspace(p, cuda.plan.workspace_bytes); s != KVATTN_OK) {
+      return s;
+    }
+    return kvattn::run_fwd(p, cuda);
   });
 }
 

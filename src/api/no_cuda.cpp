@@ -14,13 +14,10 @@ kvattn_status no_cuda() {
 bool cuda_available() {
   return false;
 }
-kvattn_status cuda_fwd_supported(const FwdProblem&) {
+kvattn_status cuda_fwd_resolve(const FwdProblem&, CudaFwdCall*) {
   return no_cuda();
 }
-kvattn_status cuda_fwd_workspace_size(const FwdProblem&, size_t*) {
-  return no_cuda();
-}
-kvattn_status cuda_fwd(const FwdProblem&) {
+kvattn_status cuda_fwd(const FwdProblem&, const CudaFwdCall&) {
   return no_cuda();
 }
 kvattn_status cuda_append(const AppendProblem&) {

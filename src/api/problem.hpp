@@ -140,6 +140,7 @@ struct FwdProblem {
   int32_t pack_gqa = -1;
   int32_t sm_margin = 0;
   bool deterministic = false;
+  bool force_portable = false;  // CUDA: run the portable sm_80 kernels even where a newer arch's exist
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };

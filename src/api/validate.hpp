@@ -4,14 +4,16 @@
 // backend the per-sequence checks use only the values the host knows (shapes and scalars).
 #pragma once
 
+#include "api/backend.hpp"
 #include "api/problem.hpp"
 
 namespace kvattn {
 
-kvattn_status validate_fwd(const kvattn_fwd_params& args, FwdProblem* problem);
-// The caller's workspace against what the backend needs (kvattn_check and kvattn_fwd, not
-// kvattn_fwd_workspace_size). CPU needs none.
-kvattn_status validate_fwd_workspace(const FwdProblem& p);
+// On the CUDA backend also resolves the call (kernel, plan) into *cuda, once.
+kvattn_status validate_fwd(const kvattn_fwd_params& args, FwdProblem* problem, CudaFwdCall* cuda);
+// The caller's workspace against the `needed` bytes of the resolved call (kvattn_check and kvattn_fwd,
+// not kvattn_fwd_workspace_size).
+kvattn_status validate_fwd_workspace(const FwdProblem& p, size_t needed);
 kvattn_status validate_append(const kvattn_append_params& args, AppendProblem* problem);
 kvattn_status validate_combine(const kvattn_combine_params& args, CombineProblem* problem);
 

@@ -335,16 +335,12 @@ class FwdValidator {
 
 }  // namespace
 
-kvattn_status validate_fwd(const kvattn_fwd_params& args, FwdProblem* problem) {
+kvattn_status validate_fwd(const kvattn_fwd_params& args, FwdProblem* problem, CudaFwdCall* cuda) {
   FwdProblem p;
-  const kvattn_status status = run_checks([&] { FwdValidator(args, p).run(); });
-  if (status != KVATTN_OK) return status;
-  if (p.device_type == KVATTN_DEVICE_CUDA) {
-    const kvattn_status supported = cuda_fwd_supported(p);
-    if (supported != KVATTN_OK) return supported;
-  }
-  *problem = p;
-  return KVATTN_OK;
+  kvattn_status status = run_checks([&] { FwdValidator(args, p).run(); });
+  if (status == KVATTN_OK && p.device_type == KVATTN_DEVICE_CUDA) status = cuda_fwd_resolve(p, cuda);
+  if (status == KVATTN_OK) *problem = p;
+  return status;
 }
 
 }  // namespace kvattn

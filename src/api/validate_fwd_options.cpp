@@ -126,6 +126,10 @@ void check_speed_options(const kvattn_fwd_params& a, FwdProblem& p) {
   p.pack_gqa = a.pack_gqa;
   p.sm_margin = a.sm_margin;
   p.deterministic = a.deterministic != 0;
+  if (a.force_portable != 0 && a.force_portable != 1) {
+    invalid("force_portable: expected 0 or 1, got " + std::to_string(a.force_portable));
+  }
+  p.force_portable = a.force_portable == 1;
   p.workspace = a.workspace;
   p.workspace_bytes = a.workspace_bytes;
 }
@@ -139,11 +143,8 @@ void check_fwd_options(const kvattn_fwd_params& args, FwdProblem& p) {
   check_speed_options(args, p);
 }
 
-kvattn_status validate_fwd_workspace(const FwdProblem& p) {
-  if (p.device_type != KVATTN_DEVICE_CUDA) return KVATTN_OK;
-  size_t needed = 0;
-  const kvattn_status status = cuda_fwd_workspace_size(p, &needed);
-  if (status != KVATTN_OK || needed == 0) return status;
+kvattn_status validate_fwd_workspace(const FwdProblem& p, size_t needed) {
+  if (needed == 0) return KVATTN_OK;
   if (p.workspace == nullptr) {
     return fail(KVATTN_ERROR_INVALID_ARGUMENT, "workspace: required (" + std::to_string(needed) +
                                                    " bytes, see kvattn_fwd_workspace_size), got NULL");

@@ -132,8 +132,9 @@ struct AttentionPlan {
   bool key_split = false;  // decode variant: every (sequence, kv head) has at most kKeySplitRows rows
   int64_t m_blocks = 0;    // per (sequence, kv head): ceil(max_seqlen_q * g / rows of a CTA)
   int splits = 1;
-  int64_t chunk_keys = 0;  // deterministic: keys per split (multiple of block_n); 0 = balanced per CTA
-  size_t smem_bytes = 0;
+  int64_t chunk_keys = 0;        // deterministic: keys per split (multiple of block_n); 0 = balanced per CTA
+  size_t smem_bytes = 0;         // dynamic shared memory of a CTA
+  size_t static_smem_bytes = 0;  // static shared memory on top (the device limit covers both)
   // Balanced schedule (decode with num_splits = 0, not deterministic): a grid of balanced_ctas CTAs that
   // share the key tiles of all units evenly; splits stays 1.
   bool balanced = false;
@@ -166,6 +167,7 @@ inline AttentionPlan plan_attention(const FwdProblem& p, int kernel_head_dim, in
   plan.m_blocks = (rows + rows_per_cta - 1) / rows_per_cta;
   plan.smem_bytes = attention_smem_bytes(kernel_head_dim, kernel_head_dim_v, p.qv.ptr != nullptr,
                                          plan.key_split, p.kv_dtype == DType::fp8_e4m3);
+  plan.static_smem_bytes = attention_static_smem_bytes(kernel_head_dim, kernel_head_dim_v, plan.key_split);
   SplitInputs in;
   in.ctas = static_cast<int64_t>(p.batch) * p.num_kv_heads * plan.m_blocks;
   in.max_keys = p.cu_seqlens_k ? p.num_pages : p.capacity;
@@ -173,9 +175,7 @@ inline AttentionPlan plan_attention(const FwdProblem& p, int kernel_head_dim, in
   in.sm_count = std::max(1, sm_count - std::max(0, p.sm_margin));
   // CTAs that fit an SM: the variant's register-bound residency, or fewer when shared memory says so (1 KiB
   // a CTA is reserved by the runtime).
-  const size_t cta_smem = plan.smem_bytes +
-                          attention_static_smem_bytes(kernel_head_dim, kernel_head_dim_v, plan.key_split) +
-                          1024;
+  const size_t cta_smem = plan.smem_bytes + plan.static_smem_bytes + 1024;
   in.ctas_per_sm = static_cast<int>(std::clamp<size_t>(
       static_cast<size_t>(smem_per_sm) / cta_smem, 1, plan.key_split ? kDecodeCtasPerSm : kGeneralCtasPerSm));
   in.num_splits = p.num_splits;

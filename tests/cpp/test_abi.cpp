@@ -1,4 +1,6 @@
 // The ABI itself: version, initializers, struct header checks, last-error behaviour, backend queries.
+#include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <thread>
 
@@ -26,6 +28,7 @@ TEST(Abi, FwdParamsInitDefaults) {
   EXPECT_EQ(p.window_left, -1);
   EXPECT_EQ(p.window_right, -1);
   EXPECT_EQ(p.rotary_interleaved, 1);
+  EXPECT_EQ(p.force_portable, 0);
   EXPECT_EQ(p.pack_gqa, -1);
   EXPECT_EQ(p.causal, 0);
   EXPECT_EQ(p.softmax_scale, 0.0);
@@ -59,12 +62,48 @@ TEST(Abi, InitWithNullIsANoOp) {
   kvattn_combine_params_init(nullptr);
 }
 
+// kvattn_fwd_params as first released ends before force_portable (kvattn.h's versioning rule).
+constexpr size_t kFwdParamsFirstSize = offsetof(kvattn_fwd_params, force_portable);
+
 TEST(Abi, StructSizeTooSmallIsRejected) {
   FwdCall c;
-  c.p.struct_size = sizeof(kvattn_fwd_params) - 8;
-  const std::string given = std::to_string(sizeof(kvattn_fwd_params) - 8);
-  const std::string known = std::to_string(sizeof(kvattn_fwd_params));
+  c.p.struct_size = kFwdParamsFirstSize - 8;
+  const std::string given = std::to_string(kFwdParamsFirstSize - 8);
+  const std::string known = std::to_string(kFwdParamsFirstSize);
   EXPECT_TRUE(invalid(c.p, {"kvattn_fwd_params.struct_size", given.c_str(), known.c_str()}));
+}
+
+TEST(Abi, StructOfTheFirstReleaseRunsWithTheAppendedFieldsAtTheirDefaults) {
+  FwdCall c;
+  c.p.struct_size = kFwdParamsFirstSize;
+  c.p.force_portable = 7;  // past the caller's struct: never read (7 would be rejected)
+  EXPECT_TRUE(ok(check(c.p)));
+  EXPECT_EQ(kvattn_fwd(&c.p), KVATTN_OK) << kvattn_last_error();
+  c.p.struct_size = sizeof(kvattn_fwd_params);
+  EXPECT_TRUE(invalid(c.p, {"force_portable", "0 or 1", "7"}));
+}
+
+TEST(Abi, ForcePortableIsZeroOrOne) {
+  FwdCall c;
+  c.p.force_portable = 1;
+  EXPECT_TRUE(ok(check(c.p)));
+  c.p.force_portable = -1;
+  EXPECT_TRUE(invalid(c.p, {"force_portable", "0 or 1", "-1"}));
+}
+
+TEST(Abi, FwdSizedRunsAndReportsTheWorkspace) {
+  FwdCall c;
+  size_t needed = 123;
+  ASSERT_EQ(kvattn_fwd_sized(&c.p, &needed), KVATTN_OK) << kvattn_last_error();
+  EXPECT_EQ(needed, 0u);                      // the CPU backend needs none
+  EXPECT_FALSE(std::isnan(c.out->f32()[0]));  // it ran: out was NaN-poisoned
+  EXPECT_TRUE(rejected({kvattn_fwd_sized(&c.p, nullptr), kvattn_last_error()}, KVATTN_ERROR_INVALID_ARGUMENT,
+                       {"workspace_bytes_needed"}));
+  c.p.window_left = -7;
+  needed = 5;
+  EXPECT_TRUE(rejected({kvattn_fwd_sized(&c.p, &needed), kvattn_last_error()}, KVATTN_ERROR_INVALID_ARGUMENT,
+                       {"window_left", "-7"}));
+  EXPECT_EQ(needed, 0u);
 }
 
 TEST(Abi, StructSizeTooSmallIsRejectedForAppendAndCombine) {

@@ -1,8 +1,10 @@
 // The CUDA plan is a pure function of static shapes (heuristics.hpp): which kernel, which split schedule,
-// how many CTAs and how much workspace. Tested here, without a GPU, with the H200's figures.
+// how many CTAs and how much workspace; and the dispatch table's choice of a row (kernel_table.hpp).
+// Tested here, without a GPU, with the H200's figures.
 #include <gtest/gtest.h>
 
 #include "cuda/heuristics.hpp"
+#include "cuda/kernel_table.hpp"
 
 namespace {
 
@@ -100,6 +102,79 @@ TEST(Heuristics, SharedMemoryOfTheDecodeKernelLeavesRoomForThreeCtas) {
   const size_t cta = attention_smem_bytes(128, 128, false, true) +
                      attention_static_smem_bytes(128, 128, true) + 1024;  // the runtime's reserve
   EXPECT_LE(3 * cta, static_cast<size_t>(kSmemPerSm));
+}
+
+// ---- the dispatch table's arch column (kernel_table.hpp), with rows of its own
+
+kvattn_status no_launch(const AttnParams&, const AttentionPlan&, CUstream_st*) {
+  return KVATTN_OK;
+}
+bool decode_only(const FwdProblem& p) {
+  return p.max_seqlen_q == 1;
+}
+AttentionKernel row(int arch, int d, bool built = true, bool (*supports)(const FwdProblem&) = nullptr) {
+  return {arch, DType::bf16, DType::bf16, DType::bf16, d, d, built, supports, &plan_portable, &no_launch};
+}
+
+TEST(KernelTable, ArchSpecificCodeRunsOnItsArchOnlyAndPortableCodeEverywhere) {
+  EXPECT_TRUE(arch_runs_on(kArchPortable, 80));
+  EXPECT_TRUE(arch_runs_on(kArchPortable, 86));
+  EXPECT_TRUE(arch_runs_on(kArchPortable, 90));
+  EXPECT_TRUE(arch_runs_on(kArchPortable, 100));
+  EXPECT_FALSE(arch_runs_on(kArchPortable, 75));
+  EXPECT_TRUE(arch_runs_on(kArchSm90, 90));
+  EXPECT_FALSE(arch_runs_on(kArchSm90, 80));
+  EXPECT_FALSE(arch_runs_on(kArchSm90, 100));  // sm_90a features are not forward compatible
+}
+
+TEST(KernelTable, TheHighestArchTheDeviceRunsWinsUnlessPortableIsForced) {
+  const AttentionKernel table[] = {row(kArchPortable, 128), row(kArchSm90, 128)};
+  const FwdProblem p = decode(4);
+  EXPECT_EQ(pick_kernel(table, 2, p, 90, false).kernel, &table[1]);
+  EXPECT_EQ(pick_kernel(table, 2, p, 90, true).kernel, &table[0]);  // KVATTN_FORCE_PORTABLE=1
+  EXPECT_EQ(pick_kernel(table, 2, p, 80, false).kernel, &table[0]);
+  EXPECT_EQ(pick_kernel(table, 2, p, 100, false).kernel, &table[0]);
+}
+
+TEST(KernelTable, ARowThatDeclinesTheProblemLeavesItToThePortableRow) {
+  const AttentionKernel table[] = {row(kArchSm90, 128, true, &decode_only), row(kArchPortable, 128)};
+  EXPECT_EQ(pick_kernel(table, 2, decode(4), 90, false).kernel, &table[0]);
+  EXPECT_EQ(pick_kernel(table, 2, decode(4, 32, 8, 4), 90, false).kernel, &table[1]);
+}
+
+TEST(KernelTable, WithinAnArchTheSmallestCoveringDimsWin) {
+  const AttentionKernel table[] = {row(kArchPortable, 256), row(kArchPortable, 128), row(kArchPortable, 64),
+                                   row(kArchSm90, 256, false)};
+  FwdProblem p = decode(4);
+  p.head_dim = p.head_dim_v = 100;
+  EXPECT_EQ(pick_kernel(table, 4, p, 90, false).kernel, &table[1]);
+  p.head_dim = p.head_dim_v = 64;
+  EXPECT_EQ(pick_kernel(table, 4, p, 90, false).kernel, &table[2]);
+}
+
+TEST(KernelTable, FailuresSayWhy) {
+  const AttentionKernel table[] = {row(kArchPortable, 64), row(kArchPortable, 128, false)};
+  FwdProblem p = decode(4);
+  p.q_dtype = p.kv_dtype = DType::f16;
+  EXPECT_EQ(pick_kernel(table, 2, p, 90, false).failure, PickFailure::dtypes);
+  p.q_dtype = p.kv_dtype = DType::bf16;
+  EXPECT_EQ(pick_kernel(table, 2, p, 90, false).failure, PickFailure::unbuilt);  // d 128: not compiled
+  p.head_dim = p.head_dim_v = 512;
+  EXPECT_EQ(pick_kernel(table, 2, p, 90, false).failure, PickFailure::dims);
+  p.head_dim = p.head_dim_v = 64;
+  const Pick ok = pick_kernel(table, 2, p, 90, false);
+  EXPECT_EQ(ok.kernel, &table[0]);
+  EXPECT_EQ(ok.failure, PickFailure::none);
+}
+
+TEST(KernelTable, ThePortablePlanIsTheHeuristicsPlan) {
+  const AttentionKernel k = row(kArchPortable, 128);
+  const DeviceShape h200{90, kSms, kSmemPerSm, 232448};
+  const AttentionPlan a = k.plan(decode(4), k, h200), b = plan_of(decode(4));
+  EXPECT_EQ(a.balanced_ctas, b.balanced_ctas);
+  EXPECT_EQ(a.workspace_bytes, b.workspace_bytes);
+  EXPECT_EQ(a.smem_bytes + a.static_smem_bytes,
+            attention_smem_bytes(128, 128, false, true) + attention_static_smem_bytes(128, 128, true));
 }
 
 }  // namespace

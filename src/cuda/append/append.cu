@@ -241,8 +241,9 @@ kvattn_status cuda_append(const AppendProblem& p) {
   a.k_scale = p.k_scale;
   a.v_scale = p.v_scale;
   a.scale_per_head = p.scale_per_head;
-  const kvattn_status st = device_error_record(&a.errors);
-  if (st != KVATTN_OK) return st;
+  const DeviceInfo* device = nullptr;
+  if (const kvattn_status st = device_info(p.device_id, &device); st != KVATTN_OK) return st;
+  a.errors = device->errors;
   const dim3 grid(static_cast<unsigned>(p.num_tokens));
   const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   if (!fp8_cache) {  // fp16 and bf16 are both copied as 16-bit words

@@ -29,11 +29,20 @@ kvattn_status launch_attention(const AttnParams& params, const AttentionPlan& pl
     if constexpr (Cfg::kKeySplitOk) {
       if (plan.key_split) kernel = attention_decode_kernel<Cfg>;
     }
-    // Past 48 KiB of static + dynamic shared memory a kernel must opt in.
-    if (plan.smem_bytes + attention_static_smem_bytes(kHeadDim, kHeadDimV, plan.key_split) > 48 * 1024) {
-      const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   static_cast<int>(plan.smem_bytes));
-      if (err != cudaSuccess) return cuda_fail(err, "attention_kernel shared memory");
+    // Past 48 KiB of static + dynamic shared memory a kernel must opt in: once per (kernel, device), for
+    // the most any call of it asks (with qv).
+    if (plan.smem_bytes + plan.static_smem_bytes > 48 * 1024) {
+      static std::atomic<uint64_t> opted_in[2] = {};  // per variant: the devices done
+      const int most =
+          static_cast<int>(attention_smem_bytes(kHeadDim, kHeadDimV, true, plan.key_split, Cfg::kKvFp8));
+      int device = 0;
+      if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {
+        return cuda_fail(err, "attention_kernel device");
+      }
+      const kvattn_status st =
+          set_max_dynamic_smem_once(reinterpret_cast<const void*>(kernel), device, most,
+                                    &opted_in[plan.key_split ? 1 : 0], "attention_kernel");
+      if (st != KVATTN_OK) return st;
     }
     const dim3 grid = plan.balanced ? dim3(static_cast<unsigned>(plan.balanced_ctas), 1)
                                     : dim3(static_cast<unsigned>(ctas), plan.splits);

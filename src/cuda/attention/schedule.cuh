@@ -1,4 +1,4 @@
-// Which keys a CTA reads, and where its result goes.
+// The tile scheduler: which keys a CTA reads, and where its result goes.
 //
 // A unit is (sequence, kv head, m-block): its packed rows against the keys they can see, cut into key
 // tiles. A piece is a contiguous run of a unit's tiles that one CTA computes in one pass. Two schedules:
@@ -146,6 +146,62 @@ __device__ inline BalancedStart balanced_start(const AttnParams& p) {
   }
   __syncthreads();
   return s_start;
+}
+
+// The piece of a CTA of the static-split grid: (m-block, kv head, sequence) from blockIdx.x, the split
+// from blockIdx.y.
+template <int kRows>
+__device__ __forceinline__ Piece static_piece(const AttnParams& p) {
+  const int m_block = blockIdx.x % p.m_blocks, bh = blockIdx.x / p.m_blocks;
+  return {bh / p.num_kv_heads,
+          bh % p.num_kv_heads,
+          static_cast<int64_t>(m_block) * kRows,
+          static_cast<int>(blockIdx.y),
+          0,
+          0,
+          -1};
+}
+
+// The balanced schedule's tile scheduler: piece(w) for each piece of this CTA's cost range, in order, a
+// barrier after each (the next piece reuses the shared memory). The first piece of each unit records
+// where the unit's pieces are, for the combine. Call from all threads.
+template <int kRows, int kBlockN, int kThreads, class PieceBody>
+__device__ __forceinline__ void for_each_balanced_piece(const AttnParams& p, PieceBody piece) {
+  const BalancedStart st = balanced_start<kRows, kBlockN, kThreads>(p);
+  const int64_t k = blockIdx.x, g = st.ctas;
+  if (k >= g) return;
+  const int64_t a = cta_begin(k, g, st.total), b = cta_begin(k + 1, g, st.total);
+  int i = st.seq;
+  int64_t tiles = st.seq_tiles;
+  int h = static_cast<int>((a - st.seq_start) / (tiles + kUnitCost));
+  int64_t u_start = st.seq_start + h * (tiles + kUnitCost);
+  while (i < p.seq.batch && u_start < b) {
+    // The unit's line: kUnitCost of fixed work, then its tiles.
+    const int64_t u_end = u_start + tiles + kUnitCost;
+    Piece w{i,
+            h,
+            0,
+            -1,
+            max(int64_t{0}, max(a, u_start) - u_start - kUnitCost),
+            max(int64_t{0}, min(b, u_end) - u_start - kUnitCost),
+            -1};
+    if (u_start < a || u_end > b) {
+      const int slot = u_start < a ? 0 : 1;  // continues into this CTA, or starts here and goes on
+      w.partial = (static_cast<int64_t>(slot) * p.balanced_ctas + k) * p.rows_per_unit;
+    }
+    if (u_start >= a && threadIdx.x == 0) {  // the unit's first piece: tell the combine where they all are
+      const int64_t u = static_cast<int64_t>(i) * p.num_kv_heads + h;
+      p.unit_pieces[2 * u] = static_cast<int32_t>(k);
+      p.unit_pieces[2 * u + 1] = static_cast<int32_t>(cta_of(u_end - 1, g, st.total) - k + 1);
+    }
+    piece(w);
+    __syncthreads();  // the next piece reuses the shared memory
+    u_start = u_end;
+    if (++h == p.num_kv_heads) {
+      h = 0;
+      if (++i < p.seq.batch) tiles = unit_tiles<kRows, kBlockN>(p, i);
+    }
+  }
 }
 
 }  // namespace kvattn::cuda

@@ -1,4 +1,5 @@
-// One warp merges the n (O, LSE) partials of one row (CONTRACT.md step 7, the sink counted once).
+// One warp merges the n (O, LSE) partials of one row (CONTRACT.md step 7, the sink counted once), with
+// the one merge of softmax.cuh's RowState.
 #pragma once
 
 #include <cmath>
@@ -30,19 +31,32 @@ struct PartialRow {
 __device__ inline void merge_row_warp(const PartialRow& in, int n, int dv, bool has_sink, float sink,
                                       void* out, DType out_dtype, int64_t out_offset, float* lse_out) {
   const int lane = threadIdx.x % 32;
-  MergeState st;
-  for (int s = lane; s < n; s += 32) st.add_max(*in.lse_of(s));
+  // The row's state: each lane merges its partials (split s is the state (lse_s log2(e), 1)), then the
+  // lanes merge theirs, then the sink. Any NaN partial makes the whole row NaN (an offending sequence
+  // stays NaN through a split).
+  RowState st;
+  bool nan = false;
+  for (int s = lane; s < n; s += 32) {
+    const float lse_s = *in.lse_of(s);
+    if (isnan(lse_s)) {
+      nan = true;
+    } else {
+      st.merge(lse_s * kLog2e, 1.f);
+    }
+  }
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) {
-    st.max_lse = fmaxf(st.max_lse, __shfl_xor_sync(0xffffffffu, st.max_lse, off));
+    const float m_b = __shfl_xor_sync(0xffffffffu, st.m, off);
+    const float l_b = __shfl_xor_sync(0xffffffffu, st.l, off);
+    st.merge(m_b, l_b);
   }
-  st.nan = __any_sync(0xffffffffu, st.nan);
-  if (has_sink) st.max_lse = fmaxf(st.max_lse, sink);
-  for (int s = lane; s < n; s += 32) st.add_sum(*in.lse_of(s));
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) st.sum += __shfl_xor_sync(0xffffffffu, st.sum, off);
-  if (has_sink && sink != -INFINITY) st.sum += expf(sink - st.max_lse);
-  const float total = st.lse();
+  nan = __any_sync(0xffffffffu, nan);
+  if (has_sink) st.merge(sink * kLog2e, 1.f);
+  const float total = nan ? NAN : st.lse();  // natural log; -inf when nothing (no key, no sink) contributed
+  // Weight of a partial with lse_s; zero-weight partials are skipped, so their O may be anything.
+  auto weight = [&](float lse_s) {
+    return (lse_s == -INFINITY || total == -INFINITY) ? 0.f : expf(lse_s - total);
+  };
   // out = sum_s w_s O_s. The loads of O do not depend on the weights, so 8 of them are in flight at once:
   // for each block of 32 splits, lane t computes the weight of split b + t and shuffles it to the others.
   // A zero-weight partial is selected away, never multiplied in (its O may be anything, even NaN).
@@ -54,7 +68,7 @@ __device__ inline void merge_row_warp(const PartialRow& in, int n, int dv, bool 
       float acc[kW] = {};
       for (int b = 0; b < n; b += 32) {
         const int mine = b + lane;
-        const float w_mine = mine < n ? st.weight(*in.lse_of(mine), total) : 0.f;
+        const float w_mine = mine < n ? weight(*in.lse_of(mine)) : 0.f;
         const int count = min(32, n - b);
 #pragma unroll 8
         for (int t = 0; t < count; ++t) {
@@ -74,7 +88,7 @@ __device__ inline void merge_row_warp(const PartialRow& in, int n, int dv, bool 
       }
       if (!active) continue;
 #pragma unroll
-      for (int e = 0; e < kW; ++e) store_as(out, out_dtype, out_offset + c0 + e, st.nan ? NAN : acc[e]);
+      for (int e = 0; e < kW; ++e) store_as(out, out_dtype, out_offset + c0 + e, nan ? NAN : acc[e]);
     }
   };
   const bool vec4 = dv % 4 == 0 && in.o_stride % 4 == 0 && reinterpret_cast<uintptr_t>(in.o) % 16 == 0 &&

@@ -1,5 +1,9 @@
 // The device's error record and kvattn_device_errors: read it after a stream synchronization, clear it,
 // and turn it into a message naming the argument, the index and the value.
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <string>
 
 #include "api/backend.hpp"
@@ -77,20 +81,67 @@ kvattn_status device_error_record(DeviceErrorRecord** rec) {
   return KVATTN_OK;
 }
 
-kvattn_status current_device_limits(DeviceLimits* limits) {
-  int dev = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err == cudaSuccess)
-    err = cudaDeviceGetAttribute(&limits->sm_count, cudaDevAttrMultiProcessorCount, dev);
+namespace {
+
+constexpr int kCachedDevices = 64;
+
+kvattn_status query_device(int device_id, DeviceInfo* info) {
+  DeviceGuard guard(device_id);  // the error record's address is the current device's
+  if (const kvattn_status s = device_status(guard, device_id); s != KVATTN_OK) return s;
+  int major = 0, minor = 0;
+  cudaError_t err = cudaDeviceGetAttribute(&info->shape.sm_count, cudaDevAttrMultiProcessorCount, device_id);
   if (err == cudaSuccess) {
-    err = cudaDeviceGetAttribute(&limits->max_smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    err = cudaDeviceGetAttribute(&info->shape.max_smem_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                 device_id);
   }
   if (err == cudaSuccess) {
-    err = cudaDeviceGetAttribute(&limits->smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+    err = cudaDeviceGetAttribute(&info->shape.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+                                 device_id);
   }
-  if (err == cudaSuccess)
-    err = cudaDeviceGetAttribute(&limits->cc_major, cudaDevAttrComputeCapabilityMajor, dev);
-  if (err != cudaSuccess) return cuda_fail(err, "reading the device properties");
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_id);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_id);
+  if (err != cudaSuccess) return cuda_fail(err, "reading the properties of device_id " + s(device_id));
+  info->shape.arch = 10 * major + minor;
+  return device_error_record(&info->errors);
+}
+
+}  // namespace
+
+kvattn_status device_info(int device_id, const DeviceInfo** info) {
+  // Filled once under the mutex, then read lock-free: a slot is published only complete.
+  static std::atomic<const DeviceInfo*> cache[kCachedDevices] = {};
+  static DeviceInfo storage[kCachedDevices];
+  static std::mutex fill;
+  if (device_id >= 0 && device_id < kCachedDevices) {
+    if ((*info = cache[device_id].load(std::memory_order_acquire)) != nullptr) return KVATTN_OK;
+    std::lock_guard<std::mutex> lock(fill);
+    if ((*info = cache[device_id].load(std::memory_order_acquire)) != nullptr) return KVATTN_OK;
+    DeviceInfo queried{};
+    if (const kvattn_status st = query_device(device_id, &queried); st != KVATTN_OK) return st;
+    storage[device_id] = queried;
+    cache[device_id].store(*info = &storage[device_id], std::memory_order_release);
+    return KVATTN_OK;
+  }
+  thread_local DeviceInfo uncached;  // a device id past the cache: queried every call
+  *info = &uncached;
+  return query_device(device_id, &uncached);
+}
+
+bool env_force_portable() {
+  static const bool forced = [] {
+    const char* v = std::getenv("KVATTN_FORCE_PORTABLE");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return forced;
+}
+
+kvattn_status set_max_dynamic_smem_once(const void* kernel, int device_id, int bytes,
+                                        std::atomic<uint64_t>* done, const char* what) {
+  const uint64_t bit = device_id >= 0 && device_id < 64 ? uint64_t{1} << device_id : 0;
+  if (bit != 0 && (done->load(std::memory_order_acquire) & bit) != 0) return KVATTN_OK;
+  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err != cudaSuccess) return cuda_fail(err, std::string(what) + " shared memory");
+  done->fetch_or(bit, std::memory_order_acq_rel);
   return KVATTN_OK;
 }
 

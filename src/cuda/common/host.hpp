@@ -3,10 +3,13 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "api/status.hpp"
 #include "cuda/common/device_error.cuh"
+#include "cuda/kernel_table.hpp"
 
 namespace kvattn::cuda {
 
@@ -58,13 +61,25 @@ inline kvattn_status check_launch(const char* kernel) {
 // The device's error record (device_errors.cu), for the kernels to write into.
 kvattn_status device_error_record(DeviceErrorRecord** rec);
 
-// Multiprocessors and opt-in shared memory per block of the current device.
-struct DeviceLimits {
-  int sm_count = 0;
-  int max_smem_per_block = 0;
-  int smem_per_sm = 0;
-  int cc_major = 0;  // compute capability: 9 and up launch dependent kernels early (PDL)
+// What kvattn reads of a device, queried on the first call that uses it and cached for the process (the
+// attributes cannot change; querying them cost ~0.5 us each per call).
+struct DeviceInfo {
+  DeviceShape shape;          // arch, SMs, shared memory (kernel_table.hpp)
+  DeviceErrorRecord* errors;  // the device's error record (device_errors.cu), for the kernels to write
 };
-kvattn_status current_device_limits(DeviceLimits* limits);
+
+// The cached info of device_id; thread-safe. On failure (no usable device, bad id) fail() was called as
+// device_status does.
+kvattn_status device_info(int device_id, const DeviceInfo** info);
+
+// The attention kernel table's switch for the portable kernels: KVATTN_FORCE_PORTABLE=1 in the environment
+// (read once per process), or the params field force_portable.
+bool env_force_portable();
+
+// cudaFuncSetAttribute(max dynamic shared memory) once per (kernel, device): the call costs ~1 us and
+// its value outlives the call. `done` is a per-kernel bit set of the devices already set (ids < 64; other
+// devices set it every call).
+kvattn_status set_max_dynamic_smem_once(const void* kernel, int device_id, int bytes,
+                                        std::atomic<uint64_t>* done, const char* what);
 
 }  // namespace kvattn::cuda

@@ -26,32 +26,31 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// Merge weights of n partial LSEs (natural log) plus an optional sink logit:
-//   lse = log(sum_s exp(lse_s) + exp(sink)),  w_s = exp(lse_s - lse)
-// Any NaN partial makes the whole row NaN (an offending sequence stays NaN through a split).
-struct MergeState {
-  float max_lse = -INFINITY;
-  float sum = 0.f;  // sum of exp(lse_s - max_lse), sink included
-  bool nan = false;
+// The softmax state of one row, the (m, l) of an (m, l, O) partial: m = the largest logit seen (log2
+// units), l = sum 2^(s - m) over the keys seen. ONE merge combines two partials, wherever they meet (the
+// warps of the decode kernel, the sink, the split combine):
+//   m = max(m_a, m_b),  l = l_a 2^(m_a - m) + l_b 2^(m_b - m),  O = O_a 2^(m_a - m) + O_b 2^(m_b - m)
+// merge() returns the two factors for the O beside it. A state with no key (m = -inf) contributes nothing
+// and never makes inf - inf = NaN. A partial known by its lse alone is the state (lse log2(e), 1).
+struct MergeScales {
+  float a;  // of this state's O
+  float b;  // of the other's
+};
 
-  __device__ __forceinline__ void add_max(float lse) {
-    if (isnan(lse))
-      nan = true;
-    else
-      max_lse = fmaxf(max_lse, lse);
+struct RowState {
+  float m = -INFINITY;
+  float l = 0.f;
+
+  __device__ __forceinline__ MergeScales merge(float m_b, float l_b) {
+    const float m_new = fmaxf(m, m_b);
+    const float base = safe_max_base(m_new);
+    const MergeScales s{exp2f(m - base), exp2f(m_b - base)};
+    m = m_new;
+    l = l * s.a + l_b * s.b;
+    return s;
   }
-  __device__ __forceinline__ void add_sum(float lse) {
-    if (!isnan(lse) && lse != -INFINITY) sum += expf(lse - max_lse);
-  }
-  // Natural-log LSE of the row; -inf when nothing (no key, no sink) contributed.
-  __device__ __forceinline__ float lse() const {
-    if (nan) return NAN;
-    return sum > 0.f ? max_lse + logf(sum) : -INFINITY;
-  }
-  // Weight of a partial with `lse_s`; zero-weight partials are skipped so their out may be anything.
-  __device__ __forceinline__ float weight(float lse_s, float total) const {
-    return (lse_s == -INFINITY || total == -INFINITY) ? 0.f : expf(lse_s - total);
-  }
+  // Natural-log LSE; -inf when nothing contributed.
+  __device__ __forceinline__ float lse() const { return l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY; }
 };
 
 }  // namespace kvattn::cuda
