@@ -115,8 +115,8 @@ void expect_together(const char* name_a, const kvattn_tensor& a, const char* nam
           missing + " is not)");
 }
 
-void expect_absent(const char* name, const kvattn_tensor& t, const std::string& because) {
-  if (given(t)) invalid(std::string(name) + ": must not be given " + because);
+void expect_absent(const char* name, const kvattn_tensor& t, std::string_view because) {
+  if (given(t)) invalid(std::string(name) + ": must not be given " + std::string(because));
 }
 
 void expect_ndim(const char* name, const kvattn_tensor& t, int32_t ndim, const char* layout) {
@@ -126,17 +126,20 @@ void expect_ndim(const char* name, const kvattn_tensor& t, int32_t ndim, const c
   }
 }
 
-void expect_shape(const char* name, const kvattn_tensor& t, const std::vector<Dim>& dims) {
-  bool ok = t.ndim == static_cast<int32_t>(dims.size());
+void expect_shape(const char* name, const kvattn_tensor& t, const Dim* dims_begin, size_t n) {
+  const Dim* dims_end = dims_begin + n;
+  bool ok = t.ndim == static_cast<int32_t>(n);
   int32_t i = 0;
-  for (const Dim& dim : dims) {
+  for (const Dim* d = dims_begin; d != dims_end; ++d) {
+    const Dim& dim = *d;
     if (ok && dim.size != kAny && t.shape[i] != dim.size) ok = false;
     ++i;
   }
   if (ok) return;
   std::ostringstream symbols, sizes;
   i = 0;
-  for (const Dim& dim : dims) {
+  for (const Dim* d = dims_begin; d != dims_end; ++d) {
+    const Dim& dim = *d;
     symbols << (i ? ", " : "") << dim.symbol;
     sizes << (i ? ", " : "");
     if (dim.size == kAny) {
@@ -146,7 +149,7 @@ void expect_shape(const char* name, const kvattn_tensor& t, const std::vector<Di
     }
     ++i;
   }
-  const char* close = dims.size() == 1 ? ",)" : ")";
+  const char* close = n == 1 ? ",)" : ")";
   invalid(std::string(name) + ": expected shape (" + symbols.str() + close + " = (" + sizes.str() + close +
           ", got " + shape_str(t));
 }
@@ -184,25 +187,23 @@ void expect_dtype_in(const char* name, const kvattn_tensor& t, std::initializer_
   invalid(std::string(name) + ": expected dtype " + list + ", got " + dtype_name(t.dtype));
 }
 
-void expect_in_range(const std::string& what, int64_t value, int64_t lo, int64_t hi,
-                     const std::string& bound) {
+void expect_in_range(std::string_view what, int64_t value, int64_t lo, int64_t hi, std::string_view bound) {
   if (value < lo || value >= hi) {
-    invalid(what + " = " + std::to_string(value) + " is outside [" + std::to_string(lo) + ", " +
-            std::to_string(hi) + ") (" + bound + ")");
+    invalid(std::string(what) + " = " + std::to_string(value) + " is outside [" + std::to_string(lo) + ", " +
+            std::to_string(hi) + ") (" + std::string(bound) + ")");
   }
 }
 
-void expect_in_closed(const std::string& what, int64_t value, int64_t lo, int64_t hi,
-                      const std::string& bound) {
+void expect_in_closed(std::string_view what, int64_t value, int64_t lo, int64_t hi, std::string_view bound) {
   if (value < lo || value > hi) {
-    invalid(what + " = " + std::to_string(value) + " is outside [" + std::to_string(lo) + ", " +
-            std::to_string(hi) + "] (" + bound + ")");
+    invalid(std::string(what) + " = " + std::to_string(value) + " is outside [" + std::to_string(lo) + ", " +
+            std::to_string(hi) + "] (" + std::string(bound) + ")");
   }
 }
 
-int32_t to_int32(const std::string& what, int64_t value) {
+int32_t to_int32(std::string_view what, int64_t value) {
   if (value > std::numeric_limits<int32_t>::max()) {
-    invalid(what + " = " + std::to_string(value) + " does not fit in int32");
+    invalid(std::string(what) + " = " + std::to_string(value) + " does not fit in int32");
   }
   return static_cast<int32_t>(value);
 }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kvattn/kvattn.h"
@@ -70,12 +71,18 @@ void expect_given(const char* name, const kvattn_tensor& t);
 // "v: must be given together with k (k is given, v is not)"
 void expect_together(const char* name_a, const kvattn_tensor& a, const char* name_b, const kvattn_tensor& b);
 // "page_table: must not be given with cu_seqlens_k (...)"
-void expect_absent(const char* name, const kvattn_tensor& t, const std::string& because);
+void expect_absent(const char* name, const kvattn_tensor& t, std::string_view because);
 
 // "q: expected 4 dims (b, sq, hq, d), got 3 dims, shape (2, 8, 64)"
 void expect_ndim(const char* name, const kvattn_tensor& t, int32_t ndim, const char* layout);
 // "k_cache: expected shape (b_cache, s_cache, hk, d) = (*, *, *, 128), got (2, 16, 4, 64)"
-void expect_shape(const char* name, const kvattn_tensor& t, const std::vector<Dim>& dims);
+void expect_shape(const char* name, const kvattn_tensor& t, const Dim* dims, size_t n);
+inline void expect_shape(const char* name, const kvattn_tensor& t, std::initializer_list<Dim> dims) {
+  expect_shape(name, t, dims.begin(), dims.size());
+}
+inline void expect_shape(const char* name, const kvattn_tensor& t, const std::vector<Dim>& dims) {
+  expect_shape(name, t, dims.data(), dims.size());
+}
 // "q: hq (dim 2) must be >= 1, got 0"
 void expect_dim_at_least(const char* name, const kvattn_tensor& t, int32_t dim, const char* symbol,
                          int64_t min);
@@ -89,13 +96,11 @@ void expect_dtype_in(const char* name, const kvattn_tensor& t, std::initializer_
 
 // "<what> = <value> is outside [lo, hi) (<bound>)", e.g. "page_table[2, 5] = 99 is outside [0, 64)
 // (num_pages of k_cache)". expect_in_closed checks [lo, hi].
-void expect_in_range(const std::string& what, int64_t value, int64_t lo, int64_t hi,
-                     const std::string& bound);
-void expect_in_closed(const std::string& what, int64_t value, int64_t lo, int64_t hi,
-                      const std::string& bound);
+void expect_in_range(std::string_view what, int64_t value, int64_t lo, int64_t hi, std::string_view bound);
+void expect_in_closed(std::string_view what, int64_t value, int64_t lo, int64_t hi, std::string_view bound);
 
 // Sizes the problem stores as int32: "q: hq = 3000000000 does not fit in int32".
-int32_t to_int32(const std::string& what, int64_t value);
+int32_t to_int32(std::string_view what, int64_t value);
 
 // ---- implementation of the template
 kvattn_status fail_with(const Rejection& rejection);

@@ -122,7 +122,7 @@ class FwdValidator {
     // Descales are often broadcast views (stride 0 everywhere) and lse has no channel dim: their strides
     // are free.
     for (const NamedTensor& t : kTensors) {
-      expect_well_formed(t.name, a_.*t.member, is_descale(t) || std::string(t.name) == "lse");
+      expect_well_formed(t.name, a_.*t.member, is_descale(t) || t.member == &kvattn_fwd_params::lse);
     }
     for (const NamedTensor& t : kIndexTensors) {
       if (given(a_.*t.member)) expect_dtype(t.name, a_.*t.member, kI32);

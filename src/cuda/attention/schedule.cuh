@@ -123,13 +123,13 @@ __device__ inline BalancedStart balanced_start(const AttnParams& p) {
   // lengths are then cut at unit ends, one piece a CTA); else the grid (whole waves); and at least
   // kMinCtaCost a CTA.
   const int64_t units = static_cast<int64_t>(p.seq.batch) * p.num_kv_heads;
-  int64_t g = gridDim.x;
-  if (units > 0 && units < p.balanced_slots) g = units * (p.balanced_slots / units);
-  g = max(int64_t{1}, min(g, (total + kMinCtaCost - 1) / kMinCtaCost));
-  const int64_t a = cta_begin(blockIdx.x, g, max(total, int64_t{1}));
-  if (threadIdx.x == 0) s_start = {total, static_cast<int>(g), p.seq.batch, total, 0};
+  int64_t ctas = gridDim.x;
+  if (units > 0 && units < p.balanced_slots) ctas = units * (p.balanced_slots / units);
+  ctas = max(int64_t{1}, min(ctas, (total + kMinCtaCost - 1) / kMinCtaCost));
+  const int64_t a = cta_begin(blockIdx.x, ctas, max(total, int64_t{1}));
+  if (threadIdx.x == 0) s_start = {total, static_cast<int>(ctas), p.seq.batch, total, 0};
   __syncthreads();
-  if (blockIdx.x < g && excl <= a && a < excl + mine) {
+  if (blockIdx.x < ctas && excl <= a && a < excl + mine) {
     int64_t at = excl;
 #pragma unroll
     for (int m = 0; m < kBalancedSeqsPerThread; ++m) {
@@ -168,9 +168,9 @@ __device__ __forceinline__ Piece static_piece(const AttnParams& p) {
 template <int kRows, int kBlockN, int kThreads, class PieceBody>
 __device__ __forceinline__ void for_each_balanced_piece(const AttnParams& p, PieceBody piece) {
   const BalancedStart st = balanced_start<kRows, kBlockN, kThreads>(p);
-  const int64_t k = blockIdx.x, g = st.ctas;
-  if (k >= g) return;
-  const int64_t a = cta_begin(k, g, st.total), b = cta_begin(k + 1, g, st.total);
+  const int64_t k = blockIdx.x, ctas = st.ctas;
+  if (k >= ctas) return;
+  const int64_t a = cta_begin(k, ctas, st.total), b = cta_begin(k + 1, ctas, st.total);
   int i = st.seq;
   int64_t tiles = st.seq_tiles;
   int h = static_cast<int>((a - st.seq_start) / (tiles + kUnitCost));
@@ -192,7 +192,7 @@ __device__ __forceinline__ void for_each_balanced_piece(const AttnParams& p, Pie
     if (u_start >= a && threadIdx.x == 0) {  // the unit's first piece: tell the combine where they all are
       const int64_t u = static_cast<int64_t>(i) * p.num_kv_heads + h;
       p.unit_pieces[2 * u] = static_cast<int32_t>(k);
-      p.unit_pieces[2 * u + 1] = static_cast<int32_t>(cta_of(u_end - 1, g, st.total) - k + 1);
+      p.unit_pieces[2 * u + 1] = static_cast<int32_t>(cta_of(u_end - 1, ctas, st.total) - k + 1);
     }
     piece(w);
     __syncthreads();  // the next piece reuses the shared memory
