@@ -1,0 +1,51 @@
+// The softmax state of a row and its one merge (CONTRACT.md step 7), host and device code: the kernels
+// (warp merge, sink fold), the split combine, and tests/cpp/test_row_state.cpp, which checks the merge.
+#pragma once
+
+#include <cmath>
+
+#if defined(__CUDACC__)
+#define KVATTN_STATE_FN __host__ __device__ __forceinline__
+#else
+#define KVATTN_STATE_FN inline
+#endif
+
+namespace kvattn::cuda {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// exp2(x - m) with the convention that a row with no visible key so far (m = -inf) contributes nothing
+// and never produces inf - inf = NaN.
+KVATTN_STATE_FN float safe_max_base(float m) {
+  return m == -INFINITY ? 0.f : m;
+}
+
+// The softmax state of one row, the (m, l) of an (m, l, O) partial: m = the largest logit seen (log2
+// units), l = sum 2^(s - m) over the keys seen. ONE merge combines two partials, wherever they meet (the
+// warps of the decode kernel, the sink, the split combine):
+//   m = max(m_a, m_b),  l = l_a 2^(m_a - m) + l_b 2^(m_b - m),  O = O_a 2^(m_a - m) + O_b 2^(m_b - m)
+// merge() returns the two factors for the O beside it. A state with no key (m = -inf) contributes nothing
+// and never makes inf - inf = NaN. A partial known by its lse alone is the state (lse log2(e), 1).
+struct MergeScales {
+  float a;  // of this state's O
+  float b;  // of the other's
+};
+
+struct RowState {
+  float m = -INFINITY;
+  float l = 0.f;
+
+  KVATTN_STATE_FN MergeScales merge(float m_b, float l_b) {
+    const float m_new = fmaxf(m, m_b);
+    const float base = safe_max_base(m_new);
+    const MergeScales s{exp2f(m - base), exp2f(m_b - base)};
+    m = m_new;
+    l = l * s.a + l_b * s.b;
+    return s;
+  }
+  // Natural-log LSE; -inf when nothing contributed.
+  KVATTN_STATE_FN float lse() const { return l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY; }
+};
+
+}  // namespace kvattn::cuda
