@@ -4,7 +4,7 @@
 //   prologue         prologue.cuh      the piece's keys and tiles, the device-side index checks
 //   mainloop         sm80/mainloop.cuh the tile loop of one architecture (cp.async + mma.sync here)
 //   score mods       score_mod.cuh     softcap, ALiBi, masks: one function of (qp, kp, head)
-//   state            common/softmax.cuh (m, l) and the one merge (warps, sink, split combine)
+//   state            common/row_state.hpp  (m, l) and the one merge (warps, sink, split combine)
 //   epilogue         epilogue.cuh      the only writer of out, lse and the partials
 #pragma once
 
