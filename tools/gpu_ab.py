@@ -30,8 +30,9 @@ def main(base_dir, new_dir):
         ratio = tn / tb if tb and tn else float("nan")
         if ratio == ratio:
             worst = max(worst, ratio)
-        if "status" in n or "status" in b:
-            print(f"{name[:52]:52s} status: {n.get('status') or b.get('status')}")
+        bad = [r.get("status") for r in (b, n) if r.get("status", "ok") != "ok"]
+        if bad:
+            print(f"{name[:52]:52s} status: {bad[0][:60]}")
             continue
         print(f"{name[:52]:52s} {us(tb)} {us(tn)} {ratio:8.3f}  {us(b.get('host_us_python'))}/{us(n.get('host_us_python'))}"
               f"  {us(b.get('host_us_c'))}/{us(n.get('host_us_c'))}")
