@@ -14,6 +14,7 @@
 #include "cuda/append/append.hpp"
 #include "cuda/attention/launch.hpp"
 #include "cuda/common/host.hpp"
+#include "cuda/decode_sm90/decode_sm90.hpp"
 #include "cuda/heuristics.hpp"
 
 namespace kvattn::cuda {
@@ -181,8 +182,13 @@ kvattn_status cuda_fwd(const FwdProblem& p) {
 
   if (p.k_new.ptr != nullptr && (status = launch_append(p, errors, stream)) != KVATTN_OK) return status;
   if (plan.m_blocks == 0 || p.batch == 0) return KVATTN_OK;
-  const AttnParams params = make_attn_params(p, plan, errors);
-  if ((status = entry->launch(params, plan, stream)) != KVATTN_OK) return status;
+  AttnParams params = make_attn_params(p, plan, errors);
+  // Hopper decode kernel where it applies (decode_sm90.hpp), else the portable kernels.
+  status =
+      decode_sm90_supports(p, plan, params, entry->compute_dtype, entry->head_dim, entry->head_dim_v, limits)
+          ? launch_decode_sm90(params, p, entry->compute_dtype, plan, limits, stream)
+          : entry->launch(params, plan, stream);
+  if (status != KVATTN_OK) return status;
   if (plan.splits > 1 || plan.balanced) {
     return launch_split_combine(params, p.head_dim_v, p.out_dtype, limits.cc_major >= 9, stream);
   }

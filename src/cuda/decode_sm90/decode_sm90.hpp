@@ -1,0 +1,61 @@
+// The Hopper decode kernel (sm_90a): host side. One persistent CTA per SM walks its share of the balanced
+// schedule (attention/schedule.cuh); a producer warp streams K/V rows with cp.async.bulk into a ring of
+// mbarrier-guarded shared-memory stages, four consumer warps each take whole stages (no block barrier in
+// the K/V loop) and merge at the end of each piece. Same key-split math and the same partials format as
+// the portable decode kernel, so the split combine merges its pieces unchanged.
+//
+// It takes the decode shapes it supports (decode_sm90_supports) and leaves the rest to the portable
+// kernels: the caller asks, then launches one or the other.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "api/problem.hpp"
+#include "api/status.hpp"
+#include "cuda/attention/params.cuh"
+#include "cuda/common/host.hpp"
+#include "cuda/heuristics.hpp"
+
+namespace kvattn::cuda {
+
+// The kernel's compile-time geometry, shared by the host (shared memory, support) and the device.
+struct DecodeSm90Shape {
+  static constexpr int kHeadDim = 128;         // d = dv = 128 only: the most common decode head
+  static constexpr int kRows = kKeySplitRows;  // 16 packed rows (g x q), one mma row block
+  static constexpr int kConsumerWarps = 4;
+  static constexpr int kThreads = 32 * (kConsumerWarps + 1);  // + the producer warp
+  static constexpr int kStages = 10;                          // the ring: ~170-185 KB of K/V in flight
+  static constexpr int kBlockN = 64;  // keys of a schedule tile (the balanced schedule's cost unit)
+  static constexpr int kQStride = kHeadDim + 8;  // s_q row, elements (16-byte pad: no ldmatrix conflicts)
+  static constexpr int kOStride = kHeadDim + 8;  // merge state row, floats (8 banks apart: float2 stores)
+  static constexpr int kStateFloats = kRows * kOStride + 2 * kRows;  // O, m, l of one consumer warp
+
+  // Keys of a stage: 16 KB of K + V per stage whatever the cache dtype.
+  static constexpr int stage_keys(bool fp8) { return fp8 ? 64 : 32; }
+  static constexpr int row_stride(bool fp8) { return kHeadDim * (fp8 ? 1 : 2) + 16; }  // bytes, padded
+  static constexpr size_t stage_bytes(bool fp8) { return size_t(stage_keys(fp8)) * row_stride(fp8) * 2; }
+  static constexpr size_t smem_bytes(bool fp8) {
+    return kStages * stage_bytes(fp8)                   // the ring
+           + size_t(kConsumerWarps) * kStateFloats * 4  // the merge states
+           + size_t(kRows) * kQStride * 2               // Q
+           + 2 * kStages * 8;                           // full / empty mbarriers
+  }
+};
+
+// Whether the sm_90 decode kernel runs p (with the plan the portable path made for it): an sm_90 device,
+// a library built for sm_90a, KVATTN_FORCE_PORTABLE unset (or not "1"), a balanced key-split decode plan,
+// d = dv = 128 (the kernel's own dims), no qv, 16-byte aligned K/V rows, and a dtype pair it was compiled
+// for. Anything else runs on the portable kernels (launch_attention).
+bool decode_sm90_supports(const FwdProblem& p, const AttentionPlan& plan, const AttnParams& params,
+                          DType compute_dtype, int kernel_head_dim, int kernel_head_dim_v,
+                          const DeviceLimits& limits);
+
+// Launches it (after decode_sm90_supports said yes). Sets params.balanced_ctas / balanced_slots to its own
+// grid (one CTA an SM, at most the plan's grid, so the plan's workspace holds its partials): pass the same
+// params to launch_split_combine.
+kvattn_status launch_decode_sm90(AttnParams& params, const FwdProblem& p, DType compute_dtype,
+                                 const AttentionPlan& plan, const DeviceLimits& limits, cudaStream_t stream);
+
+}  // namespace kvattn::cuda

@@ -1,0 +1,636 @@
+// The Hopper decode kernel (decode_sm90.hpp says what it is for). One CTA an SM, 5 warps:
+//   producer (warp 4): walks the CTA's pieces of the balanced schedule; for each stage of kStageKeys keys
+//     it waits for the ring slot to be free (empty mbarrier), announces its bytes (expect-tx on the full
+//     mbarrier) and issues one cp.async.bulk per K row and per V row (lane = key). Page-table entries are
+//     loaded kAhead stages early. It never waits for the consumers except on a full ring, so the next
+//     piece's K/V stream in while the consumers finish the current one.
+//   consumers (warps 0-3): per piece, load the sequence, check its page ids (as the portable kernel does),
+//     load Q; then warp w computes stages w, w + 4, ... of the piece (the ring stage's full mbarrier is the
+//     only wait), with the same key-split online softmax as the portable decode kernel; at the piece's end
+//     the four (m, l, O) merge through shared memory and 128 threads write out / lse, or the partial.
+// Invalid key slots of a stage (past the piece's keys) copy the piece's last valid row instead of a row
+// of zeros, so every stage moves the same bytes, and the mask sets their scores to -inf (P = 0 times a
+// finite row). fp8 caches: K and V are converted in registers (cvt e4m3x2 -> f16x2 [-> bf16x2]) from
+// ldmatrix fragments of the fp8 rows; K's channels are read in a permuted order that Q's fragments follow,
+// V's channels come out as even / odd 8-column tiles that the merge puts back in place.
+#pragma once
+
+#include <cmath>
+
+#include "cuda/attention/params.cuh"
+#include "cuda/attention/schedule.cuh"
+#include "cuda/common/dtype.cuh"
+#include "cuda/common/mma.cuh"
+#include "cuda/common/pdl.cuh"
+#include "cuda/common/rotary.cuh"
+#include "cuda/common/softmax.cuh"
+#include "cuda/decode_sm90/decode_sm90.hpp"
+#include "cuda/decode_sm90/sync.cuh"
+
+namespace kvattn::cuda::sm90 {
+
+template <typename T_, typename TKV_>
+struct DecodeCfg : DecodeSm90Shape {
+  using T = T_;
+  using TKV = TKV_;
+  static constexpr bool kFp8 = std::is_same_v<TKV, __nv_fp8_e4m3>;
+  static constexpr int kStageKeys = stage_keys(kFp8);
+  static constexpr int kKeysPerLane = kStageKeys / 32;
+  static constexpr int kRowBytes = kHeadDim * static_cast<int>(sizeof(TKV));  // one cache row of a head
+  static constexpr int kRowStride = row_stride(kFp8);
+  static constexpr int kStageBytes = static_cast<int>(stage_bytes(kFp8));
+  static constexpr uint32_t kTxBytes = 2u * kStageKeys * kRowBytes;  // K + V rows of a stage
+  static constexpr int kNTilesS = kStageKeys / 8;                    // 8-key column tiles of S
+  static constexpr int kNTilesO = kHeadDim / 8;                      // 8-column tiles of O
+  static constexpr int kAhead = 3;  // stages whose page-table entries the producer holds ahead
+  static_assert(kStageKeys % 32 == 0 && kBlockN % kStageKeys == 0, "whole stages of lanes in a tile");
+  static_assert(kRowStride % 16 == 0 && kRowBytes % 16 == 0, "16-byte rows for the bulk copies");
+};
+
+// The channel of O accumulator (n-tile n, column col of the mma C layout). 16-bit caches: the natural
+// order. fp8: n-tile 2c + parity holds the channels 16c + 2j + parity, j = 0..7 (ldmatrix.trans of byte
+// pairs, see the PV step).
+template <bool kFp8>
+__device__ __forceinline__ int o_channel(int n, int col) {
+  if constexpr (kFp8) {
+    return 16 * (n / 2) + 2 * col + (n % 2);
+  } else {
+    return 8 * n + col;
+  }
+}
+
+// A piece's keys: the sequence, its visible-key range, and the piece's keys [kp_begin, kp_end) in stages.
+struct PieceKeys {
+  Sequence seq;
+  KeyRange keys;
+  int64_t tile_begin, tile_end;  // the piece's tiles of the unit, clamped to the unit's tiles
+  int32_t kp_begin, kp_end;      // logical key positions; kp_end <= keys.last + 1
+  int32_t stages;
+};
+
+template <class Cfg>
+__device__ __forceinline__ PieceKeys piece_keys(const AttnParams& p, const Piece& w, bool record) {
+  PieceKeys k;
+  k.seq = load_sequence(p.seq, w.i, p.errors, record);
+  k.keys = key_range(p, k.seq, 0, Cfg::kRows, Cfg::kBlockN);
+  if (!k.seq.rows_known) k.keys.tiles = 0;
+  k.tile_begin = min(k.keys.tiles, w.tile_begin);
+  k.tile_end = min(k.keys.tiles, w.tile_end);
+  k.kp_begin = static_cast<int32_t>(k.keys.first + k.tile_begin * Cfg::kBlockN);
+  k.kp_end = static_cast<int32_t>(min(k.keys.last + 1, k.keys.first + k.tile_end * Cfg::kBlockN));
+  k.stages = k.kp_end > k.kp_begin ? (k.kp_end - k.kp_begin + Cfg::kStageKeys - 1) / Cfg::kStageKeys : 0;
+  return k;
+}
+
+// The pieces of CTA blockIdx.x on the balanced schedule, in order; f(piece, first_of_unit, unit_end).
+// Producer and consumers walk the same list, so they agree on every stage without talking.
+template <class Cfg, class F>
+__device__ __forceinline__ void for_each_piece(const AttnParams& p, const BalancedStart& st, F&& f) {
+  const int64_t k = blockIdx.x, g = st.ctas;
+  if (k >= g) return;
+  const int64_t a = cta_begin(k, g, st.total), b = cta_begin(k + 1, g, st.total);
+  int i = st.seq;
+  int64_t tiles = st.seq_tiles;
+  int h = static_cast<int>((a - st.seq_start) / (tiles + kUnitCost));
+  int64_t u_start = st.seq_start + h * (tiles + kUnitCost);
+  while (i < p.seq.batch && u_start < b) {
+    const int64_t u_end = u_start + tiles + kUnitCost;
+    Piece w{i,
+            h,
+            0,
+            -1,
+            max(int64_t{0}, max(a, u_start) - u_start - kUnitCost),
+            max(int64_t{0}, min(b, u_end) - u_start - kUnitCost),
+            -1};
+    if (u_start < a || u_end > b) {
+      const int slot = u_start < a ? 0 : 1;  // continues into this CTA, or starts here and goes on
+      w.partial = (static_cast<int64_t>(slot) * p.balanced_ctas + k) * p.rows_per_unit;
+    }
+    f(w, u_start >= a, cta_of(u_end - 1, g, st.total) - k + 1);
+    u_start = u_end;
+    if (++h == p.num_kv_heads) {
+      h = 0;
+      if (++i < p.seq.batch) tiles = unit_tiles<Cfg::kRows, Cfg::kBlockN>(p, i);
+    }
+  }
+}
+
+// ---- producer
+
+// A cache row of zeros (the longest: 128 16-bit channels), never written.
+static __device__ __align__(16) unsigned char g_zero_row[256];
+
+template <class Cfg>
+__device__ __forceinline__ void produce(const AttnParams& p, const BalancedStart& st, unsigned char* ring,
+                                        uint64_t* full, uint64_t* empty) {
+  using TKV = typename Cfg::TKV;
+  const int lane = threadIdx.x % 32;
+  const uint64_t policy = evict_first_policy();
+  uint32_t stage_count = 0;
+  for_each_piece<Cfg>(p, st, [&](const Piece& w, bool, int64_t) {
+    const PieceKeys pk = piece_keys<Cfg>(p, w, false);
+    if (pk.stages == 0) return;
+    const Sequence& seq = pk.seq;
+    const bool paged = p.seq.page_table != nullptr && p.seq.cu_seqlens_k == nullptr;
+    const int64_t head_k = static_cast<int64_t>(w.kv_head) * p.k_cache.head_stride;
+    const int64_t head_v = static_cast<int64_t>(w.kv_head) * p.v_cache.head_stride;
+    // The cache slot of this lane's key j of stage s: past the piece's keys, its last key (always valid).
+    auto slot_of = [&](int s, int j) {
+      const int32_t kp = min(pk.kp_begin + s * Cfg::kStageKeys + j * 32 + lane, pk.kp_end - 1);
+      return seq.leftpad + kp;
+    };
+    int32_t entry[Cfg::kAhead + 1][Cfg::kKeysPerLane];
+#pragma unroll
+    for (int a = 0; a <= Cfg::kAhead; ++a) {
+#pragma unroll
+      for (int j = 0; j < Cfg::kKeysPerLane; ++j) {
+        entry[a][j] = paged && a < pk.stages ? page_entry(p.seq, seq, slot_of(a, j)) : 0;
+      }
+    }
+    for (int s = 0; s < pk.stages; ++s, ++stage_count) {
+      const int slot = static_cast<int>(stage_count % Cfg::kStages);
+      const uint32_t round = stage_count / Cfg::kStages;
+      const unsigned char* k_src[Cfg::kKeysPerLane];
+      const unsigned char* v_src[Cfg::kKeysPerLane];
+#pragma unroll
+      for (int j = 0; j < Cfg::kKeysPerLane; ++j) {
+        const SlotAddress at = slot_address_at(p.seq, seq, slot_of(s, j), entry[0][j]);
+        // An out-of-range page id (the consumers record it and write NaN) reads a row of zeros instead.
+        k_src[j] = g_zero_row;
+        v_src[j] = g_zero_row;
+        if (at.page >= 0) {
+          k_src[j] =
+              static_cast<const unsigned char*>(p.k_cache.ptr) +
+              (at.page * p.k_cache.page_stride + at.in_page * p.k_cache.slot_stride + head_k) * sizeof(TKV);
+          v_src[j] =
+              static_cast<const unsigned char*>(p.v_cache.ptr) +
+              (at.page * p.v_cache.page_stride + at.in_page * p.v_cache.slot_stride + head_v) * sizeof(TKV);
+        }
+      }
+      // Shift the page-entry window and load the entries of stage s + kAhead + 1.
+#pragma unroll
+      for (int j = 0; j < Cfg::kKeysPerLane; ++j) {
+#pragma unroll
+        for (int a = 0; a < Cfg::kAhead; ++a) entry[a][j] = entry[a + 1][j];
+        const int next = s + Cfg::kAhead + 1;
+        entry[Cfg::kAhead][j] = paged && next < pk.stages ? page_entry(p.seq, seq, slot_of(next, j)) : 0;
+      }
+      mbar_wait(&empty[slot], (round & 1) ^ 1);  // the consumers of the previous round are done with it
+      if (lane == 0) mbar_arrive_expect_tx(&full[slot], Cfg::kTxBytes);
+      __syncwarp();
+      unsigned char* k_dst = ring + slot * Cfg::kStageBytes;
+      unsigned char* v_dst = k_dst + Cfg::kStageKeys * Cfg::kRowStride;
+#pragma unroll
+      for (int j = 0; j < Cfg::kKeysPerLane; ++j) {
+        const int key = j * 32 + lane;
+        bulk_copy_g2s(smem_addr(k_dst + key * Cfg::kRowStride), k_src[j], Cfg::kRowBytes, &full[slot],
+                      policy);
+        bulk_copy_g2s(smem_addr(v_dst + key * Cfg::kRowStride), v_src[j], Cfg::kRowBytes, &full[slot],
+                      policy);
+      }
+    }
+  });
+}
+
+// ---- consumers
+
+// Block-wide checks of the portable kernel, over the 128 consumer threads (tid 0..127).
+__device__ inline bool pages_ok(const SeqParams& p, const Sequence& seq, int64_t slot_begin, int64_t slot_end,
+                                DeviceErrorRecord* err, int tid, int threads) {
+  bool bad = false;
+  if (p.page_table && !p.cu_seqlens_k && slot_end > slot_begin) {
+    const int64_t first = slot_begin / p.page_size, last = (slot_end - 1) / p.page_size;
+    const int32_t* row = p.page_table + seq.cache_row * p.page_table_stride;
+    for (int64_t c = first + tid; c <= last; c += threads) {
+      const int64_t page = row[c];
+      if (page < 0 || page >= p.num_pages) {
+        bad = true;
+        record_error(err, ErrorArg::page_table, ErrorKind::out_of_range, c, page, p.num_pages, seq.cache_row);
+      }
+    }
+  }
+  return !bad;
+}
+__device__ inline bool row_unique(const SeqParams& p, int i, DeviceErrorRecord* err, int tid, int threads) {
+  bool dup = false;
+  if (p.has_new && p.cache_batch_idx) {
+    const int32_t mine = p.cache_batch_idx[i];
+    for (int j = tid; j < p.batch; j += threads) {
+      if (j != i && p.cache_batch_idx[j] == mine) {
+        dup = true;
+        if (j > i) record_error(err, ErrorArg::cache_batch_idx, ErrorKind::duplicate, j, mine, 0, i);
+      }
+    }
+  }
+  return !dup;
+}
+
+// Q rows [0, kRows) of unit (i, kv_head) into s_q (kRows, kQStride) as T, rotary applied; rows that do not
+// attend are zero. TQ: q's storage (T, or fp8 under an fp8 cache).
+template <class Cfg, typename TQ>
+__device__ inline void load_q_rows(const AttnParams& p, const Sequence& seq, int i, int kv_head,
+                                   typename Cfg::T* s_q, int tid) {
+  using T = typename Cfg::T;
+  constexpr int kPerThread = Cfg::kRows * Cfg::kHeadDim / (32 * Cfg::kConsumerWarps);  // 16 channels
+  const int row = tid / (Cfg::kHeadDim / kPerThread), c0 = tid % (Cfg::kHeadDim / kPerThread) * kPerThread;
+  const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
+  T vals[kPerThread];
+  if (row < used_rows) {
+    const int64_t t = row / p.group;
+    const int h = kv_head * p.group + row % p.group;
+    const TQ* src = static_cast<const TQ*>(p.q.ptr) + i * p.q.batch_stride +
+                    (seq.q_row0 + t) * p.q.token_stride + h * p.q.head_stride;
+    const int64_t pos = seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0);
+#pragma unroll
+    for (int e = 0; e < kPerThread; ++e) {
+      const int c = c0 + e;
+      vals[e] = c < p.rotary.rotary_dim ? from_float<T>(rotated_channel(src, c, pos, p.rotary))
+                                        : convert_to<T>(src[c]);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < kPerThread; ++e) vals[e] = from_float<T>(0.f);
+  }
+#pragma unroll
+  for (int e = 0; e < kPerThread; ++e) s_q[row * Cfg::kQStride + c0 + e] = vals[e];
+}
+
+template <class Cfg>
+__device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart& st, unsigned char* ring,
+                                        uint64_t* full, uint64_t* empty, float* s_state,
+                                        typename Cfg::T* s_q) {
+  using T = typename Cfg::T;
+  constexpr int kNTilesS = Cfg::kNTilesS, kNTilesO = Cfg::kNTilesO, kW = Cfg::kConsumerWarps;
+  constexpr int kCThreads = 32 * kW;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int group = lane / 4, quad = lane % 4;
+  uint32_t stage_count = 0;
+  for_each_piece<Cfg>(p, st, [&](const Piece& w, bool first_of_unit, int64_t unit_pieces) {
+    if (first_of_unit && tid == 0) {  // tell the combine where the unit's pieces are
+      const int64_t u = static_cast<int64_t>(w.i) * p.num_kv_heads + w.kv_head;
+      p.unit_pieces[2 * u] = static_cast<int32_t>(blockIdx.x);
+      p.unit_pieces[2 * u + 1] = static_cast<int32_t>(unit_pieces);
+    }
+    const PieceKeys pk = piece_keys<Cfg>(p, w, tid == 0);
+    const Sequence& seq = pk.seq;
+    const uint32_t first_stage = stage_count;
+    stage_count += pk.stages;
+    const int64_t rows = static_cast<int64_t>(seq.q_len) * p.group;
+    if (!seq.rows_known || rows == 0) return;  // no row is ours (pk.stages == 0 then)
+    const int i = w.i, kv_head = w.kv_head;
+    const int64_t kv_len = seq.end - seq.leftpad;
+    const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
+
+    // The portable kernel's checks: the cache row is not shared under an append, and the page ids of the
+    // piece's slots (the first piece also those before the visible keys, the last those after) are in
+    // range. An offending piece writes NaN; its stages are still consumed.
+    bool ok = seq.ok && row_unique(p.seq, i, p.errors, tid, kCThreads);
+    if (ok) {
+      const int64_t slot0 = seq.leftpad + pk.keys.first;
+      const int64_t begin = pk.tile_begin == 0 ? seq.leftpad : slot0 + pk.tile_begin * Cfg::kBlockN;
+      const int64_t end =
+          pk.tile_end == pk.keys.tiles ? seq.end : min(seq.end, slot0 + pk.tile_end * Cfg::kBlockN);
+      ok = pages_ok(p.seq, seq, begin, end, p.errors, tid, kCThreads);
+    }
+    if constexpr (Cfg::kFp8 && std::is_same_v<T, __nv_bfloat16>) {
+      if (p.q_fp8) {
+        load_q_rows<Cfg, __nv_fp8_e4m3>(p, seq, i, kv_head, s_q, tid);
+      } else {
+        load_q_rows<Cfg, T>(p, seq, i, kv_head, s_q, tid);
+      }
+    } else {
+      load_q_rows<Cfg, T>(p, seq, i, kv_head, s_q, tid);
+    }
+    const bool bad = consumers_or<kCThreads>(!ok);  // also: s_q written, the previous merge state read
+
+    // Q as mma A fragments, (16 rows, 16 channels) per k-step. fp8: k-slot (2 quad + e, 2 quad + 8 + e) of
+    // step kk is channel 16 kk + 4 quad + e (+ 2), the order in which K's fragments arrive.
+    uint32_t q_frag[Cfg::kHeadDim / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk) {
+      if constexpr (Cfg::kFp8) {
+        const uint2 lo = *reinterpret_cast<const uint2*>(s_q + group * Cfg::kQStride + 16 * kk + 4 * quad);
+        const uint2 hi =
+            *reinterpret_cast<const uint2*>(s_q + (group + 8) * Cfg::kQStride + 16 * kk + 4 * quad);
+        q_frag[kk][0] = lo.x, q_frag[kk][1] = hi.x, q_frag[kk][2] = lo.y, q_frag[kk][3] = hi.y;
+      } else {
+        ldmatrix_x4(q_frag[kk], smem_addr(s_q + (lane % 16) * Cfg::kQStride + kk * 16 + (lane / 16) * 8));
+      }
+    }
+
+    float qk_descale = 1.f, o_descale = 1.f;
+    if constexpr (Cfg::kFp8) {
+      qk_descale = descale_at(p.q_descale, p.q_descale_strides, i, kv_head) *
+                   descale_at(p.k_descale, p.k_descale_strides, i, kv_head);
+      o_descale = descale_at(p.v_descale, p.v_descale_strides, i, kv_head);
+    }
+    int32_t row_qp[2];
+    float row_slope[2];  // ALiBi, log2 units
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int r = group + 8 * k;
+      row_qp[k] = static_cast<int32_t>(r / p.group + kv_len - seq.q_used);
+      row_slope[k] = p.alibi_slopes && r < used_rows
+                         ? p.alibi_slopes[i * p.alibi_batch_stride + kv_head * p.group + r % p.group] * kLog2e
+                         : 0.f;
+    }
+
+    float o_acc[kNTilesO][4];
+#pragma unroll
+    for (int n = 0; n < kNTilesO; ++n) o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.f;
+    float row_max[2] = {-INFINITY, -INFINITY};
+    float row_sum[2] = {0.f, 0.f};
+
+    // This warp's stages of the piece: those whose CTA-wide index is warp mod kW.
+    const int s_first = static_cast<int>((warp - first_stage % kW + kW) % kW);
+    for (int s = s_first; s < pk.stages; s += kW) {
+      const uint32_t g = first_stage + s;
+      const int slot = static_cast<int>(g % Cfg::kStages);
+      mbar_wait(&full[slot], (g / Cfg::kStages) & 1);
+      const unsigned char* s_k = ring + slot * Cfg::kStageBytes;
+      const unsigned char* s_v = s_k + Cfg::kStageKeys * Cfg::kRowStride;
+
+      float s_acc[kNTilesS][4];
+#pragma unroll
+      for (int n = 0; n < kNTilesS; ++n) s_acc[n][0] = s_acc[n][1] = s_acc[n][2] = s_acc[n][3] = 0.f;
+      if constexpr (Cfg::kFp8) {
+        // ldmatrix of (8 keys, 16 fp8 channels) blocks as b16: lane (group, quad) gets channels 4 quad..+3
+        // of key `group`; matrices: keys +0 / +8 of a 16-key pair, channel chunks 2 kk2 / 2 kk2 + 1.
+#pragma unroll
+        for (int kk2 = 0; kk2 < Cfg::kHeadDim / 32; ++kk2) {
+#pragma unroll
+          for (int nb = 0; nb < kNTilesS / 2; ++nb) {
+            uint32_t r[4];
+            const int m = lane / 8;
+            ldmatrix_x4(r, smem_addr(s_k + (nb * 16 + (m & 1) * 8 + lane % 8) * Cfg::kRowStride +
+                                     (2 * kk2 + (m >> 1)) * 16));
+#pragma unroll
+            for (int m2 = 0; m2 < 4; ++m2) {
+              uint32_t lo = e4m3x2_to_f16x2(r[m2] & 0xffff), hi = e4m3x2_to_f16x2(r[m2] >> 16);
+              if constexpr (std::is_same_v<T, __nv_bfloat16>)
+                lo = f16x2_to_bf16x2(lo), hi = f16x2_to_bf16x2(hi);
+              mma_m16n8k16<T>(s_acc[2 * nb + (m2 & 1)], q_frag[2 * kk2 + (m2 >> 1)], lo, hi);
+            }
+          }
+        }
+#pragma unroll
+        for (int n = 0; n < kNTilesS; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s_acc[n][e] *= qk_descale;
+        }
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk) {
+#pragma unroll
+          for (int np = 0; np < kNTilesS / 2; ++np) {
+            uint32_t b[4];
+            ldmatrix_x4(b, smem_addr(s_k + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * Cfg::kRowStride +
+                                     (kk * 16 + ((lane >> 3) & 1) * 8) * 2));
+            mma_m16n8k16<T>(s_acc[2 * np], q_frag[kk], b[0], b[1]);
+            mma_m16n8k16<T>(s_acc[2 * np + 1], q_frag[kk], b[2], b[3]);
+          }
+        }
+      }
+
+      // Score modifications, in log2 units, as the portable kernel: softcap or scale, ALiBi, the mask (keys
+      // past the piece's last and past kv_len are invisible to every row).
+      const int32_t kp0 = pk.kp_begin + s * Cfg::kStageKeys;
+      const bool inside = kp0 >= pk.keys.all_first && kp0 + Cfg::kStageKeys - 1 <= pk.keys.all_last;
+      if (p.softcap > 0.f) {
+        const float inner = p.scale / p.softcap, outer = p.softcap * kLog2e;
+#pragma unroll
+        for (int n = 0; n < kNTilesS; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s_acc[n][e] = outer * tanhf(s_acc[n][e] * inner);
+        }
+      } else {
+#pragma unroll
+        for (int n = 0; n < kNTilesS; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s_acc[n][e] *= p.scale_log2;
+        }
+      }
+      if (p.alibi_slopes) {
+#pragma unroll
+        for (int n = 0; n < kNTilesS; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int32_t kp = kp0 + n * 8 + 2 * quad + (e & 1);
+            s_acc[n][e] -= row_slope[e / 2] * fabsf(static_cast<float>(row_qp[e / 2] - kp));
+          }
+        }
+      }
+      if (!inside) {
+        const int32_t kv_len32 = static_cast<int32_t>(kv_len);
+#pragma unroll
+        for (int n = 0; n < kNTilesS; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int32_t kp = kp0 + n * 8 + 2 * quad + (e & 1);
+            if (kp >= pk.kp_end || kp >= kv_len32 || !p.mask.visible(row_qp[e / 2], kp))
+              s_acc[n][e] = -INFINITY;
+          }
+        }
+      }
+
+      // Online softmax (O rescaled only when some row of the warp needs it).
+      float correction[2];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        float mx = row_max[k];
+#pragma unroll
+        for (int n = 0; n < kNTilesS; ++n) mx = fmaxf(mx, fmaxf(s_acc[n][2 * k], s_acc[n][2 * k + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float base = safe_max_base(mx);
+        correction[k] = mx == row_max[k] ? 1.f : fast_exp2(row_max[k] - base);
+        row_max[k] = mx;
+        row_sum[k] *= correction[k];
+#pragma unroll
+        for (int n = 0; n < kNTilesS; ++n) {
+          s_acc[n][2 * k] = fast_exp2(s_acc[n][2 * k] - base);
+          s_acc[n][2 * k + 1] = fast_exp2(s_acc[n][2 * k + 1] - base);
+          row_sum[k] += s_acc[n][2 * k] + s_acc[n][2 * k + 1];
+        }
+      }
+      if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
+#pragma unroll
+        for (int n = 0; n < kNTilesO; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o_acc[n][e] *= correction[e / 2];
+        }
+      }
+
+      // O += P V, 16 keys a step.
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kStageKeys / 16; ++kk) {
+        const uint32_t a[4] = {pack2<T>(s_acc[2 * kk][0], s_acc[2 * kk][1]),
+                               pack2<T>(s_acc[2 * kk][2], s_acc[2 * kk][3]),
+                               pack2<T>(s_acc[2 * kk + 1][0], s_acc[2 * kk + 1][1]),
+                               pack2<T>(s_acc[2 * kk + 1][2], s_acc[2 * kk + 1][3])};
+        if constexpr (Cfg::kFp8) {
+          // ldmatrix.trans of (8 keys, 8 byte pairs): lane (group, quad) gets keys 2 quad, 2 quad + 1 of the
+          // channels 2 group, 2 group + 1 of a 16-channel chunk; bytes (0, 2) are the even channel's key
+          // pair, (1, 3) the odd one's. Matrices: keys +0 / +8, chunks 2 cp / 2 cp + 1.
+#pragma unroll
+          for (int cp = 0; cp < Cfg::kHeadDim / 32; ++cp) {
+            uint32_t r[4];
+            const int m = lane / 8;
+            ldmatrix_x4_trans(r, smem_addr(s_v + (kk * 16 + (m & 1) * 8 + lane % 8) * Cfg::kRowStride +
+                                           (2 * cp + (m >> 1)) * 16));
+#pragma unroll
+            for (int half_chunk = 0; half_chunk < 2; ++half_chunk) {
+              const uint32_t lo_keys = r[2 * half_chunk], hi_keys = r[2 * half_chunk + 1];
+#pragma unroll
+              for (int parity = 0; parity < 2; ++parity) {
+                const uint32_t sel = parity ? 0x3131u : 0x2020u;  // bytes (1, 3) or (0, 2) into the low half
+                uint32_t b0 = e4m3x2_to_f16x2(byte_perm(lo_keys, sel) & 0xffff);
+                uint32_t b1 = e4m3x2_to_f16x2(byte_perm(hi_keys, sel) & 0xffff);
+                if constexpr (std::is_same_v<T, __nv_bfloat16>)
+                  b0 = f16x2_to_bf16x2(b0), b1 = f16x2_to_bf16x2(b1);
+                mma_m16n8k16<T>(o_acc[2 * (2 * cp + half_chunk) + parity], a, b0, b1);
+              }
+            }
+          }
+        } else {
+#pragma unroll
+          for (int np = 0; np < kNTilesO / 2; ++np) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(
+                b, smem_addr(s_v + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * Cfg::kRowStride +
+                             (np * 16 + (lane >> 4) * 8) * 2));
+            mma_m16n8k16<T>(o_acc[2 * np], a, b[0], b[1]);
+            mma_m16n8k16<T>(o_acc[2 * np + 1], a, b[2], b[3]);
+          }
+        }
+      }
+      mbar_arrive(&empty[slot]);  // every lane: its reads of the stage are done
+    }
+
+    // Merge: each warp's (m, l, O) into shared memory (O in channel order), then 128 threads combine them:
+    // m = max_w m_w;  l = sum_w l_w 2^(m_w - m);  O = sum_w O_w 2^(m_w - m).
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], 1);
+      row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], 2);
+    }
+    float* mine = s_state + warp * Cfg::kStateFloats;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int r = group + 8 * k;
+#pragma unroll
+      for (int n = 0; n < kNTilesO; ++n) {
+        if constexpr (Cfg::kFp8) {
+          mine[r * Cfg::kOStride + o_channel<true>(n, 2 * quad)] = o_acc[n][2 * k];
+          mine[r * Cfg::kOStride + o_channel<true>(n, 2 * quad + 1)] = o_acc[n][2 * k + 1];
+        } else {
+          *reinterpret_cast<float2*>(mine + r * Cfg::kOStride + 8 * n + 2 * quad) =
+              make_float2(o_acc[n][2 * k], o_acc[n][2 * k + 1]);
+        }
+      }
+      if (quad == 0) {
+        mine[Cfg::kRows * Cfg::kOStride + r] = row_max[k];
+        mine[Cfg::kRows * Cfg::kOStride + Cfg::kRows + r] = row_sum[k];
+      }
+    }
+    consumers_sync<kCThreads>();
+
+    // Epilogue: thread tid has row tid / 8 and channels [16 (tid % 8), +16). A whole unit: out = O / l and
+    // lse, the sink counted here; a piece: the normalized partial (O / l, m + log l) without the sink.
+    constexpr int kCols = Cfg::kHeadDim / 8;
+    const int r = tid / 8, c0 = tid % 8 * kCols;
+    if (r >= rows) return;
+    const int64_t t = r / p.group;
+    const int h = kv_head * p.group + r % p.group;
+    const int64_t prow = piece_partial_row(p, w, seq, r);
+    float* lse_out =
+        p.lse ? p.lse + i * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_row0 + t) * p.lse_token_stride
+              : nullptr;
+    T* out = static_cast<T*>(p.out.ptr) + i * p.out.batch_stride + (seq.q_row0 + t) * p.out.token_stride +
+             h * p.out.head_stride;
+    if (bad) {
+      if (prow >= 0) {
+        for (int c = 0; c < kCols; ++c) p.o_partial[prow * p.head_dim_v + c0 + c] = NAN;
+        if (c0 == 0) p.lse_partial[prow] = NAN;
+      } else {
+        for (int c = 0; c < kCols; ++c) out[c0 + c] = from_float<T>(NAN);
+        if (c0 == 0 && lse_out) *lse_out = NAN;
+      }
+      return;
+    }
+    float weight[kW], m_all = -INFINITY;
+#pragma unroll
+    for (int v = 0; v < kW; ++v)
+      m_all = fmaxf(m_all, s_state[v * Cfg::kStateFloats + Cfg::kRows * Cfg::kOStride + r]);
+    const float base = safe_max_base(m_all);
+    float l = 0.f;
+#pragma unroll
+    for (int v = 0; v < kW; ++v) {
+      const float* theirs = s_state + v * Cfg::kStateFloats + Cfg::kRows * Cfg::kOStride;
+      weight[v] = exp2f(theirs[r] - base);
+      l += theirs[Cfg::kRows + r] * weight[v];
+    }
+    const bool attends = r < used_rows;
+    if (!attends) l = 0.f;
+    float m = m_all, rescale = 1.f;
+    float lse = l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
+    if (prow < 0 && p.sinks && attends) {
+      const float sink_nat = p.sinks[h], sink = sink_nat * kLog2e;
+      const float m_new = fmaxf(m, sink);
+      rescale = exp2f(m - m_new);
+      const bool empty_row = l == 0.f;
+      l = l * rescale + exp2f(sink - m_new);
+      m = m_new;
+      lse = empty_row ? sink_nat : (m + log2f(l)) * kLn2;
+    }
+    const float inv_l = l > 0.f ? rescale / l * o_descale : 0.f;
+    float o[kCols];
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) {
+      float acc = 0.f;
+#pragma unroll
+      for (int v = 0; v < kW; ++v)
+        acc += s_state[v * Cfg::kStateFloats + r * Cfg::kOStride + c0 + c] * weight[v];
+      o[c] = acc * inv_l;
+    }
+    if (prow >= 0) {
+      float4* dst = reinterpret_cast<float4*>(p.o_partial + prow * p.head_dim_v + c0);
+#pragma unroll
+      for (int c = 0; c < kCols / 4; ++c)
+        dst[c] = make_float4(o[4 * c], o[4 * c + 1], o[4 * c + 2], o[4 * c + 3]);
+      if (c0 == 0) p.lse_partial[prow] = lse;
+    } else {
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) out[c0 + c] = from_float<T>(o[c]);
+      if (c0 == 0 && lse_out) *lse_out = lse;
+    }
+  });
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) decode_sm90_kernel(const __grid_constant__ AttnParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* ring = smem_raw;
+  float* s_state = reinterpret_cast<float*>(ring + Cfg::kStages * Cfg::kStageBytes);
+  using T = typename Cfg::T;
+  T* s_q = reinterpret_cast<T*>(s_state + Cfg::kConsumerWarps * Cfg::kStateFloats);
+  uint64_t* full = reinterpret_cast<uint64_t*>(s_q + Cfg::kRows * Cfg::kQStride);
+  uint64_t* empty = full + Cfg::kStages;
+  allow_dependent_launch();  // the split combine may be scheduled now; it waits for this grid's end
+  if (threadIdx.x < Cfg::kStages) {
+    mbar_init(&full[threadIdx.x], 1);
+    mbar_init(&empty[threadIdx.x], 32);
+  }
+  mbar_init_fence();
+  const BalancedStart st = balanced_start<Cfg::kRows, Cfg::kBlockN, Cfg::kThreads>(p);  // block-wide barriers
+  wait_for_prior_grid();  // launched early after the append (PDL): the appended K/V are in place past here
+  if (threadIdx.x >= 32 * Cfg::kConsumerWarps) {
+    produce<Cfg>(p, st, ring, full, empty);
+  } else {
+    consume<Cfg>(p, st, ring, full, empty, s_state, s_q);
+  }
+#endif
+}
+
+}  // namespace kvattn::cuda::sm90

@@ -1,0 +1,108 @@
+// The Hopper decode kernel's host side: the support predicate and the launch (decode_sm90.hpp).
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "cuda/attention/launch.hpp"
+#include "cuda/decode_sm90/decode_sm90.hpp"
+#include "cuda/decode_sm90/kernel.cuh"
+
+namespace kvattn::cuda {
+namespace {
+
+using DecodeKernel = void (*)(AttnParams);
+
+template <typename T, typename TKV>
+DecodeKernel kernel_of() {
+  return sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV>>;
+}
+
+// The kernel for (compute dtype, cache dtype), or nullptr when this build has none.
+DecodeKernel pick_kernel(DType compute, DType kv) {
+  if (!dtype_built(compute) || !head_dim_built(DecodeSm90Shape::kHeadDim)) return nullptr;
+  const bool fp8 = kv == DType::fp8_e4m3;
+  if (!fp8 && kv != compute) return nullptr;
+  if constexpr (dtype_built(DType::bf16)) {
+    if (compute == DType::bf16) {
+      return fp8 ? kernel_of<__nv_bfloat16, __nv_fp8_e4m3>() : kernel_of<__nv_bfloat16, __nv_bfloat16>();
+    }
+  }
+  if constexpr (dtype_built(DType::f16)) {
+    if (compute == DType::f16) return fp8 ? kernel_of<half, __nv_fp8_e4m3>() : kernel_of<half, half>();
+  }
+  return nullptr;
+}
+
+// Whether the library holds sm_90 machine code of the kernels (built with 90a in KVATTN_CUDA_ARCHS): asked
+// once, on the first sm_90 device (an sm_80-only build would run them from compute_80 PTX, as stubs).
+bool built_for_sm90(DecodeKernel kernel) {
+  static std::atomic<int> known{-1};
+  int v = known.load(std::memory_order_relaxed);
+  if (v < 0) {
+    cudaFuncAttributes a{};
+    const cudaError_t err = cudaFuncGetAttributes(&a, kernel);
+    if (err != cudaSuccess) cudaGetLastError();
+    v = err == cudaSuccess && a.binaryVersion >= 90 && a.ptxVersion >= 90 ? 1 : 0;
+    known.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+bool forced_portable() {
+  const char* e = std::getenv("KVATTN_FORCE_PORTABLE");
+  return e != nullptr && std::strcmp(e, "1") == 0;
+}
+
+}  // namespace
+
+bool decode_sm90_supports(const FwdProblem& p, const AttentionPlan& plan, const AttnParams& params,
+                          DType compute_dtype, int kernel_head_dim, int kernel_head_dim_v,
+                          const DeviceLimits& limits) {
+  using S = DecodeSm90Shape;
+  if (limits.cc_major != 9 || forced_portable()) return false;
+  // The balanced key-split decode plan (one row block of <= 16 packed rows, num_splits = 0, not
+  // deterministic); static splits stay on the portable kernel.
+  if (!plan.key_split || !plan.balanced || plan.m_blocks != 1) return false;
+  if (kernel_head_dim != S::kHeadDim || kernel_head_dim_v != S::kHeadDim || p.head_dim != S::kHeadDim ||
+      p.head_dim_v != S::kHeadDim || p.qv.ptr != nullptr || !params.kv_vec16) {
+    return false;
+  }
+  const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
+  if (S::smem_bytes(fp8) + 1024 > static_cast<size_t>(limits.max_smem_per_block)) return false;
+  const DecodeKernel kernel = pick_kernel(compute_dtype, p.kv_dtype);
+  return kernel != nullptr && built_for_sm90(kernel);
+}
+
+kvattn_status launch_decode_sm90(AttnParams& params, const FwdProblem& p, DType compute_dtype,
+                                 const AttentionPlan& plan, const DeviceLimits& limits, cudaStream_t stream) {
+  using S = DecodeSm90Shape;
+  const DecodeKernel kernel = pick_kernel(compute_dtype, p.kv_dtype);
+  if (kernel == nullptr) return fail(KVATTN_ERROR_UNSUPPORTED, "decode_sm90: no kernel for this dtype pair");
+  if (std::getenv("KVATTN_DEBUG_DISPATCH") != nullptr) std::fprintf(stderr, "kvattn: decode_sm90 kernel\n");
+  // One persistent CTA an SM, never more than the plan's grid (whose partials the workspace holds).
+  const int64_t sms = std::max(1, limits.sm_count - std::max(0, p.sm_margin));
+  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(sms, plan.balanced_ctas));
+  params.balanced_ctas = static_cast<int32_t>(grid);
+  params.balanced_slots = static_cast<int32_t>(grid);
+  const size_t smem = S::smem_bytes(p.kv_dtype == DType::fp8_e4m3);
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (err != cudaSuccess) return cuda_fail(err, "decode_sm90_kernel shared memory");
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.blockDim = dim3(S::kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = plan.early_launch ? 1 : 0;
+  err = cudaLaunchKernelEx(&config, kernel, params);
+  if (err != cudaSuccess) return cuda_fail(err, "launching decode_sm90_kernel");
+  return check_launch("decode_sm90_kernel");
+}
+
+}  // namespace kvattn::cuda
