@@ -201,11 +201,19 @@ __device__ inline bool pages_ok(const SeqParams& p, const Sequence& seq, int64_t
   if (p.page_table && !p.cu_seqlens_k && slot_end > slot_begin) {
     const int64_t first = slot_begin / p.page_size, last = (slot_end - 1) / p.page_size;
     const int32_t* row = p.page_table + seq.cache_row * p.page_table_stride;
-    for (int64_t c = first + tid; c <= last; c += threads) {
-      const int64_t page = row[c];
-      if (page < 0 || page >= p.num_pages) {
-        bad = true;
-        record_error(err, ErrorArg::page_table, ErrorKind::out_of_range, c, page, p.num_pages, seq.cache_row);
+    // kLoads entries a thread in flight at once: page size 1 has one entry a key.
+    constexpr int kLoads = 8;
+    for (int64_t c0 = first + tid; c0 <= last; c0 += int64_t{kLoads} * threads) {
+      int32_t page[kLoads];
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) page[u] = c0 + u * threads <= last ? row[c0 + u * threads] : 0;
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        if (page[u] < 0 || page[u] >= p.num_pages) {
+          bad = true;
+          record_error(err, ErrorArg::page_table, ErrorKind::out_of_range, c0 + u * threads, page[u],
+                       p.num_pages, seq.cache_row);
+        }
       }
     }
   }

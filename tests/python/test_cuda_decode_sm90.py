@@ -1,0 +1,101 @@
+"""The Hopper decode kernel (src/cuda/decode_sm90): the decode shapes it takes (d = dv = 128, <= 16 packed
+rows, the balanced schedule) across layouts, page sizes, fp8 caches and the contract's features, at lengths
+that end mid-stage (0, 1, 31-33, 63-65, ...) and with skewed batches, so that pieces straddle CTAs and
+stages. On other GPUs the same cases run on the portable kernels (and still check the oracle). On sm_90 the
+dispatch is checked too: the kernel runs unless KVATTN_FORCE_PORTABLE=1.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import harness as H
+from cases import Case, run_and_compare
+
+pytestmark = pytest.mark.skipif(not H._cuda_ready(), reason="needs torch, a GPU and a CUDA build")
+DEVICE = "cuda"
+
+# Lengths around the 32/64-key stage and tile edges, an empty and a one-key sequence, one long one.
+_EDGES = (0, 1, 31, 32, 33, 63, 64, 65, 127, 129, 3000)
+_SKEW = (5000,) + tuple(int(x) for x in np.random.default_rng(11).integers(1, 900, 20)) + (0, 1)
+
+
+def _sm90():
+    torch = sys.modules["torch"]
+    return torch.cuda.get_device_capability()[0] == 9
+
+
+@pytest.mark.parametrize("kv_fp8", [False, True])
+@pytest.mark.parametrize("layout,page", [("contiguous", 0), ("paged", 1), ("paged", 16), ("paged", 64),
+                                         ("packed", 0)])
+def test_layouts_edges(layout, page, kv_fp8):
+    case = Case(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=32, hk=8, seqlens=_EDGES, sq=1, layout=layout,
+                page_size=max(page, 1), num_splits=0, seed=page + 7 * kv_fp8)
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp8"])
+@pytest.mark.parametrize("page", [1, 16])
+def test_fp8_cache_skewed(dtype, page):
+    """fp8 e4m3 caches with f16 / bf16 / fp8 q: K and V converted in registers; descales per (b, kv head)."""
+    case = Case(dtype=dtype, kv_fp8=True, d=128, hq=16, hk=4, seqlens=_SKEW, sq=1, layout="paged",
+                page_size=page, batch_idx="scattered", num_splits=0, seed=page)
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.parametrize("features", [
+    dict(sinks="fp32", leftpad=(3, 0, 17, 1, 40)),
+    dict(new=(1, 1, 1, 1, 1), rotary="neox", batch_idx="scattered"),
+    dict(window=(100, 0), causal=True, softcap=15.0),
+    dict(alibi="bh", chunk=96, causal=True),
+    dict(seqused_q=True, sq=3, causal=True, sinks="bf16"),
+])
+@pytest.mark.parametrize("kv_fp8", [False, True])
+def test_features(features, kv_fp8):
+    kw = dict(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=8, hk=2, seqlens=(700, 1, 0, 333, 2100), sq=1,
+              layout="paged", page_size=16, num_splits=0, seed=len(features))
+    kw.update(features)
+    if kw.get("leftpad"):
+        kw["seqlens"] = tuple(n + lp for n, lp in zip(kw["seqlens"], kw["leftpad"]))
+    run_and_compare(Case(**kw), DEVICE)
+
+
+@pytest.mark.parametrize("sq,hq,hk", [(2, 32, 8), (4, 32, 8), (8, 16, 8), (4, 8, 2)])
+@pytest.mark.parametrize("kv_fp8", [False, True])
+def test_speculative(sq, hq, hk, kv_fp8):
+    """2-8 query tokens, GQA rows packed (g x q <= 16), causal among the new tokens."""
+    case = Case(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=hq, hk=hk, seqlens=(1500, 65, 9, 4000), sq=sq,
+                new=(sq,) * 4, causal=True, layout="paged", page_size=16, num_splits=0, seed=sq * hq)
+    run_and_compare(case, DEVICE)
+
+
+def test_many_sequences_page1():
+    """Many short units per CTA: the producer streams the next pieces while the consumers merge."""
+    lens = tuple(int(x) for x in np.random.default_rng(3).integers(0, 300, 300))
+    case = Case(dtype="bf16", d=128, hq=8, hk=2, seqlens=lens, sq=1, layout="paged", page_size=1,
+                num_splits=0, seed=3)
+    run_and_compare(case, DEVICE)
+
+
+_DISPATCH_SCRIPT = r"""
+import numpy as np, torch, kvattn
+q = torch.randn(2, 1, 8, 128, device="cuda", dtype=torch.bfloat16)
+k = torch.randn(2, 300, 2, 128, device="cuda", dtype=torch.bfloat16)
+v = torch.randn_like(k)
+kvattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=torch.tensor([300, 77], dtype=torch.int32, device="cuda"))
+torch.cuda.synchronize()
+"""
+
+
+@pytest.mark.parametrize("portable", [False, True])
+def test_dispatch_on_sm90(portable):
+    """On sm_90 a supported decode runs on the Hopper kernel, and KVATTN_FORCE_PORTABLE=1 turns it off."""
+    if not _sm90():
+        pytest.skip("the Hopper decode kernel runs on sm_90 only")
+    env = dict(os.environ, KVATTN_DEBUG_DISPATCH="1", KVATTN_FORCE_PORTABLE="1" if portable else "0")
+    r = subprocess.run([sys.executable, "-c", _DISPATCH_SCRIPT], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert ("decode_sm90" in r.stderr) != portable, r.stderr
