@@ -90,13 +90,14 @@ def run_case(name, b, L, page, sq, kv, scattered):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--filter", default="")
+    ap.add_argument("--filter", default="", help="comma list: cases whose name contains any of them")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     rows = []
     print(f"{'case':28s} {'portable us':>12s} {'TB/s':>6s} {'sm90 us':>9s} {'TB/s':>6s} {'speedup':>8s} {'diff':>8s}")
     for c in CASES:
-        if args.filter and args.filter not in c[0]:
+        wanted = [f for f in args.filter.split(",") if f]
+        if wanted and not any(f in c[0] for f in wanted):
             continue
         try:
             r = run_case(*c)

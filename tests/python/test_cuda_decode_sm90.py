@@ -18,8 +18,8 @@ pytestmark = pytest.mark.skipif(not H._cuda_ready(), reason="needs torch, a GPU 
 DEVICE = "cuda"
 
 # Lengths around the 32/64-key stage and tile edges, an empty and a one-key sequence, one long one.
-_EDGES = (0, 1, 31, 32, 33, 63, 64, 65, 127, 129, 3000)
-_SKEW = (5000,) + tuple(int(x) for x in np.random.default_rng(11).integers(1, 900, 20)) + (0, 1)
+_EDGES = (0, 1, 31, 32, 33, 63, 64, 65, 127, 129, 1500)
+_SKEW = (2500,) + tuple(int(x) for x in np.random.default_rng(11).integers(1, 600, 10)) + (0, 1)
 
 
 def _sm90():
@@ -31,7 +31,7 @@ def _sm90():
 @pytest.mark.parametrize("layout,page", [("contiguous", 0), ("paged", 1), ("paged", 16), ("paged", 64),
                                          ("packed", 0)])
 def test_layouts_edges(layout, page, kv_fp8):
-    case = Case(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=32, hk=8, seqlens=_EDGES, sq=1, layout=layout,
+    case = Case(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=8, hk=2, seqlens=_EDGES, sq=1, layout=layout,
                 page_size=max(page, 1), num_splits=0, seed=page + 7 * kv_fp8)
     run_and_compare(case, DEVICE)
 
@@ -40,7 +40,7 @@ def test_layouts_edges(layout, page, kv_fp8):
 @pytest.mark.parametrize("page", [1, 16])
 def test_fp8_cache_skewed(dtype, page):
     """fp8 e4m3 caches with f16 / bf16 / fp8 q: K and V converted in registers; descales per (b, kv head)."""
-    case = Case(dtype=dtype, kv_fp8=True, d=128, hq=16, hk=4, seqlens=_SKEW, sq=1, layout="paged",
+    case = Case(dtype=dtype, kv_fp8=True, d=128, hq=8, hk=2, seqlens=_SKEW, sq=1, layout="paged",
                 page_size=page, batch_idx="scattered", num_splits=0, seed=page)
     run_and_compare(case, DEVICE)
 
@@ -54,7 +54,7 @@ def test_fp8_cache_skewed(dtype, page):
 ])
 @pytest.mark.parametrize("kv_fp8", [False, True])
 def test_features(features, kv_fp8):
-    kw = dict(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=8, hk=2, seqlens=(700, 1, 0, 333, 2100), sq=1,
+    kw = dict(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=8, hk=2, seqlens=(700, 1, 0, 333, 1300), sq=1,
               layout="paged", page_size=16, num_splits=0, seed=len(features))
     kw.update(features)
     if kw.get("leftpad"):
@@ -62,18 +62,18 @@ def test_features(features, kv_fp8):
     run_and_compare(Case(**kw), DEVICE)
 
 
-@pytest.mark.parametrize("sq,hq,hk", [(2, 32, 8), (4, 32, 8), (8, 16, 8), (4, 8, 2)])
+@pytest.mark.parametrize("sq,hq,hk", [(2, 8, 2), (4, 8, 2), (8, 4, 2)])
 @pytest.mark.parametrize("kv_fp8", [False, True])
 def test_speculative(sq, hq, hk, kv_fp8):
     """2-8 query tokens, GQA rows packed (g x q <= 16), causal among the new tokens."""
-    case = Case(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=hq, hk=hk, seqlens=(1500, 65, 9, 4000), sq=sq,
+    case = Case(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=hq, hk=hk, seqlens=(1500, 65, 9, 2000), sq=sq,
                 new=(sq,) * 4, causal=True, layout="paged", page_size=16, num_splits=0, seed=sq * hq)
     run_and_compare(case, DEVICE)
 
 
 def test_many_sequences_page1():
     """Many short units per CTA: the producer streams the next pieces while the consumers merge."""
-    lens = tuple(int(x) for x in np.random.default_rng(3).integers(0, 300, 300))
+    lens = tuple(int(x) for x in np.random.default_rng(3).integers(0, 200, 120))
     case = Case(dtype="bf16", d=128, hq=8, hk=2, seqlens=lens, sq=1, layout="paged", page_size=1,
                 num_splits=0, seed=3)
     run_and_compare(case, DEVICE)

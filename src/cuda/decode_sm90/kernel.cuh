@@ -291,14 +291,18 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
 
     // The portable kernel's checks: the cache row is not shared under an append, and the page ids of the
     // piece's slots (the first piece also those before the visible keys, the last those after) are in
-    // range. An offending piece writes NaN; its stages are still consumed.
+    // range. An offending piece writes NaN; its stages are still consumed. The ids of the piece's own keys
+    // are checked stage by stage in the loop below (each warp its stages: no stall before the first
+    // stage); the slots outside them here.
+    const bool paged = p.seq.page_table != nullptr && p.seq.cu_seqlens_k == nullptr;
     bool ok = seq.ok && row_unique(p.seq, i, p.errors, tid, kCThreads);
     if (ok) {
-      const int64_t slot0 = seq.leftpad + pk.keys.first;
-      const int64_t begin = pk.tile_begin == 0 ? seq.leftpad : slot0 + pk.tile_begin * Cfg::kBlockN;
-      const int64_t end =
-          pk.tile_end == pk.keys.tiles ? seq.end : min(seq.end, slot0 + pk.tile_end * Cfg::kBlockN);
-      ok = pages_ok(p.seq, seq, begin, end, p.errors, tid, kCThreads);
+      const int64_t pre_end = seq.leftpad + pk.kp_begin;
+      const int64_t post_begin = max(pre_end, seq.leftpad + pk.kp_end);
+      if (pk.tile_begin == 0) ok = pages_ok(p.seq, seq, seq.leftpad, pre_end, p.errors, tid, kCThreads);
+      if (pk.tile_end == pk.keys.tiles && ok) {
+        ok = pages_ok(p.seq, seq, post_begin, seq.end, p.errors, tid, kCThreads);
+      }
     }
     if constexpr (Cfg::kFp8 && std::is_same_v<T, __nv_bfloat16>) {
       if (p.q_fp8) {
@@ -309,7 +313,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
     } else {
       load_q_rows<Cfg, T>(p, seq, i, kv_head, s_q, tid);
     }
-    const bool bad = consumers_or<kCThreads>(!ok);  // also: s_q written, the previous merge state read
+    consumers_sync<kCThreads>();  // s_q written; the previous piece's merge state read
 
     // Q as mma A fragments, (16 rows, 16 channels) per k-step. fp8: k-slot (2 quad + e, 2 quad + 8 + e) of
     // step kk is channel 16 kk + 4 quad + e (+ 2), the order in which K's fragments arrive.
@@ -354,6 +358,21 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
     for (int s = s_first; s < pk.stages; s += kW) {
       const uint32_t g = first_stage + s;
       const int slot = static_cast<int>(g % Cfg::kStages);
+      const int32_t kp0 = pk.kp_begin + s * Cfg::kStageKeys;
+      if (paged && ok) {  // the page ids of this stage's keys (loaded before the wait: off the critical path)
+#pragma unroll
+        for (int j = 0; j < Cfg::kKeysPerLane; ++j) {
+          const int32_t kp = kp0 + j * 32 + lane;
+          if (kp < pk.kp_end) {
+            const int32_t page = page_entry(p.seq, seq, seq.leftpad + kp);
+            if (page < 0 || page >= p.seq.num_pages) {
+              ok = false;
+              record_error(p.errors, ErrorArg::page_table, ErrorKind::out_of_range,
+                           (seq.leftpad + kp) / p.seq.page_size, page, p.seq.num_pages, seq.cache_row);
+            }
+          }
+        }
+      }
       mbar_wait(&full[slot], (g / Cfg::kStages) & 1);
       const unsigned char* s_k = ring + slot * Cfg::kStageBytes;
       const unsigned char* s_v = s_k + Cfg::kStageKeys * Cfg::kRowStride;
@@ -402,7 +421,6 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
 
       // Score modifications, in log2 units, as the portable kernel: softcap or scale, ALiBi, the mask (keys
       // past the piece's last and past kv_len are invisible to every row).
-      const int32_t kp0 = pk.kp_begin + s * Cfg::kStageKeys;
       const bool inside = kp0 >= pk.keys.all_first && kp0 + Cfg::kStageKeys - 1 <= pk.keys.all_last;
       if (p.softcap > 0.f) {
         const float inner = p.scale / p.softcap, outer = p.softcap * kLog2e;
@@ -541,7 +559,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
         mine[Cfg::kRows * Cfg::kOStride + Cfg::kRows + r] = row_sum[k];
       }
     }
-    consumers_sync<kCThreads>();
+    const bool bad = consumers_or<kCThreads>(!ok);
 
     // Epilogue: thread tid has row tid / 8 and channels [16 (tid % 8), +16). A whole unit: out = O / l and
     // lse, the sink counted here; a piece: the normalized partial (O / l, m + log l) without the sink.
