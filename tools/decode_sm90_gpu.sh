@@ -18,8 +18,15 @@ awk '/Function : .*decode_sm90/{on=1} /Function : / && !/decode_sm90/{on=0} on' 
 echo
 
 t0=$(date +%s)
+ab() {  # ab FILTER TIMEOUT JSON
+  timeout -k 5 "$2" python3 -m bench.decode_ab --filter "$1" --json "$OUT/$3" 2>&1 | tee -a "$OUT/ab.log"
+}
+# 1. a first A/B on three cases: a hang or a wrong answer shows here first (diff column, NaN flag)
+ab "${DECODE_AB_FIRST:-b4 32k p16,W2}" 40 ab1.json
+echo "first A/B: $(( $(date +%s) - t0 )) s"
 if [ -z "${DECODE_SKIP_TESTS:-}" ]; then
-  py="timeout -k 5 ${DECODE_TEST_TIMEOUT:-110} python3 -m pytest -q -p no:cacheprovider"
+  # 2. the decode tests, 4 pytest processes in parallel
+  py="timeout -k 5 ${DECODE_TEST_TIMEOUT:-80} python3 -m pytest -q -x -p no:cacheprovider"
   K="balanced or splits_long or 128-128 or nan_outside"
   $py tests/python/test_cuda_decode_sm90.py -k "layouts or many or dispatch" > "$OUT/pytest1.log" 2>&1 &
   $py tests/python/test_cuda_decode_sm90.py -k "not (layouts or many or dispatch)" > "$OUT/pytest2.log" 2>&1 &
@@ -27,16 +34,19 @@ if [ -z "${DECODE_SKIP_TESTS:-}" ]; then
   $py tests/python/test_cuda_kernels.py -k "($K) and fp8" > "$OUT/pytest4.log" 2>&1 &
   wait
   for f in "$OUT"/pytest*.log; do echo "$(basename "$f"): $(tail -1 "$f")"; done
-  grep -hE "^(FAILED|ERROR)|Error|assert" "$OUT"/pytest*.log | head -20
+  grep -hE "^(FAILED|ERROR)|Error:|assert " "$OUT"/pytest*.log | head -12
   echo "tests: $(( $(date +%s) - t0 )) s"
-  for tool in memcheck racecheck; do
-    timeout -k 5 60 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
+  # 3. sanitizers on two small cases (bf16 and fp8 caches, page 16), the decode kernel only
+  for tool in ${DECODE_SANITIZERS:-memcheck}; do
+    [ "$tool" = none ] && continue
+    timeout -k 5 "${DECODE_SAN_TIMEOUT:-45}" compute-sanitizer --tool $tool --error-exitcode 9 --report-api-errors no \
+      --kernel-name kns=decode_sm90 python3 -m pytest -q -p no:cacheprovider \
       "tests/python/test_cuda_decode_sm90.py::test_layouts_edges[paged-16-False]" \
       "tests/python/test_cuda_decode_sm90.py::test_layouts_edges[paged-16-True]" > "$OUT/$tool.log" 2>&1
     echo "$tool rc=$? $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/$tool.log" | tail -1) $(tail -1 "$OUT/$tool.log")"
   done
   echo "sanitizers: $(( $(date +%s) - t0 )) s"
 fi
-timeout -k 5 "${DECODE_AB_TIMEOUT:-100}" python3 -m bench.decode_ab --filter "${DECODE_AB_FILTER:-}" \
-  --json "$OUT/ab.json" 2>&1 | tee "$OUT/ab.log"
+# 4. the rest of the A/B
+ab "${DECODE_AB_FILTER:-}" "${DECODE_AB_TIMEOUT:-60}" ab2.json
 echo "total: $(( $(date +%s) - t0 )) s"
