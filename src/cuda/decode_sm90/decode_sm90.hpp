@@ -1,6 +1,6 @@
 // The Hopper decode kernel (sm_90a): host side. One persistent CTA per SM walks its share of the balanced
-// schedule (attention/schedule.cuh); a producer warp streams K/V rows with cp.async.bulk into a ring of
-// mbarrier-guarded shared-memory stages, four consumer warps each take whole stages (no block barrier in
+// schedule (attention/schedule.cuh); two producer warps stream K/V rows with 16-byte cp.async into a ring
+// of mbarrier-guarded shared-memory stages, four consumer warps each take whole stages (no block barrier in
 // the K/V loop) and merge at the end of each piece. Same key-split math and the same partials format as
 // the portable decode kernel, so the split combine merges its pieces unchanged.
 //
@@ -25,8 +25,9 @@ struct DecodeSm90Shape {
   static constexpr int kHeadDim = 128;         // d = dv = 128 only: the most common decode head
   static constexpr int kRows = kKeySplitRows;  // 16 packed rows (g x q), one mma row block
   static constexpr int kConsumerWarps = 4;
-  static constexpr int kThreads = 32 * (kConsumerWarps + 1);  // + the producer warp
-  static constexpr int kStages = 10;                          // the ring: ~170-185 KB of K/V in flight
+  static constexpr int kProducerWarps = 2;  // stage s is filled by producer warp s % 2
+  static constexpr int kThreads = 32 * (kConsumerWarps + kProducerWarps);
+  static constexpr int kStages = 10;  // the ring: ~170-185 KB of K/V in flight
   static constexpr int kBlockN = 64;  // keys of a schedule tile (the balanced schedule's cost unit)
   static constexpr int kQStride = kHeadDim + 8;  // s_q row, elements (16-byte pad: no ldmatrix conflicts)
   static constexpr int kOStride = kHeadDim + 8;  // merge state row, floats (8 banks apart: float2 stores)
