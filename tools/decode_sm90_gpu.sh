@@ -30,8 +30,8 @@ if [ -z "${DECODE_SKIP_TESTS:-}" ]; then
   K="balanced or splits_long or 128-128 or nan_outside"
   $py tests/python/test_cuda_decode_sm90.py -k "layouts or many or dispatch" > "$OUT/pytest1.log" 2>&1 &
   $py tests/python/test_cuda_decode_sm90.py -k "not (layouts or many or dispatch)" > "$OUT/pytest2.log" 2>&1 &
-  $py tests/python/test_cuda_kernels.py -k "($K) and not fp8" > "$OUT/pytest3.log" 2>&1 &
-  $py tests/python/test_cuda_kernels.py -k "($K) and fp8" > "$OUT/pytest4.log" 2>&1 &
+  KVATTN_DECODE_SM90=${KVATTN_TEST_DECODE_SM90:-4} $py tests/python/test_cuda_kernels.py -k "($K) and not fp8" > "$OUT/pytest3.log" 2>&1 &
+  KVATTN_DECODE_SM90=${KVATTN_TEST_DECODE_SM90:-4} $py tests/python/test_cuda_kernels.py -k "($K) and fp8" > "$OUT/pytest4.log" 2>&1 &
   wait
   for f in "$OUT"/pytest*.log; do echo "$(basename "$f"): $(tail -1 "$f")"; done
   grep -hE "^(FAILED|ERROR)|Error:|assert " "$OUT"/pytest*.log | head -12

@@ -1,8 +1,10 @@
 """The Hopper decode kernel (src/cuda/decode_sm90): the decode shapes it takes (d = dv = 128, <= 16 packed
 rows, the balanced schedule) across layouts, page sizes, fp8 caches and the contract's features, at lengths
 that end mid-stage (0, 1, 31-33, 63-65, ...) and with skewed batches, so that pieces straddle CTAs and
-stages. On other GPUs the same cases run on the portable kernels (and still check the oracle). On sm_90 the
-dispatch is checked too: the kernel runs unless KVATTN_FORCE_PORTABLE=1.
+stages. The kernel is opt-in (KVATTN_DECODE_SM90 = 2 or 4 producer warps; see decode_sm90.hpp): these tests
+turn it on (KVATTN_TEST_DECODE_SM90, default 4). On other GPUs the same cases run on the portable kernels
+(and still check the oracle). On sm_90 the dispatch is checked too: the kernel runs when asked for, unless
+KVATTN_FORCE_PORTABLE=1, and not by default.
 """
 import os
 import subprocess
@@ -20,6 +22,12 @@ DEVICE = "cuda"
 # Lengths around the 32/64-key stage and tile edges, an empty and a one-key sequence, one long one.
 _EDGES = (0, 1, 31, 32, 33, 63, 64, 65, 127, 129, 1500)
 _SKEW = (2500,) + tuple(int(x) for x in np.random.default_rng(11).integers(1, 600, 10)) + (0, 1)
+
+
+@pytest.fixture(autouse=True)
+def _decode_sm90_on(monkeypatch):
+    """The library reads the switch at every call: on for each test of this file only."""
+    monkeypatch.setenv("KVATTN_DECODE_SM90", os.environ.get("KVATTN_TEST_DECODE_SM90", "4"))
 
 
 def _sm90():
@@ -89,13 +97,27 @@ torch.cuda.synchronize()
 """
 
 
-@pytest.mark.parametrize("portable", [False, True])
-def test_dispatch_on_sm90(portable):
-    """On sm_90 a supported decode runs on the Hopper kernel, and KVATTN_FORCE_PORTABLE=1 turns it off."""
+@pytest.mark.parametrize("switch,expected", [
+    (dict(KVATTN_DECODE_SM90="4"), "4 producer warps"),
+    (dict(KVATTN_DECODE_SM90="2"), "2 producer warps"),
+    (dict(KVATTN_DECODE_SM90="4", KVATTN_FORCE_PORTABLE="1"), None),
+    (dict(KVATTN_DECODE_SM90=None), None),  # off by default
+])
+def test_dispatch_on_sm90(switch, expected):
+    """On sm_90 a supported decode runs on the Hopper kernel when asked for (and with the producer count
+    asked for); KVATTN_FORCE_PORTABLE=1 and the default leave it on the portable kernel."""
     if not _sm90():
         pytest.skip("the Hopper decode kernel runs on sm_90 only")
-    env = dict(os.environ, KVATTN_DEBUG_DISPATCH="1", KVATTN_FORCE_PORTABLE="1" if portable else "0")
+    env = dict(os.environ, KVATTN_DEBUG_DISPATCH="1", KVATTN_FORCE_PORTABLE="0")
+    for k, v in switch.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
     r = subprocess.run([sys.executable, "-c", _DISPATCH_SCRIPT], env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
-    assert ("decode_sm90" in r.stderr) != portable, r.stderr
+    if expected is None:
+        assert "decode_sm90" not in r.stderr, r.stderr
+    else:
+        assert f"decode_sm90 kernel, {expected}" in r.stderr, r.stderr

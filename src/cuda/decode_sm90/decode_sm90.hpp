@@ -25,8 +25,7 @@ struct DecodeSm90Shape {
   static constexpr int kHeadDim = 128;         // d = dv = 128 only: the most common decode head
   static constexpr int kRows = kKeySplitRows;  // 16 packed rows (g x q), one mma row block
   static constexpr int kConsumerWarps = 4;
-  static constexpr int kProducerWarps = 2;  // stage s is filled by producer warp s % 2
-  static constexpr int kThreads = 32 * (kConsumerWarps + kProducerWarps);
+  static constexpr int threads(int producer_warps) { return 32 * (kConsumerWarps + producer_warps); }
   static constexpr int kStages = 10;  // the ring: ~170-185 KB of K/V in flight
   static constexpr int kBlockN = 64;  // keys of a schedule tile (the balanced schedule's cost unit)
   static constexpr int kQStride = kHeadDim + 8;  // s_q row, elements (16-byte pad: no ldmatrix conflicts)
@@ -46,9 +45,15 @@ struct DecodeSm90Shape {
 };
 
 // Whether the sm_90 decode kernel runs p (with the plan the portable path made for it): an sm_90 device,
-// a library built for sm_90a, KVATTN_FORCE_PORTABLE unset (or not "1"), a balanced key-split decode plan,
-// d = dv = 128 (the kernel's own dims), no qv, 16-byte aligned K/V rows, and a dtype pair it was compiled
-// for. Anything else runs on the portable kernels (launch_attention).
+// a library built for sm_90a, KVATTN_FORCE_PORTABLE unset (or not "1"), the kernel asked for (below), a
+// balanced key-split decode plan, d = dv = 128 (the kernel's own dims), no qv, 16-byte aligned K/V rows,
+// and a dtype pair it was compiled for. Anything else runs on the portable kernels (launch_attention).
+//
+// OFF BY DEFAULT: measured on the H200 (bench/NOTES.md, 2026-12-01) it is correct but slower than the
+// portable decode kernel with 2 producer warps (2.0-2.2 TB/s against 3.1-3.4). KVATTN_DECODE_SM90 = "2" or
+// "4" runs it with that many producer warps ("1": 4), for the A/B (bench/decode_ab.py) that decides
+// whether it becomes the default.
+int decode_sm90_producer_warps();  // 0 (off), 2 or 4, from the environment
 bool decode_sm90_supports(const FwdProblem& p, const AttentionPlan& plan, const AttnParams& params,
                           DType compute_dtype, int kernel_head_dim, int kernel_head_dim_v,
                           const DeviceLimits& limits);

@@ -1,5 +1,6 @@
-// The Hopper decode kernel (decode_sm90.hpp says what it is for). One CTA an SM, 6 warps:
-//   producers (warps 4, 5): walk the CTA's pieces of the balanced schedule; warp 4 + (s mod 2) fills
+// The Hopper decode kernel (decode_sm90.hpp says what it is for). One CTA an SM, 4 consumer warps and P = 2
+// or 4 producer warps:
+//   producers (warps 4..): walk the CTA's pieces of the balanced schedule; warp 4 + (s mod P) fills
 //     stage s: it waits for the ring slot to be free (empty mbarrier), issues 16-byte cp.async copies, one
 //     warp instruction per 2 (16-bit) or 4 (fp8) whole rows, and arms the slot's full mbarrier with one
 //     cp.async.mbarrier.arrive a lane. Lane k owns key k (its page id is loaded kAhead of the warp's stages
@@ -31,8 +32,10 @@
 
 namespace kvattn::cuda::sm90 {
 
-template <typename T_, typename TKV_>
+template <typename T_, typename TKV_, int kProducerWarps_>
 struct DecodeCfg : DecodeSm90Shape {
+  static constexpr int kProducerWarps = kProducerWarps_;  // stage s is filled by producer warp s mod this
+  static constexpr int kThreads = threads(kProducerWarps);
   using T = T_;
   using TKV = TKV_;
   static constexpr bool kFp8 = std::is_same_v<TKV, __nv_fp8_e4m3>;

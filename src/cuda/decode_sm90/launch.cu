@@ -15,22 +15,27 @@ namespace {
 using DecodeKernel = void (*)(AttnParams);
 
 template <typename T, typename TKV>
-DecodeKernel kernel_of() {
-  return sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV>>;
+DecodeKernel kernel_of(int producer_warps) {
+  return producer_warps == 2 ? sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV, 2>>
+                             : sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV, 4>>;
 }
 
-// The kernel for (compute dtype, cache dtype), or nullptr when this build has none.
-DecodeKernel pick_kernel(DType compute, DType kv) {
+// The kernel for (compute dtype, cache dtype, producer warps), or nullptr when this build has none.
+DecodeKernel pick_kernel(DType compute, DType kv, int producer_warps) {
   if (!dtype_built(compute) || !head_dim_built(DecodeSm90Shape::kHeadDim)) return nullptr;
+  if (producer_warps != 2 && producer_warps != 4) return nullptr;
   const bool fp8 = kv == DType::fp8_e4m3;
   if (!fp8 && kv != compute) return nullptr;
   if constexpr (dtype_built(DType::bf16)) {
     if (compute == DType::bf16) {
-      return fp8 ? kernel_of<__nv_bfloat16, __nv_fp8_e4m3>() : kernel_of<__nv_bfloat16, __nv_bfloat16>();
+      return fp8 ? kernel_of<__nv_bfloat16, __nv_fp8_e4m3>(producer_warps)
+                 : kernel_of<__nv_bfloat16, __nv_bfloat16>(producer_warps);
     }
   }
   if constexpr (dtype_built(DType::f16)) {
-    if (compute == DType::f16) return fp8 ? kernel_of<half, __nv_fp8_e4m3>() : kernel_of<half, half>();
+    if (compute == DType::f16) {
+      return fp8 ? kernel_of<half, __nv_fp8_e4m3>(producer_warps) : kernel_of<half, half>(producer_warps);
+    }
   }
   return nullptr;
 }
@@ -57,11 +62,20 @@ bool forced_portable() {
 
 }  // namespace
 
+int decode_sm90_producer_warps() {
+  const char* e = std::getenv("KVATTN_DECODE_SM90");
+  if (e == nullptr) return 0;
+  if (std::strcmp(e, "2") == 0) return 2;
+  if (std::strcmp(e, "1") == 0 || std::strcmp(e, "4") == 0) return 4;
+  return 0;
+}
+
 bool decode_sm90_supports(const FwdProblem& p, const AttentionPlan& plan, const AttnParams& params,
                           DType compute_dtype, int kernel_head_dim, int kernel_head_dim_v,
                           const DeviceLimits& limits) {
   using S = DecodeSm90Shape;
-  if (limits.cc_major != 9 || forced_portable()) return false;
+  const int producer_warps = decode_sm90_producer_warps();
+  if (limits.cc_major != 9 || forced_portable() || producer_warps == 0) return false;
   // The balanced key-split decode plan (one row block of <= 16 packed rows, num_splits = 0, not
   // deterministic); static splits stay on the portable kernel.
   if (!plan.key_split || !plan.balanced || plan.m_blocks != 1) return false;
@@ -71,16 +85,19 @@ bool decode_sm90_supports(const FwdProblem& p, const AttentionPlan& plan, const 
   }
   const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
   if (S::smem_bytes(fp8) + 1024 > static_cast<size_t>(limits.max_smem_per_block)) return false;
-  const DecodeKernel kernel = pick_kernel(compute_dtype, p.kv_dtype);
+  const DecodeKernel kernel = pick_kernel(compute_dtype, p.kv_dtype, producer_warps);
   return kernel != nullptr && built_for_sm90(kernel);
 }
 
 kvattn_status launch_decode_sm90(AttnParams& params, const FwdProblem& p, DType compute_dtype,
                                  const AttentionPlan& plan, const DeviceLimits& limits, cudaStream_t stream) {
   using S = DecodeSm90Shape;
-  const DecodeKernel kernel = pick_kernel(compute_dtype, p.kv_dtype);
+  const int producer_warps = decode_sm90_producer_warps();
+  const DecodeKernel kernel = pick_kernel(compute_dtype, p.kv_dtype, producer_warps);
   if (kernel == nullptr) return fail(KVATTN_ERROR_UNSUPPORTED, "decode_sm90: no kernel for this dtype pair");
-  if (std::getenv("KVATTN_DEBUG_DISPATCH") != nullptr) std::fprintf(stderr, "kvattn: decode_sm90 kernel\n");
+  if (std::getenv("KVATTN_DEBUG_DISPATCH") != nullptr) {
+    std::fprintf(stderr, "kvattn: decode_sm90 kernel, %d producer warps\n", producer_warps);
+  }
   // One persistent CTA an SM, never more than the plan's grid (whose partials the workspace holds).
   const int64_t sms = std::max(1, limits.sm_count - std::max(0, p.sm_margin));
   const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(sms, plan.balanced_ctas));
@@ -92,7 +109,7 @@ kvattn_status launch_decode_sm90(AttnParams& params, const FwdProblem& p, DType 
   if (err != cudaSuccess) return cuda_fail(err, "decode_sm90_kernel shared memory");
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(grid));
-  config.blockDim = dim3(S::kThreads);
+  config.blockDim = dim3(S::threads(producer_warps));
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   cudaLaunchAttribute attribute = {};
