@@ -40,7 +40,8 @@ struct DecodeSm90Shape {
     return kStages * stage_bytes(fp8)                   // the ring
            + size_t(kConsumerWarps) * kStateFloats * 4  // the merge states
            + size_t(kRows) * kQStride * 2               // Q
-           + 2 * kStages * 8;                           // full / empty mbarriers
+           + 2 * kStages * 8                            // full / empty mbarriers
+           + kConsumerWarps * 4;                        // max |q| of each consumer warp
   }
 };
 
@@ -50,10 +51,12 @@ struct DecodeSm90Shape {
 // and a dtype pair it was compiled for. Anything else runs on the portable kernels (launch_attention).
 //
 // OFF BY DEFAULT: measured on the H200 (bench/NOTES.md, 2026-12-01) it is correct but slower than the
-// portable decode kernel with 2 producer warps (2.0-2.2 TB/s against 3.1-3.4). KVATTN_DECODE_SM90 = "2" or
-// "4" runs it with that many producer warps ("1": 4), for the A/B (bench/decode_ab.py) that decides
-// whether it becomes the default.
-int decode_sm90_producer_warps();  // 0 (off), 2 or 4, from the environment
+// portable decode kernel with 2 producer warps (2.0-2.2 TB/s against 3.1-3.4). KVATTN_DECODE_SM90 = "2",
+// "4" or "8" runs it with that many producer warps ("1": 4; 8 producer warps give registers to the
+// consumers with setmaxnreg), for the A/B (bench/decode_ab.py) that decides whether it becomes the
+// default. KVATTN_DECODE_SM90_FP8_BF16=1: fp8 caches under bf16 q convert K/V to bf16 (the measured path)
+// instead of the f16 math.
+int decode_sm90_producer_warps();  // 0 (off), 2, 4 or 8, from the environment
 bool decode_sm90_supports(const FwdProblem& p, const AttentionPlan& plan, const AttnParams& params,
                           DType compute_dtype, int kernel_head_dim, int kernel_head_dim_v,
                           const DeviceLimits& limits);

@@ -32,13 +32,19 @@
 
 namespace kvattn::cuda::sm90 {
 
-template <typename T_, typename TKV_, int kProducerWarps_>
+// kFp8F16: fp8 caches under bf16 q run their tensor-core math in f16 (TM): K and V convert in one
+// instruction a pair (e4m3x2 -> f16x2, exact), Q is scaled by a power of two into f16's range (its max
+// magnitude lands in [2^14, 2^15)) and the scores scaled back, P is f16; else (the first measured path)
+// K and V go on to bf16 (3 more instructions a pair).
+template <typename T_, typename TKV_, int kProducerWarps_, bool kFp8F16_ = true>
 struct DecodeCfg : DecodeSm90Shape {
   static constexpr int kProducerWarps = kProducerWarps_;  // stage s is filled by producer warp s mod this
   static constexpr int kThreads = threads(kProducerWarps);
   using T = T_;
   using TKV = TKV_;
   static constexpr bool kFp8 = std::is_same_v<TKV, __nv_fp8_e4m3>;
+  using TM = std::conditional_t<kFp8 && kFp8F16_, half, T>;  // the tensor cores' operands
+  static constexpr bool kScaleQ = !std::is_same_v<TM, T>;    // bf16 q into f16 math
   static constexpr int kStageKeys = stage_keys(kFp8);
   static constexpr int kKeysPerLane = kStageKeys / 32;
   static constexpr int kRowBytes = kHeadDim * static_cast<int>(sizeof(TKV));  // one cache row of a head
@@ -252,9 +258,10 @@ __device__ inline bool row_unique(const SeqParams& p, int i, DeviceErrorRecord* 
 
 // Q rows [0, kRows) of unit (i, kv_head) into s_q (kRows, kQStride) as T, rotary applied; rows that do not
 // attend are zero. TQ: q's storage (T, or fp8 under an fp8 cache).
+// Returns the largest magnitude this thread wrote.
 template <class Cfg, typename TQ>
-__device__ inline void load_q_rows(const AttnParams& p, const Sequence& seq, int i, int kv_head,
-                                   typename Cfg::T* s_q, int tid) {
+__device__ inline float load_q_rows(const AttnParams& p, const Sequence& seq, int i, int kv_head,
+                                    typename Cfg::T* s_q, int tid) {
   using T = typename Cfg::T;
   constexpr int kPerThread = Cfg::kRows * Cfg::kHeadDim / (32 * Cfg::kConsumerWarps);  // 16 channels
   const int row = tid / (Cfg::kHeadDim / kPerThread), c0 = tid % (Cfg::kHeadDim / kPerThread) * kPerThread;
@@ -276,15 +283,29 @@ __device__ inline void load_q_rows(const AttnParams& p, const Sequence& seq, int
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) vals[e] = from_float<T>(0.f);
   }
+  float amax = 0.f;
 #pragma unroll
-  for (int e = 0; e < kPerThread; ++e) s_q[row * Cfg::kQStride + c0 + e] = vals[e];
+  for (int e = 0; e < kPerThread; ++e) {
+    s_q[row * Cfg::kQStride + c0 + e] = vals[e];
+    amax = fmaxf(amax, fabsf(to_float(vals[e])));
+  }
+  return amax;
+}
+
+// A bf16x2 register times `scale` as f16x2 (round to nearest).
+__device__ __forceinline__ uint32_t bf16x2_to_f16x2_scaled(uint32_t x, float scale) {
+  const float lo = __uint_as_float(x << 16) * scale, hi = __uint_as_float(x & 0xffff0000u) * scale;
+  uint32_t out;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(out) : "f"(hi), "f"(lo));
+  return out;
 }
 
 template <class Cfg>
 __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart& st, unsigned char* ring,
-                                        uint64_t* full, uint64_t* empty, float* s_state,
-                                        typename Cfg::T* s_q) {
+                                        uint64_t* full, uint64_t* empty, float* s_state, typename Cfg::T* s_q,
+                                        float* s_qmax) {
   using T = typename Cfg::T;
+  using TM = typename Cfg::TM;
   constexpr int kNTilesS = Cfg::kNTilesS, kNTilesO = Cfg::kNTilesO, kW = Cfg::kConsumerWarps;
   constexpr int kCThreads = 32 * kW;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -321,16 +342,32 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
         ok = pages_ok(p.seq, seq, post_begin, seq.end, p.errors, tid, kCThreads);
       }
     }
+    float q_amax;
     if constexpr (Cfg::kFp8 && std::is_same_v<T, __nv_bfloat16>) {
-      if (p.q_fp8) {
-        load_q_rows<Cfg, __nv_fp8_e4m3>(p, seq, i, kv_head, s_q, tid);
-      } else {
-        load_q_rows<Cfg, T>(p, seq, i, kv_head, s_q, tid);
-      }
+      q_amax = p.q_fp8 ? load_q_rows<Cfg, __nv_fp8_e4m3>(p, seq, i, kv_head, s_q, tid)
+                       : load_q_rows<Cfg, T>(p, seq, i, kv_head, s_q, tid);
     } else {
-      load_q_rows<Cfg, T>(p, seq, i, kv_head, s_q, tid);
+      q_amax = load_q_rows<Cfg, T>(p, seq, i, kv_head, s_q, tid);
+    }
+    if constexpr (Cfg::kScaleQ) {
+#pragma unroll
+      for (int off = 1; off < 32; off *= 2) q_amax = fmaxf(q_amax, __shfl_xor_sync(0xffffffffu, q_amax, off));
+      if (lane == 0) s_qmax[warp] = q_amax;
     }
     consumers_sync<kCThreads>();  // s_q written; the previous piece's merge state read
+    // bf16 q into f16 math: q * 2^(15 - x) with max |q| in [2^(x-1), 2^x), the scores times 2^(x - 15).
+    float q_scale = 1.f, q_unscale = 1.f;
+    if constexpr (Cfg::kScaleQ) {
+      float m = 0.f;
+#pragma unroll
+      for (int v = 0; v < kW; ++v) m = fmaxf(m, s_qmax[v]);
+      if (m > 0.f && isfinite(m)) {
+        int x;
+        frexpf(m, &x);
+        q_scale = ldexpf(1.f, 15 - x);
+        q_unscale = ldexpf(1.f, x - 15);
+      }
+    }
 
     // Q as mma A fragments, (16 rows, 16 channels) per k-step. fp8: k-slot (2 quad + e, 2 quad + 8 + e) of
     // step kk is channel 16 kk + 4 quad + e (+ 2), the order in which K's fragments arrive.
@@ -342,6 +379,10 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
         const uint2 hi =
             *reinterpret_cast<const uint2*>(s_q + (group + 8) * Cfg::kQStride + 16 * kk + 4 * quad);
         q_frag[kk][0] = lo.x, q_frag[kk][1] = hi.x, q_frag[kk][2] = lo.y, q_frag[kk][3] = hi.y;
+        if constexpr (Cfg::kScaleQ) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) q_frag[kk][r] = bf16x2_to_f16x2_scaled(q_frag[kk][r], q_scale);
+        }
       } else {
         ldmatrix_x4(q_frag[kk], smem_addr(s_q + (lane % 16) * Cfg::kQStride + kk * 16 + (lane / 16) * 8));
       }
@@ -350,7 +391,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
     float qk_descale = 1.f, o_descale = 1.f;
     if constexpr (Cfg::kFp8) {
       qk_descale = descale_at(p.q_descale, p.q_descale_strides, i, kv_head) *
-                   descale_at(p.k_descale, p.k_descale_strides, i, kv_head);
+                   descale_at(p.k_descale, p.k_descale_strides, i, kv_head) * q_unscale;
       o_descale = descale_at(p.v_descale, p.v_descale_strides, i, kv_head);
     }
     int32_t row_qp[2];
@@ -411,9 +452,9 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
 #pragma unroll
             for (int m2 = 0; m2 < 4; ++m2) {
               uint32_t lo = e4m3x2_to_f16x2(r[m2] & 0xffff), hi = e4m3x2_to_f16x2(r[m2] >> 16);
-              if constexpr (std::is_same_v<T, __nv_bfloat16>)
+              if constexpr (std::is_same_v<TM, __nv_bfloat16>)
                 lo = f16x2_to_bf16x2(lo), hi = f16x2_to_bf16x2(hi);
-              mma_m16n8k16<T>(s_acc[2 * nb + (m2 & 1)], q_frag[2 * kk2 + (m2 >> 1)], lo, hi);
+              mma_m16n8k16<TM>(s_acc[2 * nb + (m2 & 1)], q_frag[2 * kk2 + (m2 >> 1)], lo, hi);
             }
           }
         }
@@ -507,10 +548,10 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
       // O += P V, 16 keys a step.
 #pragma unroll
       for (int kk = 0; kk < Cfg::kStageKeys / 16; ++kk) {
-        const uint32_t a[4] = {pack2<T>(s_acc[2 * kk][0], s_acc[2 * kk][1]),
-                               pack2<T>(s_acc[2 * kk][2], s_acc[2 * kk][3]),
-                               pack2<T>(s_acc[2 * kk + 1][0], s_acc[2 * kk + 1][1]),
-                               pack2<T>(s_acc[2 * kk + 1][2], s_acc[2 * kk + 1][3])};
+        const uint32_t a[4] = {pack2<TM>(s_acc[2 * kk][0], s_acc[2 * kk][1]),
+                               pack2<TM>(s_acc[2 * kk][2], s_acc[2 * kk][3]),
+                               pack2<TM>(s_acc[2 * kk + 1][0], s_acc[2 * kk + 1][1]),
+                               pack2<TM>(s_acc[2 * kk + 1][2], s_acc[2 * kk + 1][3])};
         if constexpr (Cfg::kFp8) {
           // ldmatrix.trans of (8 keys, 8 byte pairs): lane (group, quad) gets keys 2 quad, 2 quad + 1 of the
           // channels 2 group, 2 group + 1 of a 16-channel chunk; bytes (0, 2) are the even channel's key
@@ -529,9 +570,9 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
                 const uint32_t sel = parity ? 0x3131u : 0x2020u;  // bytes (1, 3) or (0, 2) into the low half
                 uint32_t b0 = e4m3x2_to_f16x2(byte_perm(lo_keys, sel) & 0xffff);
                 uint32_t b1 = e4m3x2_to_f16x2(byte_perm(hi_keys, sel) & 0xffff);
-                if constexpr (std::is_same_v<T, __nv_bfloat16>)
+                if constexpr (std::is_same_v<TM, __nv_bfloat16>)
                   b0 = f16x2_to_bf16x2(b0), b1 = f16x2_to_bf16x2(b1);
-                mma_m16n8k16<T>(o_acc[2 * (2 * cp + half_chunk) + parity], a, b0, b1);
+                mma_m16n8k16<TM>(o_acc[2 * (2 * cp + half_chunk) + parity], a, b0, b1);
               }
             }
           }
@@ -668,10 +709,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_sm90_kernel(const __g
   mbar_init_fence();
   const BalancedStart st = balanced_start<Cfg::kRows, Cfg::kBlockN, Cfg::kThreads>(p);  // block-wide barriers
   wait_for_prior_grid();  // launched early after the append (PDL): the appended K/V are in place past here
+  // 8 producer warps (384 threads, 168 registers each at launch): the producers' warpgroups give registers
+  // back and the consumers' warpgroup takes them (8 x 32 x 96 + 4 x 32 x 240 < 64 K).
   if (threadIdx.x >= 32 * Cfg::kConsumerWarps) {
+    if constexpr (Cfg::kProducerWarps == 8)
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 96;\n" ::: "memory");
     produce<Cfg>(p, st, ring, full, empty);
   } else {
-    consume<Cfg>(p, st, ring, full, empty, s_state, s_q);
+    if constexpr (Cfg::kProducerWarps == 8)
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+    consume<Cfg>(p, st, ring, full, empty, s_state, s_q, reinterpret_cast<float*>(empty + Cfg::kStages));
   }
 #endif
 }

@@ -14,22 +14,36 @@ namespace {
 
 using DecodeKernel = void (*)(AttnParams);
 
-template <typename T, typename TKV>
+template <typename T, typename TKV, bool kFp8F16 = true>
 DecodeKernel kernel_of(int producer_warps) {
-  return producer_warps == 2 ? sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV, 2>>
-                             : sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV, 4>>;
+  switch (producer_warps) {
+    case 2:
+      return sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV, 2, kFp8F16>>;
+    case 4:
+      return sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV, 4, kFp8F16>>;
+    default:
+      return sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV, 8, kFp8F16>>;
+  }
+}
+
+// KVATTN_DECODE_SM90_FP8_BF16=1: fp8 caches under bf16 q convert K and V to bf16 (the first measured
+// path) instead of computing in f16.
+bool fp8_in_bf16() {
+  const char* e = std::getenv("KVATTN_DECODE_SM90_FP8_BF16");
+  return e != nullptr && std::strcmp(e, "1") == 0;
 }
 
 // The kernel for (compute dtype, cache dtype, producer warps), or nullptr when this build has none.
 DecodeKernel pick_kernel(DType compute, DType kv, int producer_warps) {
   if (!dtype_built(compute) || !head_dim_built(DecodeSm90Shape::kHeadDim)) return nullptr;
-  if (producer_warps != 2 && producer_warps != 4) return nullptr;
+  if (producer_warps != 2 && producer_warps != 4 && producer_warps != 8) return nullptr;
   const bool fp8 = kv == DType::fp8_e4m3;
   if (!fp8 && kv != compute) return nullptr;
   if constexpr (dtype_built(DType::bf16)) {
     if (compute == DType::bf16) {
-      return fp8 ? kernel_of<__nv_bfloat16, __nv_fp8_e4m3>(producer_warps)
-                 : kernel_of<__nv_bfloat16, __nv_bfloat16>(producer_warps);
+      if (!fp8) return kernel_of<__nv_bfloat16, __nv_bfloat16>(producer_warps);
+      return fp8_in_bf16() ? kernel_of<__nv_bfloat16, __nv_fp8_e4m3, false>(producer_warps)
+                           : kernel_of<__nv_bfloat16, __nv_fp8_e4m3, true>(producer_warps);
     }
   }
   if constexpr (dtype_built(DType::f16)) {
@@ -67,6 +81,7 @@ int decode_sm90_producer_warps() {
   if (e == nullptr) return 0;
   if (std::strcmp(e, "2") == 0) return 2;
   if (std::strcmp(e, "1") == 0 || std::strcmp(e, "4") == 0) return 4;
+  if (std::strcmp(e, "8") == 0) return 8;
   return 0;
 }
 
