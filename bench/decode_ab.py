@@ -1,5 +1,5 @@
-"""A/B of the Hopper decode kernel (src/cuda/decode_sm90) with 2 and 4 producer warps (KVATTN_DECODE_SM90=2,
-4) against the portable decode kernel (KVATTN_FORCE_PORTABLE=1) in one process, on the same inputs: bf16
+"""A/B of the Hopper decode kernel (src/cuda/decode_sm90) with 2, 4 and 8 producer warps (KVATTN_DECODE_SM90=
+2, 4, 8) against the portable decode kernel (KVATTN_FORCE_PORTABLE=1) in one process, on the same inputs: bf16
 and fp8 e4m3 caches, 32/8 heads, d 128, contiguous / page 1 / page 16 (random page permutation) / scattered
 batch index, 1-4 query tokens.
 
@@ -8,7 +8,8 @@ batch index, 1-4 query tokens.
 Times: CUDA-graph replays (bench/timing.py: median of >= 30, input sets rotated past 3x the L2). TB/s counts
 the K/V bytes read once (q and out are < 0.1% of them). The last column is max |new - portable| / max
 |portable| over the outputs of the first input set (worst variant): a sanity check, the oracle tests are
-the proof. DECODE_AB_VARIANTS (comma list of portable, p2, p4) picks the variants.
+the proof. DECODE_AB_VARIANTS (comma list of portable, p2, p4, p8; a trailing b, e.g. p4b, computes fp8
+caches in bf16 instead of f16) picks the variants.
 """
 import argparse
 import json
@@ -21,7 +22,7 @@ from bench.timing import n_sets_for, time_cuda
 
 K = 1024
 HQ, HK, D = 32, 8, 128
-VARIANTS = os.environ.get("DECODE_AB_VARIANTS", "portable,p2,p4").split(",")
+VARIANTS = os.environ.get("DECODE_AB_VARIANTS", "portable,p2,p4,p8").split(",")
 
 # name, batch, keys, page (0 = contiguous), query tokens, cache dtype, scattered batch index
 CASES = [
@@ -78,7 +79,8 @@ def run_case(name, b, L, page, sq, kv, scattered):
     outs = {}
     for variant in VARIANTS:
         os.environ["KVATTN_FORCE_PORTABLE"] = "1" if variant == "portable" else "0"
-        os.environ["KVATTN_DECODE_SM90"] = variant[1:] if variant != "portable" else "0"
+        os.environ["KVATTN_DECODE_SM90"] = variant[1:].rstrip("b") if variant != "portable" else "0"
+        os.environ["KVATTN_DECODE_SM90_FP8_BF16"] = "1" if variant.endswith("b") else "0"
         outs[variant] = fns[0]().float()
         r, _ = time_cuda(fns, torch)
         row[variant + "_us"] = r["median_us"]

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import harness as H
-from cases import Case, run_and_compare
+from cases import Case, build, run_and_compare
+from reference import reference_attention
 
 pytestmark = pytest.mark.skipif(not H._cuda_ready(), reason="needs torch, a GPU and a CUDA build")
 DEVICE = "cuda"
@@ -44,10 +45,13 @@ def test_layouts_edges(layout, page, kv_fp8):
     run_and_compare(case, DEVICE)
 
 
+@pytest.mark.parametrize("fp8_math", ["f16", "bf16"])
 @pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp8"])
 @pytest.mark.parametrize("page", [1, 16])
-def test_fp8_cache_skewed(dtype, page):
-    """fp8 e4m3 caches with f16 / bf16 / fp8 q: K and V converted in registers; descales per (b, kv head)."""
+def test_fp8_cache_skewed(dtype, page, fp8_math, monkeypatch):
+    """fp8 e4m3 caches with f16 / bf16 / fp8 q: K and V converted in registers; descales per (b, kv head).
+    bf16 / fp8 q compute in f16 (q scaled into its range) or, KVATTN_DECODE_SM90_FP8_BF16=1, in bf16."""
+    monkeypatch.setenv("KVATTN_DECODE_SM90_FP8_BF16", "1" if fp8_math == "bf16" else "0")
     case = Case(dtype=dtype, kv_fp8=True, d=128, hq=8, hk=2, seqlens=_SKEW, sq=1, layout="paged",
                 page_size=page, batch_idx="scattered", num_splits=0, seed=page)
     run_and_compare(case, DEVICE)
@@ -79,6 +83,25 @@ def test_speculative(sq, hq, hk, kv_fp8):
     run_and_compare(case, DEVICE)
 
 
+@pytest.mark.parametrize("q_mult", [2.0 ** 17, 2.0 ** -20])
+def test_fp8_cache_q_magnitude(q_mult):
+    """bf16 q far outside f16's range (|q| ~ 2^19) or deep in its subnormals (~2^-18): the f16 math of fp8
+    caches scales q by a power of two first, so the result matches the oracle as for ordinary q."""
+    d = 128
+    case = Case(dtype="bf16", kv_fp8=True, d=d, hq=8, hk=2, seqlens=(900, 70, 5), sq=1, layout="paged",
+                page_size=16, num_splits=0, scale=1.0 / (q_mult * np.sqrt(d)), seed=5)
+    q, k_cache, v_cache, kw, ref_kw, _ = build(case)
+    q = (q.astype(np.float32) * np.float32(q_mult)).astype(q.dtype)  # exact: a power of two
+    ref = reference_attention(q, k_cache, v_cache, **ref_kw)
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    with H.poisoned_outputs():
+        out, lse = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
+                                                    H.to_device(v_cache, DEVICE), return_softmax_lse=True, **dev)
+    H.sync_device_errors(DEVICE)
+    H.assert_close("out", H.to_numpy(out), ref["out"], H.TOL_OUT["bf16"])
+    H.assert_close("lse", H.to_numpy(lse), ref["lse"], H.TOL_LSE["bf16"])
+
+
 def test_many_sequences_page1():
     """Many short units per CTA: the producer streams the next pieces while the consumers merge."""
     lens = tuple(int(x) for x in np.random.default_rng(3).integers(0, 200, 120))
@@ -100,6 +123,7 @@ torch.cuda.synchronize()
 @pytest.mark.parametrize("switch,expected", [
     (dict(KVATTN_DECODE_SM90="4"), "4 producer warps"),
     (dict(KVATTN_DECODE_SM90="2"), "2 producer warps"),
+    (dict(KVATTN_DECODE_SM90="8"), "8 producer warps"),
     (dict(KVATTN_DECODE_SM90="4", KVATTN_FORCE_PORTABLE="1"), None),
     (dict(KVATTN_DECODE_SM90=None), None),  # off by default
 ])
