@@ -99,7 +99,8 @@ bool decode_sm90_supports(const FwdProblem& p, const AttentionPlan& plan, const 
     return false;
   }
   const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
-  if (S::smem_bytes(fp8) + 1024 > static_cast<size_t>(limits.max_smem_per_block)) return false;
+  if (S::smem_bytes(fp8, producer_warps) + 1024 > static_cast<size_t>(limits.max_smem_per_block))
+    return false;
   const DecodeKernel kernel = pick_kernel(compute_dtype, p.kv_dtype, producer_warps);
   return kernel != nullptr && built_for_sm90(kernel);
 }
@@ -118,7 +119,7 @@ kvattn_status launch_decode_sm90(AttnParams& params, const FwdProblem& p, DType 
   const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(sms, plan.balanced_ctas));
   params.balanced_ctas = static_cast<int32_t>(grid);
   params.balanced_slots = static_cast<int32_t>(grid);
-  const size_t smem = S::smem_bytes(p.kv_dtype == DType::fp8_e4m3);
+  const size_t smem = S::smem_bytes(p.kv_dtype == DType::fp8_e4m3, producer_warps);
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return cuda_fail(err, "decode_sm90_kernel shared memory");
