@@ -419,19 +419,13 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
       const uint32_t g = first_stage + s;
       const int slot = static_cast<int>(g % Cfg::kStages);
       const int32_t kp0 = pk.kp_begin + s * Cfg::kStageKeys;
-      if (paged && ok) {  // the page ids of this stage's keys (loaded before the wait: off the critical path)
+      // The page ids of this stage's keys: loaded before the wait, checked after the stage's math, so that
+      // their latency hides behind both.
+      int32_t stage_page[Cfg::kKeysPerLane];
 #pragma unroll
-        for (int j = 0; j < Cfg::kKeysPerLane; ++j) {
-          const int32_t kp = kp0 + j * 32 + lane;
-          if (kp < pk.kp_end) {
-            const int32_t page = page_entry(p.seq, seq, seq.leftpad + kp);
-            if (page < 0 || page >= p.seq.num_pages) {
-              ok = false;
-              record_error(p.errors, ErrorArg::page_table, ErrorKind::out_of_range,
-                           (seq.leftpad + kp) / p.seq.page_size, page, p.seq.num_pages, seq.cache_row);
-            }
-          }
-        }
+      for (int j = 0; j < Cfg::kKeysPerLane; ++j) {
+        const int32_t kp = kp0 + j * 32 + lane;
+        stage_page[j] = paged && kp < pk.kp_end ? page_entry(p.seq, seq, seq.leftpad + kp) : 0;
       }
       mbar_wait(&full[slot], (g / Cfg::kStages) & 1);
       const unsigned char* s_k = ring + slot * Cfg::kStageBytes;
@@ -591,6 +585,15 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
         }
       }
       mbar_arrive(&empty[slot]);  // every lane: its reads of the stage are done
+#pragma unroll
+      for (int j = 0; j < Cfg::kKeysPerLane; ++j) {
+        if (stage_page[j] < 0 || stage_page[j] >= p.seq.num_pages) {
+          const int64_t slot_bad = seq.leftpad + kp0 + j * 32 + lane;
+          ok = false;
+          record_error(p.errors, ErrorArg::page_table, ErrorKind::out_of_range, slot_bad / p.seq.page_size,
+                       stage_page[j], p.seq.num_pages, seq.cache_row);
+        }
+      }
     }
 
     // Merge: each warp's (m, l, O) into shared memory (O in channel order), then 128 threads combine them:
