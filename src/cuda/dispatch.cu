@@ -22,6 +22,7 @@
 #include "cuda/append/append.hpp"
 #include "cuda/attention/launch.hpp"
 #include "cuda/common/host.hpp"
+#include "cuda/decode_sm90/decode_sm90.hpp"
 #include "cuda/heuristics.hpp"
 #include "cuda/kernel_table.hpp"
 
@@ -148,8 +149,15 @@ kvattn_status cuda_fwd(const FwdProblem& p, const CudaFwdCall& call) {
   kvattn_status status;
   if (p.k_new.ptr != nullptr && (status = launch_append(p, errors, stream)) != KVATTN_OK) return status;
   if (call.plan.m_blocks == 0 || p.batch == 0) return KVATTN_OK;
-  const AttnParams params = make_attn_params(p, call.plan, errors);
-  if ((status = call.kernel->launch(params, call.plan, stream)) != KVATTN_OK) return status;
+  AttnParams params = make_attn_params(p, call.plan, errors);
+  // The Hopper decode mainloop takes the balanced key-split decode plans it covers (decode_sm90.hpp);
+  // everything else runs on the row that was picked.
+  const bool portable_only = p.force_portable || env_force_portable();
+  status =
+      !portable_only && decode_sm90_supports(p, call.plan, params, *call.kernel, call.device->shape)
+          ? launch_decode_sm90(params, p, call.kernel->compute_dtype, call.plan, call.device->shape, stream)
+          : call.kernel->launch(params, call.plan, stream);
+  if (status != KVATTN_OK) return status;
   if (call.plan.splits > 1 || call.plan.balanced) {
     return launch_split_combine(params, p.head_dim_v, p.out_dtype, call.device->shape.arch >= 90, stream);
   }

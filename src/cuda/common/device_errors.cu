@@ -128,11 +128,9 @@ kvattn_status device_info(int device_id, const DeviceInfo** info) {
 }
 
 bool env_force_portable() {
-  static const bool forced = [] {
-    const char* v = std::getenv("KVATTN_FORCE_PORTABLE");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  return forced;
+  // Read on every call (a getenv, ~0.1 us): tests and A/B runs switch it inside one process.
+  const char* v = std::getenv("KVATTN_FORCE_PORTABLE");
+  return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
 kvattn_status set_max_dynamic_smem_once(const void* kernel, int device_id, int bytes,

@@ -73,7 +73,7 @@ struct DeviceInfo {
 kvattn_status device_info(int device_id, const DeviceInfo** info);
 
 // The attention kernel table's switch for the portable kernels: KVATTN_FORCE_PORTABLE=1 in the environment
-// (read once per process), or the params field force_portable.
+// (read on every call), or the params field force_portable.
 bool env_force_portable();
 
 // cudaFuncSetAttribute(max dynamic shared memory) once per (kernel, device): the call costs ~1 us and

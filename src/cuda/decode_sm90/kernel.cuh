@@ -1,0 +1,61 @@
+// The Hopper decode kernel (decode_sm90.hpp says what it is for). One CTA an SM, 4 consumer warps and
+// P = 2, 4 or 8 producer warps; a ring of 10 (P = 2) or 8 stages of 16 KB in shared memory, each with a full
+// and an empty mbarrier:
+//   producers (warps 4.., producer.cuh): walk the CTA's pieces of the balanced schedule (pieces.cuh); warp
+//     4 + (s mod P) fills stage s: it waits for the ring slot to be free (empty mbarrier), issues 16-byte
+//     cp.async copies, one warp instruction per 2 (16-bit) or 4 (fp8) whole rows, and arms the slot's full
+//     mbarrier with one cp.async.mbarrier.arrive a lane. Lane k owns key k (its page id is loaded kAhead
+//     of the warp's stages early) and hands its row offset to the lanes copying that row (shuffles). The
+//     producers never wait for the consumers except on a full ring, so the next piece's K/V stream in
+//     while the consumers finish the current one. (One cp.async.bulk a row was tried first: 4x slower.)
+//   consumers (warps 0-3, consumer.cuh): per piece, load the sequence, check the page ids outside the
+//     piece's keys (those of its keys stage by stage), load Q; then warp w computes stages w, w + 4, ... of
+//     the piece (the stage's full mbarrier is the only wait) with the portable decode kernel's key-split
+//     online softmax and score modifications (score_mods.cuh); at the piece's end the four (m, l, O) merge
+//     through shared memory and 128 threads write out / lse, or the partial.
+// Invalid key slots of a stage (past the piece's keys) copy the piece's last valid row instead of a row
+// of zeros, so every stage moves the same bytes, and the mask sets their scores to -inf (P = 0 times a
+// finite row). fp8 caches: K and V are converted in registers (cvt e4m3x2 -> f16x2, [-> bf16x2]) from
+// ldmatrix fragments of the fp8 rows; K's channels are read in a permuted order that Q's fragments follow,
+// V's channels come out as even / odd 8-column tiles that the merge puts back in place.
+#pragma once
+
+#include "cuda/common/pdl.cuh"
+#include "cuda/decode_sm90/consumer.cuh"
+#include "cuda/decode_sm90/producer.cuh"
+
+namespace kvattn::cuda::sm90 {
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) decode_sm90_kernel(const __grid_constant__ AttnParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* ring = smem_raw;
+  float* s_state = reinterpret_cast<float*>(ring + Cfg::kStages * Cfg::kStageBytes);
+  using T = typename Cfg::T;
+  T* s_q = reinterpret_cast<T*>(s_state + Cfg::kConsumerWarps * Cfg::kStateFloats);
+  uint64_t* full = reinterpret_cast<uint64_t*>(s_q + Cfg::kRows * Cfg::kQStride);
+  uint64_t* empty = full + Cfg::kStages;
+  allow_dependent_launch();  // the split combine may be scheduled now; it waits for this grid's end
+  if (threadIdx.x < Cfg::kStages) {
+    mbar_init(&full[threadIdx.x], 32);  // the 32 lanes of the stage's producer warp
+    mbar_init(&empty[threadIdx.x], 32);
+  }
+  mbar_init_fence();
+  const BalancedStart st = balanced_start<Cfg::kRows, Cfg::kBlockN, Cfg::kThreads>(p);  // block-wide barriers
+  wait_for_prior_grid();  // launched early after the append (PDL): the appended K/V are in place past here
+  // 8 producer warps (384 threads, 168 registers each at launch): the producers' warpgroups give registers
+  // back and the consumers' warpgroup takes them (8 x 32 x 96 + 4 x 32 x 240 < 64 K).
+  if (threadIdx.x >= 32 * Cfg::kConsumerWarps) {
+    if constexpr (Cfg::kProducerWarps == 8)
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 96;\n" ::: "memory");
+    produce<Cfg>(p, st, ring, full, empty);
+  } else {
+    if constexpr (Cfg::kProducerWarps == 8)
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+    consume<Cfg>(p, st, ring, full, empty, s_state, s_q, reinterpret_cast<float*>(empty + Cfg::kStages));
+  }
+#endif
+}
+
+}  // namespace kvattn::cuda::sm90

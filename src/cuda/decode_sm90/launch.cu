@@ -1,0 +1,138 @@
+// The Hopper decode kernel's host side: the support predicate and the launch (decode_sm90.hpp).
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "cuda/attention/launch.hpp"
+#include "cuda/decode_sm90/decode_sm90.hpp"
+#include "cuda/decode_sm90/kernel.cuh"
+
+namespace kvattn::cuda {
+namespace {
+
+using DecodeKernel = void (*)(AttnParams);
+
+template <typename T, typename TKV, bool kFp8F16 = true>
+DecodeKernel kernel_of(int producer_warps) {
+  switch (producer_warps) {
+    case 2:
+      return sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV, 2, kFp8F16>>;
+    case 4:
+      return sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV, 4, kFp8F16>>;
+    default:
+      return sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV, 8, kFp8F16>>;
+  }
+}
+
+// KVATTN_DECODE_SM90_FP8_BF16=1: fp8 caches under bf16 q convert K and V to bf16 (the first measured
+// path) instead of computing in f16.
+bool fp8_in_bf16() {
+  const char* e = std::getenv("KVATTN_DECODE_SM90_FP8_BF16");
+  return e != nullptr && std::strcmp(e, "1") == 0;
+}
+
+// The kernel for (compute dtype, cache dtype, producer warps), or nullptr when this build has none.
+DecodeKernel pick_kernel(DType compute, DType kv, int producer_warps) {
+  if (!dtype_built(compute) || !head_dim_built(DecodeSm90Shape::kHeadDim)) return nullptr;
+  if (producer_warps != 2 && producer_warps != 4 && producer_warps != 8) return nullptr;
+  const bool fp8 = kv == DType::fp8_e4m3;
+  if (!fp8 && kv != compute) return nullptr;
+  if constexpr (dtype_built(DType::bf16)) {
+    if (compute == DType::bf16) {
+      if (!fp8) return kernel_of<__nv_bfloat16, __nv_bfloat16>(producer_warps);
+      return fp8_in_bf16() ? kernel_of<__nv_bfloat16, __nv_fp8_e4m3, false>(producer_warps)
+                           : kernel_of<__nv_bfloat16, __nv_fp8_e4m3, true>(producer_warps);
+    }
+  }
+  if constexpr (dtype_built(DType::f16)) {
+    if (compute == DType::f16) {
+      return fp8 ? kernel_of<half, __nv_fp8_e4m3>(producer_warps) : kernel_of<half, half>(producer_warps);
+    }
+  }
+  return nullptr;
+}
+
+// Whether the library holds sm_90 machine code of the kernels (built with 90a in KVATTN_CUDA_ARCHS): asked
+// once, on the first sm_90 device (an sm_80-only build would run them from compute_80 PTX, as stubs).
+bool built_for_sm90(DecodeKernel kernel) {
+  static std::atomic<int> known{-1};
+  int v = known.load(std::memory_order_relaxed);
+  if (v < 0) {
+    cudaFuncAttributes a{};
+    const cudaError_t err = cudaFuncGetAttributes(&a, kernel);
+    if (err != cudaSuccess) cudaGetLastError();
+    v = err == cudaSuccess && a.binaryVersion >= 90 && a.ptxVersion >= 90 ? 1 : 0;
+    known.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+}  // namespace
+
+int decode_sm90_producer_warps() {
+  // Read on every call (a getenv): tests and bench/decode_ab.py switch it inside one process.
+  const char* e = std::getenv("KVATTN_DECODE_SM90");
+  if (e == nullptr) return 8;  // the default (bench/NOTES.md, 2026-12-01: 8 producers beat 2 and 4)
+  if (std::strcmp(e, "0") == 0) return 0;
+  if (std::strcmp(e, "2") == 0) return 2;
+  if (std::strcmp(e, "4") == 0) return 4;
+  return 8;
+}
+
+bool decode_sm90_supports(const FwdProblem& p, const AttentionPlan& plan, const AttnParams& params,
+                          const AttentionKernel& row, const DeviceShape& device) {
+  const DType compute_dtype = row.compute_dtype;
+  const int kernel_head_dim = row.head_dim, kernel_head_dim_v = row.head_dim_v;
+  using S = DecodeSm90Shape;
+  const int producer_warps = decode_sm90_producer_warps();
+  if (device.arch != kArchSm90 || producer_warps == 0) return false;
+  // The balanced key-split decode plan (one row block of <= 16 packed rows, num_splits = 0, not
+  // deterministic); static splits stay on the portable kernel.
+  if (!plan.key_split || !plan.balanced || plan.m_blocks != 1) return false;
+  if (kernel_head_dim != S::kHeadDim || kernel_head_dim_v != S::kHeadDim || p.head_dim != S::kHeadDim ||
+      p.head_dim_v != S::kHeadDim || p.qv.ptr != nullptr || !params.kv_vec16) {
+    return false;
+  }
+  const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
+  if (S::smem_bytes(fp8, producer_warps) + 1024 > static_cast<size_t>(device.max_smem_per_block))
+    return false;
+  const DecodeKernel kernel = pick_kernel(compute_dtype, p.kv_dtype, producer_warps);
+  return kernel != nullptr && built_for_sm90(kernel);
+}
+
+kvattn_status launch_decode_sm90(AttnParams& params, const FwdProblem& p, DType compute_dtype,
+                                 const AttentionPlan& plan, const DeviceShape& device, cudaStream_t stream) {
+  using S = DecodeSm90Shape;
+  const int producer_warps = decode_sm90_producer_warps();
+  const DecodeKernel kernel = pick_kernel(compute_dtype, p.kv_dtype, producer_warps);
+  if (kernel == nullptr) return fail(KVATTN_ERROR_UNSUPPORTED, "decode_sm90: no kernel for this dtype pair");
+  if (std::getenv("KVATTN_DEBUG_DISPATCH") != nullptr) {
+    std::fprintf(stderr, "kvattn: decode_sm90 kernel, %d producer warps\n", producer_warps);
+  }
+  // One persistent CTA an SM, never more than the plan's grid (whose partials the workspace holds).
+  const int64_t sms = std::max(1, device.sm_count - std::max(0, p.sm_margin));
+  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(sms, plan.balanced_ctas));
+  params.balanced_ctas = static_cast<int32_t>(grid);
+  params.balanced_slots = static_cast<int32_t>(grid);
+  const size_t smem = S::smem_bytes(p.kv_dtype == DType::fp8_e4m3, producer_warps);
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (err != cudaSuccess) return cuda_fail(err, "decode_sm90_kernel shared memory");
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.blockDim = dim3(S::threads(producer_warps));
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = plan.early_launch ? 1 : 0;
+  err = cudaLaunchKernelEx(&config, kernel, params);
+  if (err != cudaSuccess) return cuda_fail(err, "launching decode_sm90_kernel");
+  return check_launch("decode_sm90_kernel");
+}
+
+}  // namespace kvattn::cuda

@@ -1,0 +1,110 @@
+// The Hopper decode kernel's configuration and its walk over the balanced schedule, shared by the producer
+// and the consumer warps (they walk the same pieces and so agree on every stage without talking).
+#pragma once
+
+#include <type_traits>
+
+#include "cuda/attention/params.cuh"
+#include "cuda/attention/schedule.cuh"
+#include "cuda/common/dtype.cuh"
+#include "cuda/decode_sm90/decode_sm90.hpp"
+
+namespace kvattn::cuda::sm90 {
+
+// kFp8F16: fp8 caches under bf16 q run their tensor-core math in f16 (TM): K and V convert in one
+// instruction a pair (e4m3x2 -> f16x2, exact), Q is scaled by a power of two into f16's range (its max
+// magnitude lands in [2^14, 2^15)) and the scores scaled back, P is f16; else (the first measured path)
+// K and V go on to bf16 (3 more instructions a pair).
+template <typename T_, typename TKV_, int kProducerWarps_, bool kFp8F16_ = true>
+struct DecodeCfg : DecodeSm90Shape {
+  static constexpr int kProducerWarps = kProducerWarps_;  // stage s is filled by producer warp s mod this
+  static constexpr int kThreads = threads(kProducerWarps);
+  static constexpr int kStages = stages(kProducerWarps);
+  static_assert(kStages % kProducerWarps == 0, "each slot always filled by the same producer warp");
+  using T = T_;
+  using TKV = TKV_;
+  static constexpr bool kFp8 = std::is_same_v<TKV, __nv_fp8_e4m3>;
+  using TM = std::conditional_t<kFp8 && kFp8F16_, half, T>;  // the tensor cores' operands
+  static constexpr bool kScaleQ = !std::is_same_v<TM, T>;    // bf16 q into f16 math
+  static constexpr int kStageKeys = stage_keys(kFp8);
+  static constexpr int kKeysPerLane = kStageKeys / 32;
+  static constexpr int kRowBytes = kHeadDim * static_cast<int>(sizeof(TKV));  // one cache row of a head
+  static constexpr int kRowStride = row_stride(kFp8);
+  static constexpr int kStageBytes = static_cast<int>(stage_bytes(kFp8));
+  static constexpr uint32_t kTxBytes = 2u * kStageKeys * kRowBytes;  // K + V rows of a stage
+  static constexpr int kNTilesS = kStageKeys / 8;                    // 8-key column tiles of S
+  static constexpr int kNTilesO = kHeadDim / 8;                      // 8-column tiles of O
+  static constexpr int kAhead = 3;  // stages whose page-table entries the producer holds ahead
+  static_assert(kStageKeys % 32 == 0 && kBlockN % kStageKeys == 0, "whole stages of lanes in a tile");
+  static_assert(kRowStride % 16 == 0 && kRowBytes % 16 == 0, "16-byte rows for the bulk copies");
+};
+
+// The channel of O accumulator (n-tile n, column col of the mma C layout). 16-bit caches: the natural
+// order. fp8: n-tile 2c + parity holds the channels 16c + 2j + parity, j = 0..7 (ldmatrix.trans of byte
+// pairs, see the PV step).
+template <bool kFp8>
+__device__ __forceinline__ int o_channel(int n, int col) {
+  if constexpr (kFp8) {
+    return 16 * (n / 2) + 2 * col + (n % 2);
+  } else {
+    return 8 * n + col;
+  }
+}
+
+// A piece's keys: the sequence, its visible-key range, and the piece's keys [kp_begin, kp_end) in stages.
+struct PieceKeys {
+  Sequence seq;
+  KeyRange keys;
+  int64_t tile_begin, tile_end;  // the piece's tiles of the unit, clamped to the unit's tiles
+  int32_t kp_begin, kp_end;      // logical key positions; kp_end <= keys.last + 1
+  int32_t stages;
+};
+
+template <class Cfg>
+__device__ __forceinline__ PieceKeys piece_keys(const AttnParams& p, const Piece& w, bool record) {
+  PieceKeys k;
+  k.seq = load_sequence(p.seq, w.i, p.errors, record);
+  k.keys = key_range(p, k.seq, 0, Cfg::kRows, Cfg::kBlockN);
+  if (!k.seq.rows_known) k.keys.tiles = 0;
+  k.tile_begin = min(k.keys.tiles, w.tile_begin);
+  k.tile_end = min(k.keys.tiles, w.tile_end);
+  k.kp_begin = static_cast<int32_t>(k.keys.first + k.tile_begin * Cfg::kBlockN);
+  k.kp_end = static_cast<int32_t>(min(k.keys.last + 1, k.keys.first + k.tile_end * Cfg::kBlockN));
+  k.stages = k.kp_end > k.kp_begin ? (k.kp_end - k.kp_begin + Cfg::kStageKeys - 1) / Cfg::kStageKeys : 0;
+  return k;
+}
+
+// The pieces of CTA blockIdx.x on the balanced schedule, in order; f(piece, first_of_unit, unit_end).
+// Producer and consumers walk the same list, so they agree on every stage without talking.
+template <class Cfg, class F>
+__device__ __forceinline__ void for_each_piece(const AttnParams& p, const BalancedStart& st, F&& f) {
+  const int64_t k = blockIdx.x, g = st.ctas;
+  if (k >= g) return;
+  const int64_t a = cta_begin(k, g, st.total), b = cta_begin(k + 1, g, st.total);
+  int i = st.seq;
+  int64_t tiles = st.seq_tiles;
+  int h = static_cast<int>((a - st.seq_start) / (tiles + kUnitCost));
+  int64_t u_start = st.seq_start + h * (tiles + kUnitCost);
+  while (i < p.seq.batch && u_start < b) {
+    const int64_t u_end = u_start + tiles + kUnitCost;
+    Piece w{i,
+            h,
+            0,
+            -1,
+            max(int64_t{0}, max(a, u_start) - u_start - kUnitCost),
+            max(int64_t{0}, min(b, u_end) - u_start - kUnitCost),
+            -1};
+    if (u_start < a || u_end > b) {
+      const int slot = u_start < a ? 0 : 1;  // continues into this CTA, or starts here and goes on
+      w.partial = (static_cast<int64_t>(slot) * p.balanced_ctas + k) * p.rows_per_unit;
+    }
+    f(w, u_start >= a, cta_of(u_end - 1, g, st.total) - k + 1);
+    u_start = u_end;
+    if (++h == p.num_kv_heads) {
+      h = 0;
+      if (++i < p.seq.batch) tiles = unit_tiles<Cfg::kRows, Cfg::kBlockN>(p, i);
+    }
+  }
+}
+
+}  // namespace kvattn::cuda::sm90

@@ -1,0 +1,117 @@
+// The sm_90 synchronization and copy instructions of the Hopper decode kernel, as inline PTX: mbarriers
+// (arrive, expect-tx, parity wait), the bulk global -> shared copy that completes on an mbarrier, and the
+// named barrier of the consumer warps. Compiled for sm_90 and newer only (the callers guard them).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/mma.cuh"
+
+namespace kvattn::cuda::sm90 {
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+// The inits visible to the other threads and to the copy engine (async proxy) before the first use.
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// One arrival that also announces `bytes` of bulk copies completing on this phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+
+// Waits until the phase of parity `parity` has completed (a fresh barrier counts the phase before its
+// first as complete, so waiting on parity 1 of a new barrier returns at once).
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  const uint32_t addr = smem_addr(bar);
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, "
+        "p;\n}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory by the copy
+// engine; completes `bytes` of the barrier's transaction count. evict_first: K/V rows are read once.
+__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes, uint64_t* bar,
+                                              uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, "
+      "[%3], "
+      "%4;" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
+      : "memory");
+}
+
+// 16 bytes global -> shared (cp.async, L2 only), with an L2 eviction policy.
+__device__ __forceinline__ void cp_async_16_hint(uint32_t dst, const void* src, uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+               "l"(policy)
+               : "memory");
+}
+
+// One arrival on `bar` once every cp.async this thread issued so far has landed (the barrier's count
+// includes it: .noinc).
+__device__ __forceinline__ void cp_async_mbar_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+// Barrier 1 of the consumer warps (the producer never joins): a plain sync, and a sync that ORs a flag.
+template <int kThreads>
+__device__ __forceinline__ void consumers_sync() {
+  asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory");
+}
+template <int kThreads>
+__device__ __forceinline__ bool consumers_or(bool flag) {
+  uint32_t out;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, 1, %2, p;\n selp.u32 %0, 1, 0, "
+      "q;\n}\n"
+      : "=r"(out)
+      : "r"(static_cast<uint32_t>(flag)), "n"(kThreads)
+      : "memory");
+  return out != 0;
+}
+
+// Two e4m3 values (the low and high byte of `pair`) as an f16x2 / bf16x2 register, exactly (every e4m3
+// value is a normal f16 and a bf16). The low byte lands in the low half.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t pair) {
+  uint32_t out;
+  asm("{\n .reg .b16 lo;\n cvt.u16.u32 lo, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}\n" : "=r"(out) : "r"(pair));
+  return out;
+}
+__device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t h2) {
+  uint32_t out;
+  asm("{\n .reg .b16 l, h;\n .reg .f32 fl, fh;\n mov.b32 {l, h}, %1;\n cvt.f32.f16 fl, l;\n cvt.f32.f16 fh, "
+      "h;\n"
+      " cvt.rn.bf16x2.f32 %0, fh, fl;\n}\n"
+      : "=r"(out)
+      : "r"(h2));
+  return out;
+}
+__device__ __forceinline__ uint32_t byte_perm(uint32_t x, uint32_t selector) {
+  uint32_t out;
+  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(out) : "r"(x), "r"(selector));
+  return out;
+}
+
+}  // namespace kvattn::cuda::sm90

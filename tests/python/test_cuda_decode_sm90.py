@@ -1,0 +1,149 @@
+"""The Hopper decode kernel (src/cuda/decode_sm90): the decode shapes it takes (d = dv = 128, <= 16 packed
+rows, the balanced schedule) across layouts, page sizes, fp8 caches and the contract's features, at lengths
+that end mid-stage (0, 1, 31-33, 63-65, ...) and with skewed batches, so that pieces straddle CTAs and
+stages. The kernel is on by default with 8 producer warps (KVATTN_DECODE_SM90 = 0 turns it off, 2 or 4 picks
+the producer count; see decode_sm90.hpp): these tests pick KVATTN_TEST_DECODE_SM90 (default 8). On other GPUs
+the same cases run on the portable kernels (and still check the oracle). On sm_90 the dispatch is checked
+too: the kernel runs by default and when asked for, unless KVATTN_FORCE_PORTABLE=1 or KVATTN_DECODE_SM90=0.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import harness as H
+from cases import Case, build, run_and_compare
+from reference import reference_attention
+
+pytestmark = pytest.mark.skipif(not H._cuda_ready(), reason="needs torch, a GPU and a CUDA build")
+DEVICE = "cuda"
+
+# Lengths around the 32/64-key stage and tile edges, an empty and a one-key sequence, one long one.
+_EDGES = (0, 1, 31, 32, 33, 63, 64, 65, 127, 129, 1500)
+_SKEW = (2500,) + tuple(int(x) for x in np.random.default_rng(11).integers(1, 600, 10)) + (0, 1)
+
+
+@pytest.fixture(autouse=True)
+def _decode_sm90_on(monkeypatch):
+    """The library reads the switch at every call: on for each test of this file only."""
+    monkeypatch.setenv("KVATTN_DECODE_SM90", os.environ.get("KVATTN_TEST_DECODE_SM90", "8"))
+
+
+def _sm90():
+    torch = sys.modules["torch"]
+    return torch.cuda.get_device_capability()[0] == 9
+
+
+@pytest.mark.parametrize("kv_fp8", [False, True])
+@pytest.mark.parametrize("layout,page", [("contiguous", 0), ("paged", 1), ("paged", 16), ("paged", 64),
+                                         ("packed", 0)])
+def test_layouts_edges(layout, page, kv_fp8):
+    case = Case(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=8, hk=2, seqlens=_EDGES, sq=1, layout=layout,
+                page_size=max(page, 1), num_splits=0, seed=page + 7 * kv_fp8)
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.parametrize("fp8_math", ["f16", "bf16"])
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp8"])
+@pytest.mark.parametrize("page", [1, 16])
+def test_fp8_cache_skewed(dtype, page, fp8_math, monkeypatch):
+    """fp8 e4m3 caches with f16 / bf16 / fp8 q: K and V converted in registers; descales per (b, kv head).
+    bf16 / fp8 q compute in f16 (q scaled into its range) or, KVATTN_DECODE_SM90_FP8_BF16=1, in bf16."""
+    monkeypatch.setenv("KVATTN_DECODE_SM90_FP8_BF16", "1" if fp8_math == "bf16" else "0")
+    case = Case(dtype=dtype, kv_fp8=True, d=128, hq=8, hk=2, seqlens=_SKEW, sq=1, layout="paged",
+                page_size=page, batch_idx="scattered", num_splits=0, seed=page)
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.parametrize("features", [
+    dict(sinks="fp32", leftpad=(3, 0, 17, 1, 40)),
+    dict(new=(1, 1, 1, 1, 1), rotary="neox", batch_idx="scattered"),
+    dict(window=(100, 0), causal=True, softcap=15.0),
+    dict(alibi="bh", chunk=96, causal=True),
+    dict(seqused_q=True, sq=3, causal=True, sinks="bf16"),
+])
+@pytest.mark.parametrize("kv_fp8", [False, True])
+def test_features(features, kv_fp8):
+    kw = dict(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=8, hk=2, seqlens=(700, 1, 0, 333, 1300), sq=1,
+              layout="paged", page_size=16, num_splits=0, seed=len(features))
+    kw.update(features)
+    if kw.get("leftpad"):
+        kw["seqlens"] = tuple(n + lp for n, lp in zip(kw["seqlens"], kw["leftpad"]))
+    run_and_compare(Case(**kw), DEVICE)
+
+
+@pytest.mark.parametrize("sq,hq,hk", [(2, 8, 2), (4, 8, 2), (8, 4, 2)])
+@pytest.mark.parametrize("kv_fp8", [False, True])
+def test_speculative(sq, hq, hk, kv_fp8):
+    """2-8 query tokens, GQA rows packed (g x q <= 16), causal among the new tokens."""
+    case = Case(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=hq, hk=hk, seqlens=(1500, 65, 9, 2000), sq=sq,
+                new=(sq,) * 4, causal=True, layout="paged", page_size=16, num_splits=0, seed=sq * hq)
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.parametrize("q_mult", [2.0 ** 17, 2.0 ** -20])
+def test_fp8_cache_q_magnitude(q_mult):
+    """bf16 q far outside f16's range (|q| ~ 2^19) or deep in its subnormals (~2^-18): the f16 math of fp8
+    caches scales q by a power of two first, so the result matches the oracle as for ordinary q."""
+    d = 128
+    case = Case(dtype="bf16", kv_fp8=True, d=d, hq=8, hk=2, seqlens=(900, 70, 5), sq=1, layout="paged",
+                page_size=16, num_splits=0, scale=1.0 / (q_mult * np.sqrt(d)), seed=5)
+    q, k_cache, v_cache, kw, ref_kw, _ = build(case)
+    q = (q.astype(np.float32) * np.float32(q_mult)).astype(q.dtype)  # exact: a power of two
+    ref = reference_attention(q, k_cache, v_cache, **ref_kw)
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    with H.poisoned_outputs():
+        out, lse = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
+                                                    H.to_device(v_cache, DEVICE), return_softmax_lse=True, **dev)
+    H.sync_device_errors(DEVICE)
+    H.assert_close("out", H.to_numpy(out), ref["out"], H.TOL_OUT["bf16"])
+    H.assert_close("lse", H.to_numpy(lse), ref["lse"], H.TOL_LSE["bf16"])
+
+
+def test_many_sequences_page1():
+    """Many short units per CTA: the producer streams the next pieces while the consumers merge."""
+    lens = tuple(int(x) for x in np.random.default_rng(3).integers(0, 200, 120))
+    case = Case(dtype="bf16", d=128, hq=8, hk=2, seqlens=lens, sq=1, layout="paged", page_size=1,
+                num_splits=0, seed=3)
+    run_and_compare(case, DEVICE)
+
+
+_DISPATCH_SCRIPT = r"""
+import numpy as np, torch, kvattn
+q = torch.randn(2, 1, 8, 128, device="cuda", dtype=torch.bfloat16)
+k = torch.randn(2, 300, 2, 128, device="cuda", dtype=torch.bfloat16)
+v = torch.randn_like(k)
+kvattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=torch.tensor([300, 77], dtype=torch.int32, device="cuda"))
+torch.cuda.synchronize()
+"""
+
+
+@pytest.mark.parametrize("switch,expected", [
+    (dict(KVATTN_DECODE_SM90="4"), "4 producer warps"),
+    (dict(KVATTN_DECODE_SM90="2"), "2 producer warps"),
+    (dict(KVATTN_DECODE_SM90="8"), "8 producer warps"),
+    (dict(KVATTN_DECODE_SM90="4", KVATTN_FORCE_PORTABLE="1"), None),
+    (dict(KVATTN_DECODE_SM90="0"), None),
+    (dict(KVATTN_DECODE_SM90=None), "8 producer warps"),  # on by default
+])
+def test_dispatch_on_sm90(switch, expected):
+    """On sm_90 a supported decode runs on the Hopper kernel when asked for (and with the producer count
+    asked for, 8 by default); KVATTN_FORCE_PORTABLE=1 and KVATTN_DECODE_SM90=0 leave it on the portable
+    kernel."""
+    if not _sm90():
+        pytest.skip("the Hopper decode kernel runs on sm_90 only")
+    env = dict(os.environ, KVATTN_DEBUG_DISPATCH="1", KVATTN_FORCE_PORTABLE="0")
+    for k, v in switch.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    r = subprocess.run([sys.executable, "-c", _DISPATCH_SCRIPT], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    if expected is None:
+        assert "decode_sm90" not in r.stderr, r.stderr
+    else:
+        assert f"decode_sm90 kernel, {expected}" in r.stderr, r.stderr
