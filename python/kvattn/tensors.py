@@ -117,6 +117,24 @@ def _canonical_strides(shape, strides):
     return strides
 
 
+# The index arguments (int32, or int64 where said); every other array holds floating-point values.
+_INDEX_DTYPES = {"slot_mapping": "int64 or int32"}
+_INDEX_NAMES = ("cache_seqlens", "seqused_k", "cache_batch_idx", "cache_leftpad", "page_table", "block_table",
+                "cu_seqlens_q", "cu_seqlens_k", "cu_seqlens_k_new", "seqused_q", "rotary_seqlens",
+                "scheduler_metadata")
+
+
+def allowed_dtypes(name):
+    """The dtypes argument `name` may have, for messages (the library checks the exact rule)."""
+    if name in _INDEX_DTYPES:
+        return _INDEX_DTYPES[name]
+    if name in _INDEX_NAMES:
+        return "int32"
+    if name in ("q", "k_cache", "v_cache", "k", "v", "qv", "key", "value", "key_cache", "value_cache", "out"):
+        return "float16, bfloat16, float8_e4m3fn; float32 on the CPU backend"
+    return "float32, float16, bfloat16"
+
+
 def device_name(device):
     kind, index = device
     return "cpu" if kind == _lib.DEVICE_CPU else f"cuda:{index}"
@@ -142,10 +160,14 @@ class Call:
         """`params.<field> = self.tensor(x, field, ...)`, written in place (a new params struct is zeroed, so None
         leaves the field absent)."""
         if x is not None or required:
-            self.fill(getattr(params, field), x, field, required, written)
+            self.fill_at(params, getattr(type(params), field).offset, x, field, required, written)
 
     def fill(self, t, x, name, required=False, written=False):
         """Write the descriptor of `x` into the kvattn_tensor `t` (a zeroed one: None leaves it absent)."""
+        self.fill_at(t, 0, x, name, required, written)
+
+    def fill_at(self, params, offset, x, name, required=False, written=False):
+        """Write the descriptor of `x` into the kvattn_tensor at byte `offset` of the struct `params`."""
         if x is None:
             if required:
                 raise KvattnError(f"{name} is required")
@@ -160,8 +182,7 @@ class Call:
         else:
             raise KvattnError(f"{name}: expected a numpy array or a torch tensor, got {type(x).__name__}")
         if code is None:
-            raise KvattnError(f"{name}: dtype {_dtype_label(x)} is not supported "
-                              "(float32, float16, bfloat16, float8_e4m3fn, int32, int64)")
+            raise KvattnError(f"{name}: dtype {_dtype_label(x)} is not supported ({allowed_dtypes(name)})")
         ndim = len(shape)
         if ndim > _lib.MAX_DIMS:
             raise KvattnError(f"{name}: {ndim} dims, at most {_lib.MAX_DIMS} are supported")
@@ -174,7 +195,7 @@ class Call:
             ptr = ctypes.addressof(_EMPTY)  # zero elements: present, never dereferenced
         if 0 in shape or (ndim and shape[-1] == 1):
             strides = _canonical_strides(shape, strides)
-        _TENSOR_LAYOUTS[ndim].pack_into(t, 0, ptr, code, ndim, *shape, *strides)
+        _TENSOR_LAYOUTS[ndim].pack_into(params, offset, ptr, code, ndim, *shape, *strides)
 
     def header(self, params):
         """Set device_type, device_id and stream (torch's current stream on CUDA) of a params struct."""
@@ -313,3 +334,40 @@ def empty_in_order(like, shape, order, code):
     store = empty(like, tuple(shape[i] for i in order), code)
     inverse = sorted(range(len(order)), key=lambda i: order[i])
     return permute(store, inverse)
+
+
+def data_address(x):
+    """The address of x's first element."""
+    if is_torch(x):
+        return x.data_ptr() or ctypes.addressof(_EMPTY)
+    return x.__array_interface__["data"][0] or ctypes.addressof(_EMPTY)
+
+
+def describe_at(params, offset, ptr, code, shape):
+    """A contiguous kvattn_tensor of `shape` at `ptr` written at byte `offset` of `params` (a descriptor with
+    no array of its own: the library validates and sizes it without reading it)."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    _TENSOR_LAYOUTS[len(shape)].pack_into(params, offset, ptr, code, len(shape), *shape, *reversed(strides))
+
+
+def zeros_like_index(like, shape):
+    """An int32 array of zeros of `shape` on the device of `like`."""
+    if is_torch(like):
+        torch = sys.modules["torch"]
+        return torch.zeros(shape, dtype=torch.int32, device=like.device)
+    return _numpy().zeros(shape, dtype=_numpy().int32)
+
+
+def int32_record(like, values):
+    """A 1-d int32 array of `values` on the device of `like`, made by device fills (no host-to-device copy,
+    so it can be made while a CUDA graph is captured)."""
+    if is_torch(like):
+        torch = sys.modules["torch"]
+        record = torch.empty((len(values),), dtype=torch.int32, device=like.device)
+        for i, value in enumerate(values):
+            record[i].fill_(value)
+        return record
+    return _numpy().array(values, dtype=_numpy().int32)

@@ -116,11 +116,19 @@ def bad_page_table(arrays):
 # ---------------------------------------------------------------- no torch needed
 
 
-def test_torch_entry_points_take_the_interface_arguments():
-    for name in ("flash_attn_with_kvcache", "append_kv", "flash_attn_combine"):
-        direct = getattr(getattr(interface, name), "__kvattn_direct__", None)
-        assert direct is not None, f"interface.{name} is not decorated with torch_ops.routed"
-        assert inspect.signature(getattr(torch_ops, name)) == inspect.signature(direct), name
+def test_op_schema_is_derived_from_the_signature():
+    """The fwd ops' arguments are flash_attn_with_kvcache's (aliases, the lse flag and out folded) and
+    kvattn_fwd_params's field names: one table (_signature.FWD) gives the signature and the schema."""
+    from kvattn import _lib, _signature as S
+
+    params = list(inspect.signature(kvattn.flash_attn_with_kvcache).parameters)
+    assert params == [a.name for a in S.FWD]
+    names = S.op_arg_names()
+    fields = {name for name, _ in _lib.FwdParams._fields_}
+    assert set(names) - {"scheduler_metadata"} <= fields, set(names) - fields
+    schema = S.op_schema(with_out=False)
+    assert schema.split(" -> ")[0].count(",") + 1 == len(names) and "Tensor(a!) k_cache" in schema
+    assert S.op_schema(with_out=True).endswith("Tensor(c!) out) -> Tensor")
 
 
 def test_import_and_numpy_calls_without_torch():
@@ -270,6 +278,7 @@ def _recorded_op_calls(monkeypatch, fn, *args, **kwargs):
 
     with monkeypatch.context() as m:
         m.setattr(torch_ops, "_op", recording)
+        m.setattr(torch_ops, "_eager", lambda: False)  # through the op, as under torch.compile
         fn(*args, **kwargs)
     return calls
 
@@ -336,8 +345,15 @@ def test_errors_raise_kvattn_error(device):
         dict(t, q=t["q"][:, :, :7]),  # hq % hk
         dict(t, q=t["q"][0]),  # rank of q
         dict(t, window_size=(-2, 0)),
-        dict(t, scheduler_metadata=torch.zeros(4, dtype=torch.int32, device=device)),
+        dict(t, scheduler_metadata=torch.zeros(4, dtype=torch.float32, device=device)),
         dict(t, cache_seqlens=-3),
+        # issue 17: through torch these escaped as KeyError / RuntimeError / torch's schema error
+        dict(t, q=t["q"].double()),
+        dict(t, k_cache=None),
+        dict(t, causal="no"),
+        dict(t, pack_gqa="False"),
+        dict(t, cache_batch_idx=[0, 1, 2]),
+        dict(t, out=[0.0]),
     ]
     for kwargs in bad:
         with pytest.raises(kvattn.KvattnError):
