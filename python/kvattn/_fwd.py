@@ -8,6 +8,7 @@ The op's arguments are kvattn_fwd_params's field names, so `run` fills the struc
 `call_library` is the one place that calls the library's forward.
 """
 import ctypes
+import operator
 
 from . import _args as A
 from . import _lib
@@ -32,17 +33,18 @@ _DEFAULT_WINDOW = S.FWD[_WINDOW].default
 
 
 def _op_args_builder():
-    """A function (values, seqlens tensor, seqlens value, window left, window right) -> the op's argument tuple
-    in OP_ARGS order (generated from the table: one tuple expression)."""
-    items = []
+    """A function (values + [seqlens tensor, seqlens value, window left, window right]) -> the op's argument
+    tuple in OP_ARGS order: one itemgetter, generated from the table."""
+    extra = len(S.FWD)
+    positions = []
     for a in S.OP_ARGS:
         if a.kind == "seqlens":
-            items += ["sl", "slv"]
+            positions += [extra, extra + 1]
         elif a.kind == "window":
-            items += ["wl", "wr"]
+            positions += [extra + 2, extra + 3]
         else:
-            items.append(f"v[{_INDEX[a.name]}]")
-    return eval(f"lambda v, sl, slv, wl, wr: ({', '.join(items)},)")  # noqa: S307 (our own table)
+            positions.append(_INDEX[a.name])
+    return operator.itemgetter(*positions)
 
 
 _op_args = _op_args_builder()
@@ -74,7 +76,8 @@ def normalize(values, names=None):
     return_lse = v[_INDEX["return_softmax_lse"]]
     if return_lse is not False:
         return_lse = A.check_bool("return_softmax_lse", return_lse)
-    return _op_args(v, seqlens_tensor, seqlens_value, left, right), v[_INDEX["out"]], return_lse
+    v += (seqlens_tensor, seqlens_value, left, right)
+    return _op_args(v), v[_INDEX["out"]], return_lse
 
 
 # ---------------------------------------------------------------- run: params from the op's arguments
@@ -84,32 +87,42 @@ _fields = dict(_lib.FwdParams._fields_)
 # (position, field offset, name, required) of each tensor the library reads (scheduler_metadata is not one)
 _TENSOR_FIELDS = tuple((_I[a.name], getattr(_lib.FwdParams, a.name).offset, a.name, a.kind in ("tensor", "cache"))
                        for a in S.OP_ARGS if a.kind in _TENSOR_KINDS and a.name in _fields
-                       and a.name not in ("k_cache", "v_cache", "sinks"))
+                       and a.name not in ("q", "k_cache", "v_cache", "sinks"))
 _K_CACHE, _V_CACHE, _K, _V, _Q = _I["k_cache"], _I["v_cache"], _I["k"], _I["v"], _I["q"]
 _SINKS = _I["sinks"]
 _OFFSET = {name: getattr(_lib.FwdParams, name).offset for name in ("k_cache", "v_cache", "sinks", "out", "lse")}
 
 
-def _none_is(value):
-    return lambda x: value if x is None else x
+def _scalar_fields():
+    """(position, field, conversion, default) of each scalar field: bools as int32, None as the ABI's
+    "absent" value. `default` is the op argument's value that leaves the field as kvattn_fwd_params_init
+    made it, so that a call sets only the fields it changes."""
+    def none_is(value):
+        return lambda x: value if x is None else x
+
+    fields = []
+    for a in S.OP_ARGS:
+        i = _I.get(a.name)
+        if a.kind == "int":
+            fields.append((i, a.name, None, 0))
+        elif a.kind == "float":
+            fields.append((i, a.name, None, 0.0))
+        elif a.kind == "bool":
+            fields.append((i, a.name, int, a.name == "rotary_interleaved"))
+        elif a.kind == "opt_int":
+            fields.append((i, a.name, none_is(0), None))
+        elif a.kind == "scale":
+            fields.append((i, a.name, none_is(0.0), None))  # 0: the ABI's "default"
+        elif a.kind == "opt_bool":
+            fields.append((i, a.name, lambda x: -1 if x is None else int(x), None))
+        elif a.kind == "seqlens":
+            fields.append((_I[a.name + "_value"], a.name + "_value", None, -1))
+        elif a.kind == "window":
+            fields += [(_I["window_left"], "window_left", None, -1), (_I["window_right"], "window_right", None, -1)]
+    return tuple(fields)
 
 
-# (position, field, conversion) of each scalar field: bools as int32, None as the ABI's "absent" value
-_SCALAR_FIELDS = []
-for _a in S.OP_ARGS:
-    if _a.kind in ("int", "float", "bool"):
-        _SCALAR_FIELDS.append((_I[_a.name], _a.name, int if _a.kind == "bool" else None))
-    elif _a.kind == "opt_int":
-        _SCALAR_FIELDS.append((_I[_a.name], _a.name, _none_is(0)))
-    elif _a.kind == "scale":
-        _SCALAR_FIELDS.append((_I[_a.name], _a.name, _none_is(0.0)))  # the ABI's "default"
-    elif _a.kind == "opt_bool":
-        _SCALAR_FIELDS.append((_I[_a.name], _a.name, lambda x: -1 if x is None else int(x)))
-    elif _a.kind == "seqlens":
-        _SCALAR_FIELDS.append((_I[_a.name + "_value"], _a.name + "_value", None))
-    elif _a.kind == "window":
-        _SCALAR_FIELDS += [(_I["window_left"], "window_left", None), (_I["window_right"], "window_right", None)]
-_SCALAR_FIELDS = tuple(_SCALAR_FIELDS)
+_SCALAR_FIELDS = _scalar_fields()
 
 
 def run(op_args, out=None, want_lse=True, names=NAMES):
@@ -133,9 +146,10 @@ def run(op_args, out=None, want_lse=True, names=NAMES):
             sinks = T.to_float32(sinks)  # fp16/bf16 -> an fp32 copy; fp32 passes as it is
             call.keep.append(sinks)
         call.fill_at(p, _OFFSET["sinks"], sinks, "sinks")
-    for i, field, convert in _SCALAR_FIELDS:
+    for i, field, convert, default in _SCALAR_FIELDS:
         x = op_args[i]
-        setattr(p, field, convert(x) if convert is not None else x)
+        if x is not default and x != default:
+            setattr(p, field, convert(x) if convert is not None else x)
 
     if out is None:
         q_code = T.dtype_code(q)

@@ -46,14 +46,16 @@ FWD = (
     Arg("k_cache", "cache", REQUIRED, "contiguous (b_cache, s_cache, hk, d) with b_cache >= b; paged "
         "(num_pages, page_size, hk, d) with page_table; packed (total_k, hk, d) with cu_seqlens_k. q's dtype "
         "(or fp8 e4m3); any strides with the head dim contiguous (NHD or HND); k is appended in place"),
-    Arg("v_cache", "cache", REQUIRED, "as k_cache with dv (the head dim of v and out)"),
-    Arg("k", "opt", None, "new keys (b, s_new, hk, d), or (total_new, hk, d) with cu_seqlens_k_new: rotated "
-        "(with rotary_cos) and written at slot cache_seqlens[i] + j of sequence i, then attended to"),
-    Arg("v", "opt", None, "new values, as k with dv"),
+    Arg("v_cache", "cache", REQUIRED, "contiguous (b_cache, s_cache, hk, dv); paged (num_pages, page_size, "
+        "hk, dv); packed (total_k, hk, dv): as k_cache with dv, the head dim of v and out"),
+    Arg("k", "opt", None, "new keys (b, s_new, hk, d), or (total_new, hk, d) with cu_seqlens_k_new, the "
+        "cache's dtype: rotated (with rotary_cos) and written at slot cache_seqlens[i] + j of sequence i, "
+        "then attended to"),
+    Arg("v", "opt", None, "new values (b, s_new, hk, dv), or (total_new, hk, dv) with cu_seqlens_k_new"),
     Arg("qv", "opt", None, "(b, sq, hq, dv) or (total_q, hq, dv), q's dtype: MLA-style extra query, "
         "scores add qv . v"),
     Arg("rotary_cos", "opt", None, "(seqlen_ro, rotary_dim / 2), fp32 or q's dtype; rotary_dim even, <= d"),
-    Arg("rotary_sin", "opt", None, "as rotary_cos"),
+    Arg("rotary_sin", "opt", None, "(seqlen_ro, rotary_dim / 2), as rotary_cos"),
     Arg("cache_seqlens", "seqlens", None, "int, or (b,) int32: tokens already in the cache (an absolute slot "
         "index, left padding included); None: the full capacity"),
     Arg("cache_batch_idx", "opt", None, "(b,) int32: the cache row (or page-table row) of sequence i; "

@@ -28,7 +28,7 @@ def _forward(values, names=_fwd.NAMES):
     """flash_attn_with_kvcache's body for FWD-ordered argument values."""
     op_args, out, return_lse = _fwd.normalize(values, names)
     if T.is_torch(values[0]):
-        out, lse = torch_ops.fwd(op_args, out, names)
+        out, lse = torch_ops.fwd(op_args, out, names, return_lse)
     else:
         out, lse = _fwd.run(op_args, out, return_lse, names)
     return (out, lse) if return_lse else out
@@ -235,6 +235,12 @@ def device_errors(device=None):
 
     Synchronizes torch's current stream on that device. The CPU backend raises such errors from the call
     itself, so there is nothing to check there (and nothing without a CUDA backend).
+
+    Arguments:
+        device: None (torch's current CUDA device), an int, 'cpu', 'cuda' or 'cuda:N'. (default None)
+
+    Returns:
+        None; raises KvattnError naming the argument, the sequence and the value of the first error.
     """
     lib = _lib.load()
     index = _cuda_index(device)
@@ -244,7 +250,11 @@ def device_errors(device=None):
 
 
 def has_backend(device="cpu"):
-    """True if this build of the library can run on `device` ('cpu' or 'cuda')."""
+    """True if this build of the library can run on `device` ('cpu' or 'cuda').
+
+    Arguments:
+        device: 'cpu', 'cuda' or 'cuda:N'. (default 'cpu')
+    """
     kind = {"cpu": _lib.DEVICE_CPU, "cuda": _lib.DEVICE_CUDA}.get(str(device).split(":")[0])
     if kind is None:
         raise KvattnError(f"device: expected 'cpu' or 'cuda', got {device!r}")

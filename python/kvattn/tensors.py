@@ -47,6 +47,7 @@ def is_numpy(x):
 _KINDS = {}  # array type -> "torch" or "numpy"
 _NUMPY_CODES = {}  # numpy dtype -> kvattn_dtype or None
 _TORCH_CODES = {}  # torch dtype -> kvattn_dtype or None
+_ELEMENT_STRIDES = {}  # (numpy byte strides, dtype) -> strides in elements (a bounded memo)
 _CPU = (_lib.DEVICE_CPU, 0)
 
 
@@ -73,10 +74,20 @@ def _describe_numpy(x, name):
         code = _NUMPY_CODES[dtype]
     except KeyError:
         code = _NUMPY_CODES[dtype] = _NUMPY_DTYPES.get(dtype.name) if dtype.isnative else None
-    itemsize = dtype.itemsize
-    if code is not None and any(s % itemsize for s in x.strides):
-        raise KvattnError(f"{name}: strides {x.strides} (bytes) are not a multiple of the element size {itemsize}")
-    strides = tuple(s // itemsize for s in x.strides)
+    byte_strides = x.strides
+    try:
+        strides = _ELEMENT_STRIDES[byte_strides, dtype]
+    except KeyError:
+        itemsize = dtype.itemsize
+        if code is not None and any(s % itemsize for s in byte_strides):
+            raise KvattnError(f"{name}: strides {byte_strides} (bytes) are not a multiple of the element size "
+                              f"{itemsize}") from None
+        strides = tuple(s // itemsize for s in byte_strides)
+        if len(_ELEMENT_STRIDES) < 4096:
+            _ELEMENT_STRIDES[byte_strides, dtype] = strides
+    flags = x.flags
+    if flags.c_contiguous and flags.writeable and dtype.isbuiltin == 1 and x.nbytes:  # 3x cheaper than below
+        return ctypes.addressof(ctypes.c_char.from_buffer(x)), code, x.shape, strides, _CPU
     return x.__array_interface__["data"][0], code, x.shape, strides, _CPU
 
 

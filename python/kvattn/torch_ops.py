@@ -53,9 +53,9 @@ _TENSOR_POSITIONS = tuple(i for i, n in enumerate(S.op_arg_names())
                           or n == "cache_seqlens")
 
 
-def fwd(op_args, out, names=_fwd.NAMES):
+def fwd(op_args, out, names=_fwd.NAMES, want_lse=True):
     """flash_attn_with_kvcache's torch route: (out, lse) through kvattn::fwd / fwd_out, or straight to the
-    implementation in eager mode."""
+    implementation in eager mode (which computes lse only when wanted: lse None otherwise)."""
     if not _eager():
         for i in _TENSOR_POSITIONS:
             if op_args[i] is not None:
@@ -73,7 +73,7 @@ def fwd(op_args, out, names=_fwd.NAMES):
         name = "k_cache" if k_cache.requires_grad else "v_cache"
         raise KvattnError(f"{names.get(name, name)}: requires grad, and kvattn appends k, v into it in place; "
                           "kvattn computes no gradients (pass a tensor that does not require grad)")
-    result = _fwd.run(op_args, out, True, names)
+    result = _fwd.run(op_args, out, want_lse, names)
     # As the op would (it declares them written): autograd and torch.compile see the writes.
     bump = _torch().autograd.graph.increment_version
     bump(k_cache)
