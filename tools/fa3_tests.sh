@@ -8,7 +8,8 @@
 #                                                      Dao-AILab/flash-attention into DIR, with the einops wheel
 #   bash tools/fa3_tests.sh run DIR                    on the GPU machine, from the repository root
 #   KVATTN_FA3_DEVICE=cpu bash tools/fa3_tests.sh run DIR   the same on the CPU backend (torch CPU tensors;
-#                                                      the fp8 cases left out), where torch is installed
+#                                                      the fp8 cases and cases with seqlen_q * seqlen_k >
+#                                                      KVATTN_FA3_MAX_WORK (8192) left out), where torch is installed
 #
 # `run` puts tools/fa3_shim first on the path: its flash_attn_interface.py is kvattn (so the test file's
 # `from flash_attn_interface import ...` gets kvattn), its flash_attn/layers/rotary.py is the reference
@@ -52,6 +53,7 @@ run)
   export PYTHONPATH="$root/tools/fa3_shim:$work:$root/python${einops:+:$einops}:/tmp/site"
   export FLASH_ATTENTION_DISABLE_BACKWARD=TRUE PYTHONUNBUFFERED=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
   export KVATTN_FA3_SAMPLE=${KVATTN_FA3_SAMPLE:-40}
+  [ "${KVATTN_FA3_DEVICE:-}" = cpu ] && export KVATTN_FA3_MAX_WORK=${KVATTN_FA3_MAX_WORK:-8192}
   select=${KVATTN_FA3_K:-"test_flash_attn_kvcache or test_flash_attn_varlen_output or test_flash_attn_output or test_flash_attn_combine"}
   echo "== FA3 tests ($(cat "$dir/COMMIT" 2>/dev/null || echo unknown commit)) against $KVATTN_LIBRARY," \
     "-k '$select', $KVATTN_FA3_SAMPLE cases per function" > "$OUT/fa3_tests.log"

@@ -389,3 +389,46 @@ def test_out_of_range_indices_are_reported(device, what):
     if device == "cuda":
         assert bool(torch.isnan(out[0]).all()), "the offending sequence's output must be NaN"
         kvattn.device_errors("cuda")  # cleared by the check that reported it
+
+
+# ---------------------------------------------------------------- the FA3 drop-in's torch forms (issue 17)
+
+
+@needs_torch
+@pytest.mark.parametrize("device", DEVICES)
+def test_fa3_argument_forms_through_torch(device):
+    t = on_device(scenario(10, "fp16", page_size=16), device)
+    plain = dict(t, causal=True, window_size=(5, 0), num_splits=2, return_softmax_lse=True)
+    want = kvattn.flash_attn_with_kvcache(**dict(plain, k_cache=t["k_cache"].clone(), v_cache=t["v_cache"].clone()))
+    window = torch.tensor([5, 0], device=device)  # FA3's tests: torch.randint(0, seqlen_k, (2,))
+    forms = dict(plain, window_size=window, num_splits=torch.tensor(2), causal=torch.tensor(True),
+                 scheduler_metadata=kvattn.get_scheduler_metadata(
+                     B, SQ, t["page_table"].shape[1] * 16, HQ, HK, D, t["cache_seqlens"], torch.float16,
+                     page_size=16, max_seqlen_k_new=NEW, causal=True, window_size=window, num_splits=2))
+    got = kvattn.flash_attn_with_kvcache(**forms)
+    H.sync_device_errors(device)
+    assert_bitwise("out", got[0], want[0])
+    assert_bitwise("lse", got[1], want[1])
+    md = forms["scheduler_metadata"]
+    assert md.dtype == torch.int32 and md.device == t["q"].device and md.shape == (2,)
+
+
+@needs_torch
+@pytest.mark.parametrize("device", DEVICES)
+def test_requires_grad_gives_a_non_differentiable_output(device):
+    """FA3's forward tests call flash_attn_func with q, k, v that require grad: the forward runs and its
+    output does not require grad (kvattn has no backward); a cache that requires grad and would be
+    appended to in place is an error at the call."""
+    rng = np.random.default_rng(11)
+    q, k, v = (to_torch(randn(rng, shape, H.BF16), device).requires_grad_()
+               for shape in ((B, 3, HQ, D), (B, 7, HK, D), (B, 7, HK, D)))
+    out = kvattn.flash_attn_func(q, k, v, causal=True)
+    H.sync_device_errors(device)
+    assert not out.requires_grad and out.grad_fn is None
+    ref = reference_attention(*(H.to_numpy(x.detach()) for x in (q, k, v)), causal=True)
+    H.assert_close("out", H.to_numpy(out), ref["out"], H.TOL_OUT["bf16"])
+    new = to_torch(randn(rng, (B, 1, HK, D), H.BF16), device)
+    with pytest.raises(kvattn.KvattnError, match="^k_cache: requires grad"):
+        kvattn.flash_attn_with_kvcache(q, k, v.detach(), k=new, v=new, cache_seqlens=3)
+    with torch.no_grad():  # no autograd: the append is allowed
+        kvattn.flash_attn_with_kvcache(q, k, v.detach(), k=new, v=new, cache_seqlens=3)

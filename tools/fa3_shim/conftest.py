@@ -6,8 +6,21 @@ import random
 from collections import defaultdict
 
 
+def _work(item):
+    """seqlen_q * seqlen_k of a case (the size of its attention), 0 when it has no such parameters."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if "seqlen_q" in params and "seqlen_k" in params:
+        return params["seqlen_q"] * params["seqlen_k"]
+    return params.get("seqlen", 0) * params.get("num_splits", 1)
+
+
 def pytest_collection_modifyitems(config, items):
     per_function = int(os.environ.get("KVATTN_FA3_SAMPLE", "0"))
+    max_work = int(os.environ.get("KVATTN_FA3_MAX_WORK", "0"))  # the CPU backend: small cases only
+    if max_work > 0:
+        too_big = [item for item in items if _work(item) > max_work]
+        items[:] = [item for item in items if _work(item) <= max_work]
+        config.hook.pytest_deselected(items=too_big)
     if per_function <= 0:
         return
     groups = defaultdict(list)
