@@ -169,14 +169,43 @@ def run(op_args, out=None, want_lse=True, names=NAMES):
     return out, lse
 
 
+_workspace_hint = {}  # CUDA device id -> the workspace bytes its last call needed (a first guess)
+
+
+def _sized_entry(lib):
+    """kvattn_fwd_sized (workspace size and run in one validation) where the library has it, else None."""
+    fn = getattr(lib, "_kvattn_fwd_sized", False)
+    if fn is False:
+        fn = getattr(lib, "kvattn_fwd_sized", None)
+        if fn is not None:
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ctypes.POINTER(_lib.FwdParams), ctypes.POINTER(ctypes.c_size_t)]
+        lib._kvattn_fwd_sized = fn
+    return fn
+
+
 def call_library(lib, p, call, like, names):
-    """The one call site of the library's forward: sizes the workspace (CUDA only: the CPU backend needs
-    none), allocates it like `like` and runs."""
+    """The one call site of the library's forward. The CPU backend needs no workspace: one kvattn_fwd.
+    On CUDA, with kvattn_fwd_sized: a workspace of the size the device's last call needed, one call, and a
+    second only when that was too small; else kvattn_fwd_workspace_size, then kvattn_fwd."""
     if p.device_type == _lib.DEVICE_CPU:
         check(lib, lib.kvattn_fwd(ctypes.byref(p)), names)
         return
-    nbytes = ctypes.c_size_t(0)
-    check(lib, lib.kvattn_fwd_workspace_size(ctypes.byref(p), ctypes.byref(nbytes)), names)
-    p.workspace = T.workspace(call, like, nbytes.value)
-    p.workspace_bytes = nbytes.value
-    check(lib, lib.kvattn_fwd(ctypes.byref(p)), names)
+    needed = ctypes.c_size_t(0)
+    sized = _sized_entry(lib)
+    if sized is None:
+        check(lib, lib.kvattn_fwd_workspace_size(ctypes.byref(p), ctypes.byref(needed)), names)
+        p.workspace = T.workspace(call, like, needed.value)
+        p.workspace_bytes = needed.value
+        check(lib, lib.kvattn_fwd(ctypes.byref(p)), names)
+        return
+    guess = _workspace_hint.get(p.device_id, 0)
+    p.workspace = T.workspace(call, like, guess)
+    p.workspace_bytes = guess
+    status = sized(ctypes.byref(p), ctypes.byref(needed))
+    if status != _lib.OK and needed.value > guess:  # too small a guess: nothing ran
+        _workspace_hint[p.device_id] = needed.value
+        p.workspace = T.workspace(call, like, needed.value)
+        p.workspace_bytes = needed.value
+        status = sized(ctypes.byref(p), ctypes.byref(needed))
+    check(lib, status, names)

@@ -253,3 +253,38 @@ def test_flash_attn_with_kvcache_docs_give_contract_shapes_dtypes_and_defaults()
         if name in ("block_table", "s_aux", "learnable_sink"):
             want = "(alias of"
         assert want in S.argument_doc(fn, name), (name, want)
+
+
+# ---- the one library call site
+
+
+def test_call_library_guesses_the_cuda_workspace_and_retries_once(monkeypatch):
+    """With kvattn_fwd_sized (one validation for size and run), the CUDA path allocates what the device's
+    last call needed and calls once; a too-small guess costs one more call. (A fake library: this machine
+    may have no CUDA.)"""
+    from kvattn import _fwd, _lib
+    from kvattn import tensors as T
+
+    calls = []
+
+    class FakeLib:
+        _kvattn_fwd_sized = None
+
+        def kvattn_fwd_sized(self, p_ref, needed_ref):
+            p, needed = p_ref._obj, needed_ref._obj
+            calls.append(p.workspace_bytes)
+            needed.value = 1000
+            return _lib.OK if p.workspace_bytes >= 1000 and p.workspace else _lib.ERROR_INVALID_ARGUMENT
+
+        def kvattn_last_error(self):
+            return b"workspace_bytes: too small"
+
+    fake = FakeLib()
+    fake._kvattn_fwd_sized = fake.kvattn_fwd_sized
+    monkeypatch.setattr(_fwd, "_workspace_hint", {})
+    for expected in ([0, 1000], [1000]):
+        calls.clear()
+        p = _lib.new_fwd_params()
+        p.device_type, p.device_id = _lib.DEVICE_CUDA, 3
+        _fwd.call_library(fake, p, T.Call(), np.zeros(1, np.float32), _fwd.NAMES)
+        assert calls == expected and p.workspace_bytes == 1000 and p.workspace % 256 == 0
