@@ -299,22 +299,29 @@ def _scheduler_metadata(values):
     lib = _lib.load()
     call = T.Call()
     p = _lib.new_fwd_params()
-    call.set(p, "cache_seqlens", seqlens, required=True)
+    if T.shape_of(seqlens) != (b,) or T.dtype_code(seqlens) != _lib.DTYPE_I32:
+        raise KvattnError(f"cache_seqlens: expected ({b},) int32 (batch_size,), got shape {T.shape_of(seqlens)} "
+                          f"dtype {seqlens.dtype}")
+    for name in ("cu_seqlens_q", "cu_seqlens_k_new", "cache_leftpad"):
+        if a[name] is not None and not (T.is_torch(a[name]) or T.is_numpy(a[name])):
+            raise KvattnError(f"{name}: expected an int32 array or tensor, got {type(a[name]).__name__}")
+    # The static part of the call: the index arrays are synthetic ones of the right shapes (lengths 0,
+    # uniform varlen offsets, page 0), made on cache_seqlens' device, since the CPU backend's validation
+    # reads index data and the values are the call's business, not the schedule's.
     ptr = T.data_address(seqlens)
     out_code = _lib.DTYPE_BF16 if code == _lib.DTYPE_FP8_E4M3 else code
     varlen_q = a["cu_seqlens_q"] is not None
     q_shape = (b * sq, hq, d) if varlen_q else (b, sq, hq, d)
     T.describe_at(p, _lib.FwdParams.q.offset, ptr, code, q_shape)
     T.describe_at(p, _lib.FwdParams.out.offset, ptr, out_code, q_shape[:-1] + (dv,))
+    p.cache_seqlens_value = 0
     if page_size is None:
         cache_rows, rows_len = b, sk
     else:
         if page_size < 1:
             raise KvattnError(f"page_size: must be >= 1 or None, got {page_size}")
         pages_per_row = max(1, -(-sk // page_size))
-        table = T.zeros_like_index(seqlens, (b, pages_per_row))
-        call.keep.append(table)
-        call.set(p, "page_table", table)
+        call.set(p, "page_table", call.keep_array(T.index_steps(seqlens, (b, pages_per_row), 0)))
         cache_rows, rows_len = 1, page_size
     T.describe_at(p, _lib.FwdParams.k_cache.offset, ptr, code, (cache_rows, rows_len, hk, d))
     T.describe_at(p, _lib.FwdParams.v_cache.offset, ptr, code, (cache_rows, rows_len, hk, dv))
@@ -322,8 +329,10 @@ def _scheduler_metadata(values):
         new_shape = (b * new, hk) if a["cu_seqlens_k_new"] is not None else (b, new, hk)
         T.describe_at(p, _lib.FwdParams.k.offset, ptr, code, new_shape + (d,))
         T.describe_at(p, _lib.FwdParams.v.offset, ptr, code, new_shape + (dv,))
-    for name in ("cu_seqlens_q", "cu_seqlens_k_new", "cache_leftpad"):
-        call.set(p, name, a[name])
+        if a["cu_seqlens_k_new"] is not None:
+            call.set(p, "cu_seqlens_k_new", call.keep_array(T.index_steps(seqlens, (b + 1,), new)))
+    if varlen_q:
+        call.set(p, "cu_seqlens_q", call.keep_array(T.index_steps(seqlens, (b + 1,), sq)))
     if varlen_q:
         p.max_seqlen_q = sq
     p.causal, p.window_left, p.window_right = int(causal), left, right

@@ -208,6 +208,11 @@ class Call:
             strides = _canonical_strides(shape, strides)
         _TENSOR_LAYOUTS[ndim].pack_into(params, offset, ptr, code, ndim, *shape, *strides)
 
+    def keep_array(self, x):
+        """`x`, kept alive as long as the call."""
+        self.keep.append(x)
+        return x
+
     def header(self, params):
         """Set device_type, device_id and stream (torch's current stream on CUDA) of a params struct."""
         kind, index = self.device if self.device is not None else (_lib.DEVICE_CPU, 0)
@@ -364,12 +369,17 @@ def describe_at(params, offset, ptr, code, shape):
     _TENSOR_LAYOUTS[len(shape)].pack_into(params, offset, ptr, code, len(shape), *shape, *reversed(strides))
 
 
-def zeros_like_index(like, shape):
-    """An int32 array of zeros of `shape` on the device of `like`."""
+def index_steps(like, shape, step):
+    """An int32 array of `shape` on the device of `like`: 0, step, 2 step, ... along its last dim (zeros for
+    step 0). Made by a device kernel, no host-to-device copy."""
+    n = shape[-1]
     if is_torch(like):
         torch = sys.modules["torch"]
-        return torch.zeros(shape, dtype=torch.int32, device=like.device)
-    return _numpy().zeros(shape, dtype=_numpy().int32)
+        if step == 0:
+            return torch.zeros(shape, dtype=torch.int32, device=like.device)
+        return torch.arange(0, n * step, step, dtype=torch.int32, device=like.device).expand(shape).contiguous()
+    numpy = _numpy()
+    return numpy.broadcast_to(numpy.arange(n, dtype=numpy.int32) * step, shape).copy()
 
 
 def int32_record(like, values):

@@ -288,3 +288,15 @@ def test_call_library_guesses_the_cuda_workspace_and_retries_once(monkeypatch):
         p.device_type, p.device_id = _lib.DEVICE_CUDA, 3
         _fwd.call_library(fake, p, T.Call(), np.zeros(1, np.float32), _fwd.NAMES)
         assert calls == expected and p.workspace_bytes == 1000 and p.workspace % 256 == 0
+
+
+def test_get_scheduler_metadata_is_static():
+    """FA3's kvcache test passes max_seqlen_k_new even when nothing is appended, with full caches and
+    varlen offsets of its own: the metadata describes shapes, so none of that is an error."""
+    full = np.array([12, 12], np.int32)
+    md = kvattn.get_scheduler_metadata(2, 3, 12, 4, 2, 16, full, "float32", cu_seqlens_q=cu_from_lengths([1, 3]),
+                                       cu_seqlens_k_new=cu_from_lengths([2, 0]), cache_leftpad=full,
+                                       max_seqlen_k_new=2, page_size=4)
+    assert md.tolist() == [2, 0]
+    with pytest.raises(KvattnError, match=r"^cache_seqlens: expected \(2,\) int32"):
+        kvattn.get_scheduler_metadata(2, 3, 12, 4, 2, 16, full[:1], "float32")
