@@ -74,12 +74,11 @@ def fwd(op_args, out, names=_fwd.NAMES, want_lse=True):
         raise KvattnError(f"{names.get(name, name)}: requires grad, and kvattn appends k, v into it in place; "
                           "kvattn computes no gradients (pass a tensor that does not require grad)")
     result = _fwd.run(op_args, out, want_lse, names)
-    # As the op would (it declares them written): autograd and torch.compile see the writes.
-    bump = _torch().autograd.graph.increment_version
-    bump(k_cache)
-    bump(v_cache)
-    if out is not None:
-        bump(out)
+    # What the call wrote, as autograd's version counters should see it (the op declares the caches
+    # written always; here only an append writes them).
+    written = ((k_cache, v_cache) if appends else ()) + ((out,) if out is not None else ())
+    if written:
+        _torch()._C._increment_version(written)
     return result
 
 
