@@ -300,3 +300,19 @@ def test_get_scheduler_metadata_is_static():
     assert md.tolist() == [2, 0]
     with pytest.raises(KvattnError, match=r"^cache_seqlens: expected \(2,\) int32"):
         kvattn.get_scheduler_metadata(2, 3, 12, 4, 2, 16, full[:1], "float32")
+
+
+def test_varlen_func_with_block_table_is_vllms_paged_call():
+    """vLLM calls flash_attn_varlen_func with a paged cache, block_table and seqused_k (cu_seqlens_k None):
+    the same as flash_attn_with_kvcache with page_table and cache_seqlens."""
+    rng = np.random.default_rng(12)
+    table, num_pages = scrambled_page_table(rng, 2, 3)
+    kc, vc = randn(rng, (num_pages, 4, 2, 16)), randn(rng, (num_pages, 4, 2, 16))
+    q, cu_q, lens = randn(rng, (3, 4, 16)), cu_from_lengths([1, 2]), np.array([5, 11], np.int32)
+    got = kvattn.flash_attn_varlen_func(q, kc, vc, cu_q, None, 2, 12, seqused_k=lens, block_table=table,
+                                        causal=True, return_attn_probs=True)
+    want = kvattn.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, page_table=table, cu_seqlens_q=cu_q,
+                                          max_seqlen_q=2, causal=True, return_softmax_lse=True)
+    assert_same(got, want)
+    with pytest.raises(KvattnError, match="^block_table"):
+        kvattn.flash_attn_varlen_func(q, kc, vc, cu_q, None, 2, 12, seqused_k=lens, block_table=table[:1])
