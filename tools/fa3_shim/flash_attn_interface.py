@@ -7,3 +7,6 @@ from kvattn import (  # noqa: F401
     flash_attn_with_kvcache,
     get_scheduler_metadata,
 )
+
+__all__ = ["flash_attn_combine", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache",
+           "get_scheduler_metadata"]

@@ -10,7 +10,7 @@ def apply_rotary_emb(x, cos, sin, interleaved=False, inplace=False, seqlen_offse
     seqlen_offsets[i] + t (an int or a (b,) tensor). Dims >= rotary_dim pass unchanged. Returns a new tensor."""
     if cu_seqlens is not None:
         raise NotImplementedError("varlen x is not used by the tests this shim serves")
-    b, s = x.shape[0], x.shape[1]
+    s = x.shape[1]
     half = cos.shape[-1]
     rotary_dim = 2 * half
     offsets = torch.as_tensor(seqlen_offsets, device=x.device).reshape(-1, 1)  # (b or 1, 1)
