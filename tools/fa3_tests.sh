@@ -3,19 +3,21 @@
 # backward disabled), unmodified, against kvattn: the acceptance test of the drop-in (CONTRACT.md).
 # The test files are fetched, never committed; the GPU machine has no network, so there are two halves:
 #
-#   bash tools/fa3_tests.sh prepare DIR FA3_CHECKOUT   here: copies hopper/{test_flash_attn,padding,test_util}.py
-#                                                      from a git checkout (or mirror) of
-#                                                      Dao-AILab/flash-attention into DIR, with the einops wheel
+#   bash tools/fa3_tests.sh prepare DIR FA3_CHECKOUT   here: copies hopper/{test_flash_attn,padding,
+#                                                      test_util}.py from a git clone (or bare mirror) of
+#                                                      Dao-AILab/flash-attention into DIR, with the einops
+#                                                      wheel (PyPI) that they import
 #   bash tools/fa3_tests.sh run DIR                    on the GPU machine, from the repository root
 #   KVATTN_FA3_DEVICE=cpu bash tools/fa3_tests.sh run DIR   the same on the CPU backend (torch CPU tensors;
 #                                                      the fp8 cases and cases with seqlen_q * seqlen_k >
-#                                                      KVATTN_FA3_MAX_WORK (8192) left out), where torch is installed
+#                                                      KVATTN_FA3_MAX_WORK (8192) left out), with torch
 #
 # `run` puts tools/fa3_shim first on the path: its flash_attn_interface.py is kvattn (so the test file's
 # `from flash_attn_interface import ...` gets kvattn), its flash_attn/layers/rotary.py is the reference
 # rotary the kvcache tests use (written here from CONTRACT.md), and its conftest.py samples
 # KVATTN_FA3_SAMPLE cases per test function (default 40; 0 = all). Knobs: KVATTN_LIBRARY
-# (build-cuda/libkvattn.so; build/libkvattn.so on the CPU), PYTHON (python3), KVATTN_FA3_K (the -k selection), KVATTN_FA3_TIMEOUT (480 s), KVATTN_FA3_SEED.
+# (build-cuda/libkvattn.so; build/libkvattn.so on the CPU), PYTHON (python3), KVATTN_FA3_K (the -k
+# selection), KVATTN_FA3_TIMEOUT (480 s), KVATTN_FA3_SEED (0).
 # Logs to $OUT/fa3_tests.log; the last line is pytest's summary.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -27,14 +29,12 @@ case "$mode" in
 prepare)
   src=${3:?usage: fa3_tests.sh prepare DIR FA3_CHECKOUT}
   mkdir -p "$dir"
+  gitdir=$src/.git
+  [ -d "$gitdir" ] || gitdir=$src  # a bare mirror
   for f in "${FILES[@]}"; do
-    if [ -d "$src/.git" ] || [ -f "$src/HEAD" ]; then
-      git --git-dir="$( [ -d "$src/.git" ] && echo "$src/.git" || echo "$src")" show "HEAD:hopper/$f" > "$dir/$f" || exit 1
-    else
-      cp "$src/hopper/$f" "$dir/$f" || exit 1
-    fi
+    git --git-dir="$gitdir" show "HEAD:hopper/$f" > "$dir/$f" || exit 1
   done
-  git --git-dir="$( [ -d "$src/.git" ] && echo "$src/.git" || echo "$src")" rev-parse HEAD > "$dir/COMMIT" 2>/dev/null || true
+  git --git-dir="$gitdir" rev-parse HEAD > "$dir/COMMIT"
   python3 -m pip download -q --no-deps -d "$dir" einops==0.8.1 || exit 1
   echo "prepared $dir: $(ls "$dir" | tr '\n' ' ')"
   ;;
