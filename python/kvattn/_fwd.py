@@ -8,7 +8,6 @@ The op's arguments are kvattn_fwd_params's field names, so `run` fills the struc
 `call_library` is the one place that calls the library's forward.
 """
 import ctypes
-import operator
 
 from . import _args as A
 from . import _lib
@@ -34,7 +33,8 @@ _DEFAULT_WINDOW = S.FWD[_WINDOW].default
 
 def _op_args_builder():
     """A function (values + [seqlens tensor, seqlens value, window left, window right]) -> the op's argument
-    tuple in OP_ARGS order: one itemgetter, generated from the table."""
+    tuple in OP_ARGS order: one tuple expression generated from the table (not operator.itemgetter, which
+    torch.compile cannot trace)."""
     extra = len(S.FWD)
     positions = []
     for a in S.OP_ARGS:
@@ -44,7 +44,7 @@ def _op_args_builder():
             positions += [extra + 2, extra + 3]
         else:
             positions.append(_INDEX[a.name])
-    return operator.itemgetter(*positions)
+    return eval(f"lambda v: ({', '.join(f'v[{i}]' for i in positions)},)")  # noqa: S307 (our own table)
 
 
 _op_args = _op_args_builder()
