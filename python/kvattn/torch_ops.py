@@ -83,21 +83,41 @@ def fwd(op_args, out, names=_fwd.NAMES, want_lse=True):
 
 
 def append_kv(key, value, key_cache, value_cache, slot_mapping, k_scale=None, v_scale=None):
-    """interface.append_kv for torch tensors, through torch.ops.kvattn.append_kv."""
+    """interface.append_kv for torch tensors, through torch.ops.kvattn.append_kv (eager: straight to it)."""
     _all_torch(value=value, key_cache=key_cache, value_cache=value_cache, slot_mapping=slot_mapping)
-    _op("append_kv")(key, value, key_cache, value_cache, slot_mapping,
-                     _scalar_tensor(key_cache, "k_scale", k_scale), _scalar_tensor(key_cache, "v_scale", v_scale))
+    args = (key, value, key_cache, value_cache, slot_mapping, _scalar_tensor(key_cache, "k_scale", k_scale),
+            _scalar_tensor(key_cache, "v_scale", v_scale))
+    if _eager() and _plain_tensors(args):
+        _direct("append_kv")(*args)
+        _torch()._C._increment_version((key_cache, value_cache))
+        return
+    _op("append_kv")(*args)
 
 
 def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, *, sinks=None):
-    """interface.flash_attn_combine for torch tensors, through torch.ops.kvattn.combine / combine_out."""
+    """interface.flash_attn_combine for torch tensors, through torch.ops.kvattn.combine / combine_out
+    (eager: straight to the implementation)."""
     _all_torch(lse_partial=lse_partial, out=out, sinks=sinks)
     dtype = _torch_dtype("out_dtype", out_dtype)
+    if out is not None and dtype is not None and T.is_torch(out) and out.dtype != dtype:
+        raise KvattnError(f"out: dtype {out.dtype} differs from out_dtype {out_dtype!r}")
+    if _eager() and _plain_tensors((out_partial, lse_partial, sinks, out)):
+        result = _direct("flash_attn_combine")(out_partial, lse_partial, out, dtype, sinks=sinks)
+        if out is not None:
+            _torch()._C._increment_version((out,))
+        return result
     if out is None:
         return _op("combine")(out_partial, lse_partial, sinks, dtype)
-    if dtype is not None and T.is_torch(out) and out.dtype != dtype:
-        raise KvattnError(f"out: dtype {out.dtype} differs from out_dtype {out_dtype!r}")
     return out, _op("combine_out")(out_partial, lse_partial, sinks, out)
+
+
+def _plain_tensors(tensors):
+    """Every one a plain torch.Tensor (or None) on the CPU or CUDA without the negative bit (see _plain)."""
+    tensor = _torch().Tensor
+    for x in tensors:
+        if x is not None and (type(x) is not tensor or not (x.is_cpu or x.is_cuda) or x.is_neg()):
+            return False
+    return True
 
 
 def _scalar_tensor(like, name, scale):

@@ -432,3 +432,31 @@ def test_requires_grad_gives_a_non_differentiable_output(device):
         kvattn.flash_attn_with_kvcache(q, k, v.detach(), k=new, v=new, cache_seqlens=3)
     with torch.no_grad():  # no autograd: the append is allowed
         kvattn.flash_attn_with_kvcache(q, k, v.detach(), k=new, v=new, cache_seqlens=3)
+
+
+@needs_torch
+@pytest.mark.parametrize("device", DEVICES)
+def test_eager_append_and_combine_equal_their_ops(device, monkeypatch):
+    """append_kv and flash_attn_combine skip the dispatcher in eager mode: the same bits as through the ops,
+    and the written tensors' version counters move as the ops' would."""
+    rng = np.random.default_rng(13)
+    key, value = (to_torch(randn(rng, (4, HK, D), H.BF16), device) for _ in range(2))
+    caches = [to_torch(randn(rng, (6, 4, HK, D), H.BF16), device) for _ in range(2)]
+    slots = torch.tensor([0, 5, -1, 13], dtype=torch.int64, device=device)
+    parts = (torch.randn(3, B, HQ, D, device=device), torch.randn(3, B, HQ, device=device))
+    results = []
+    for eager in (True, False):
+        with monkeypatch.context() as m:
+            if not eager:
+                m.setattr(torch_ops, "_eager", lambda: False)
+            kc, vc = caches[0].clone(), caches[1].clone()
+            version = kc._version
+            kvattn.append_kv(key, value, kc, vc, slots)
+            assert kc._version > version
+            out = torch.empty(B, HQ, D, device=device)
+            combined = kvattn.flash_attn_combine(*parts, out=out)
+            assert combined[0] is out
+            results.append((kc, vc, out, combined[1], *kvattn.flash_attn_combine(*parts, out_dtype=torch.bfloat16)))
+    H.sync_device_errors(device)
+    for name, got, want in zip(("k_cache", "v_cache", "out", "lse", "out bf16", "lse 2"), *results):
+        assert_bitwise(name, got, want)
