@@ -21,6 +21,7 @@ An argument's kind says how it is normalized (_args.py) and what it becomes in t
 """
 import inspect
 import linecache
+import textwrap
 from typing import NamedTuple
 
 REQUIRED = inspect.Parameter.empty
@@ -251,16 +252,23 @@ def docstring(head, args, returns):
     """`head`, then one entry per argument (its documentation and default), then `returns`."""
     lines = [head.strip(), "", "Arguments:"]
     for a in args:
-        lines.append(f"    {a.name}: {a.doc}. ({_default_text(a)})")
-    lines += ["", "Returns:", "    " + returns.strip()]
+        lines += textwrap.wrap(f"{a.name}: {a.doc}. ({_default_text(a)})", 108, initial_indent="    ",
+                               subsequent_indent="        ", break_on_hyphens=False)
+    lines += ["", "Returns:"] + textwrap.wrap(returns.strip(), 108, initial_indent="    ", subsequent_indent="    ")
     return "\n".join(lines) + "\n"
 
 
 def argument_doc(fn, name):
     """The docstring entry of argument `name` of a function made by make_function."""
-    for line in (fn.__doc__ or "").splitlines():
+    lines = (fn.__doc__ or "").splitlines()
+    for i, line in enumerate(lines):
         if line.startswith(f"    {name}: "):
-            return line[len(f"    {name}: "):]
+            entry = [line[len(f"    {name}: "):]]
+            for more in lines[i + 1:]:
+                if not more.startswith("        "):
+                    break
+                entry.append(more.strip())
+            return " ".join(entry)
     return None
 
 
