@@ -279,7 +279,7 @@ def _torch_dtype(code):
 def empty(like, shape, code):
     """An uninitialized array of `shape` and kvattn dtype `code`, from the array library and device of `like`."""
     if is_torch(like):
-        return sys.modules["torch"].empty(shape, dtype=_torch_dtype(code), device=like.device)
+        return like.new_empty(shape, dtype=_torch_dtype(code))  # faster than torch.empty(..., device=)
     return _numpy().empty(shape, dtype=_numpy_dtype(code))
 
 
