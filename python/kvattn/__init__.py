@@ -8,8 +8,10 @@ from .interface import (
     append_kv,
     device_errors,
     flash_attn_combine,
+    flash_attn_func,
     flash_attn_varlen_func,
     flash_attn_with_kvcache,
+    get_scheduler_metadata,
     has_backend,
 )
 
@@ -20,7 +22,9 @@ __all__ = [
     "append_kv",
     "device_errors",
     "flash_attn_combine",
+    "flash_attn_func",
     "flash_attn_varlen_func",
     "flash_attn_with_kvcache",
+    "get_scheduler_metadata",
     "has_backend",
 ]

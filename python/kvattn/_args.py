@@ -1,9 +1,16 @@
-"""Checks of the Python entry points' scalar arguments, shared by interface.py and torch_ops.py.
+"""Normalization of the Python entry points' scalar arguments, by kind (_signature.py), with FA3's rules
+(CONTRACT.md, "Layouts and the Python drop-in"): an int is anything operator.index takes, window_size any
+length-2 sequence, a bool a bool (a string where a bool belongs is an error).
 
-Each has a fast path for the common plain int/float/None; anything else takes the general (slower) path.
+Each check has a fast path for the common plain value; anything else takes the general, slower path.
+Symbolic ints and floats of torch.compile pass as they are (the library checks the values at run time).
 """
+import math
 import numbers
+import operator
+import sys
 
+from . import _lib
 from . import tensors as T
 from .errors import KvattnError
 
@@ -11,23 +18,114 @@ I32 = (-(2**31), 2**31 - 1)
 I64 = (-(2**63), 2**63 - 1)
 
 
+def _symbolic(x, kind):
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, getattr(torch, kind))
+
+
 def check_int(name, value, bounds=I32):
-    """`value` as a Python int in `bounds` (ctypes would truncate silently)."""
-    if type(value) is not int:  # bool is not int here; numpy ints and the like take the general path
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    """`value` as a Python int in `bounds` (ctypes would truncate silently): a Python or numpy int, a 0-d
+    integer array or tensor (anything operator.index takes; not a bool, not a float)."""
+    if type(value) is not int:
+        if _symbolic(value, "SymInt"):
+            return value
+        if isinstance(value, bool) or value is None or isinstance(value, (str, bytes)):
             raise KvattnError(f"{name}: expected an int, got {value!r}")
-        value = int(value)
+        try:
+            value = operator.index(value)
+        except TypeError:
+            raise KvattnError(f"{name}: expected an int, got {_show(value)}") from None
     if not bounds[0] <= value <= bounds[1]:
         raise KvattnError(f"{name}: {value} is out of range [{bounds[0]}, {bounds[1]}]")
     return value
 
 
+def check_opt_int(name, value, bounds=I64):
+    return None if value is None else check_int(name, value, bounds)
+
+
 def check_float(name, value):
+    """A real number (Python or numpy int or float, a 0-d real array or tensor) as a float."""
     if type(value) is float:
         return value
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise KvattnError(f"{name}: expected a float, got {value!r}")
+    if _symbolic(value, "SymFloat") or _symbolic(value, "SymInt"):
+        return value
+    if isinstance(value, bool) or not (isinstance(value, numbers.Real) or _is_0d_number(value)):
+        raise KvattnError(f"{name}: expected a float, got {_show(value)}")
     return float(value)
+
+
+def check_scale(name, value):
+    """softmax_scale: None (the default) or a float > 0. The ABI reads <= 0 as "default", so a caller's 0,
+    negative or NaN must not reach it."""
+    if value is None:
+        return None
+    scale = check_float(name, value)
+    if not isinstance(scale, float):
+        return scale  # symbolic: the library checks it
+    if not (scale > 0 and math.isfinite(scale)):
+        raise KvattnError(f"{name}: must be a finite float > 0 (None for the default), got {value!r}")
+    return scale
+
+
+def check_bool(name, value):
+    """A bool: Python or numpy bool, a 0-d bool array or tensor, or an int 0 / 1. Anything else, a string
+    above all (causal="no" must not run causal), is an error."""
+    if value is True or value is False:
+        return value
+    numpy = sys.modules.get("numpy")
+    if (type(value) is int or (numpy is not None and isinstance(value, (numpy.bool_, numpy.integer)))) \
+            and value in (0, 1):
+        return bool(value)
+    if _is_0d_number(value) and str(value.dtype).rsplit(".", 1)[-1] == "bool":
+        return bool(value)
+    raise KvattnError(f"{name}: expected a bool (True or False), got {_show(value)}")
+
+
+def check_opt_bool(name, value):
+    return None if value is None else check_bool(name, value)
+
+
+def window(window_size, name="window_size"):
+    """(left, right) from any length-2 sequence of ints (tuple, list, 1-d array or tensor); None is -1."""
+    if type(window_size) is tuple and len(window_size) == 2:
+        left, right = window_size
+    else:
+        if isinstance(window_size, (str, bytes)) or window_size is None:
+            raise KvattnError(f"{name}: expected (left, right), got {window_size!r}")
+        try:
+            left, right = window_size
+        except (TypeError, ValueError):
+            raise KvattnError(f"{name}: expected (left, right), got {_show(window_size)}") from None
+    # None is FlashAttention's newer spelling of -1 (unbounded).
+    return (check_int(f"{name}[0]", -1 if left is None else left),
+            check_int(f"{name}[1]", -1 if right is None else right))
+
+
+def seqlens(name, value):
+    """cache_seqlens: (tensor or None, int value or -1 (absent: full capacity))."""
+    if value is None:
+        return None, -1
+    if _symbolic(value, "SymInt"):  # torch.compile's dynamic int: the library checks its value
+        return None, value
+    if type(value) is int or (not (T.is_torch(value) or T.is_numpy(value)) and _int_like(value)):
+        return None, check_int(name, value, (0, I64[1]))
+    return value, -1
+
+
+def metadata(name, value, like):
+    """scheduler_metadata: None, or a 1-d int32 array like get_scheduler_metadata's (on q's device). Its
+    content is never read (kvattn plans every call from static shapes), so any such array is accepted."""
+    if value is None:
+        return None
+    if not (T.is_torch(value) or T.is_numpy(value)):
+        raise KvattnError(f"{name}: expected None or what kvattn.get_scheduler_metadata returned, got "
+                          f"{type(value).__name__}")
+    shape = T.shape_of(value)
+    if len(shape) != 1 or T.dtype_code(value) != _lib.DTYPE_I32:
+        raise KvattnError(f"{name}: expected a 1-d int32 array (what kvattn.get_scheduler_metadata returned), "
+                          f"got shape {shape} dtype {value.dtype}")
+    return value
 
 
 def alias(name, value, **aliases):
@@ -40,19 +138,6 @@ def alias(name, value, **aliases):
     return given[0][1]
 
 
-def window(window_size):
-    if type(window_size) is tuple and len(window_size) == 2:
-        left, right = window_size
-    else:
-        try:
-            left, right = window_size
-        except (TypeError, ValueError):
-            raise KvattnError(f"window_size: expected (left, right), got {window_size!r}") from None
-    # None is FlashAttention's newer spelling of -1 (unbounded).
-    return (check_int("window_size[0]", -1 if left is None else left),
-            check_int("window_size[1]", -1 if right is None else right))
-
-
 def lse_shape(q, varlen_q):
     """fp32 lse: (hq, total_q) for varlen q, else (b, hq, sq); None when q's rank is wrong (the library says so)."""
     shape = T.shape_of(q)
@@ -61,3 +146,26 @@ def lse_shape(q, varlen_q):
     if not varlen_q and len(shape) == 4:
         return (shape[0], shape[2], shape[1])
     return None
+
+
+def _int_like(x):
+    if isinstance(x, bool):
+        return False
+    try:
+        operator.index(x)
+        return True
+    except TypeError:
+        return False
+
+
+def _is_0d_number(x):
+    """A 0-d numpy array or torch tensor (operator.index / float() read its one value)."""
+    return (T.is_torch(x) or T.is_numpy(x)) and len(T.shape_of(x)) == 0
+
+
+def _show(value):
+    """A value for a message: short, with its type when the repr does not say it."""
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return text if isinstance(value, (int, float, str, tuple, list)) else f"{text} ({type(value).__name__})"

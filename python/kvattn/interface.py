@@ -1,162 +1,118 @@
 """FlashAttention-3-compatible entry points over the kvattn C ABI (CONTRACT.md).
 
 Arrays are numpy arrays (CPU backend) or torch tensors (CPU or CUDA); outputs are allocated with the array
-library and device of `q`. On CUDA the work is queued on torch's current stream. Every argument is passed
-to the library; the library's message for a violated rule is raised as KvattnError. Calls with torch
-tensors are routed through the torch.library ops of torch_ops.py, which call these same functions.
+library and device of `q`. On CUDA the work is queued on torch's current stream. The forward entry points'
+signatures, docstrings and argument normalization come from the tables of _signature.py; calls with torch
+tensors go through the torch.library ops of torch_ops.py (eager calls straight to their implementation).
 """
 import ctypes
-import inspect
 import numbers
 import sys
-import types
 
 from . import _args as A
+from . import _fwd
 from . import _lib
+from . import _signature as S
 from . import tensors as T
+from . import torch_ops
 from .errors import KvattnError, check
-from .torch_ops import routed
 
-# C ABI argument names -> the Python argument names, for the library's messages
-_FWD_NAMES = {"window_left": "window_size[0]", "window_right": "window_size[1]",
-              "cache_seqlens_value": "cache_seqlens"}
-_VARLEN_NAMES = dict(_FWD_NAMES, k_cache="k", v_cache="v", cache_seqlens="seqused_k")
+_VARLEN_NAMES = dict(_fwd.NAMES, k_cache="k", v_cache="v", cache_seqlens="seqused_k", page_table="block_table")
 _APPEND_NAMES = {"k_cache": "key_cache", "v_cache": "value_cache"}
-_COMBINE_NAMES = {"out_partials": "out_partial", "lse_partials": "lse_partial"}
-
-# The argument checks (kept importable from here under their old names)
-_I32, _I64 = A.I32, A.I64
-_int, _float, _alias, _window, _lse_shape = A.check_int, A.check_float, A.alias, A.window, A.lse_shape
-
-# flash_attn_with_kvcache's optional tensor arguments that go to the kvattn_fwd_params field of their name
-_FWD_OPTIONAL = ("k", "v", "qv", "rotary_cos", "rotary_sin", "rotary_seqlens", "cache_batch_idx", "cache_leftpad",
-                 "cu_seqlens_q", "seqused_q", "cu_seqlens_k_new", "cu_seqlens_k", "alibi_slopes", "q_descale",
-                 "k_descale", "v_descale")
+_COMBINE_NAMES = {"out_partial": "out_partial", "out_partials": "out_partial", "lse_partials": "lse_partial"}
+_RETURNS_LSE = ("out, or (out, lse) with {flag} (lse fp32: (b, hq, sq), or (hq, total_q) for varlen q). "
+                "Not differentiable: kvattn has no backward pass")
 
 
-@routed("flash_attn_with_kvcache")
-def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, qv=None, rotary_cos=None, rotary_sin=None,
-                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, page_table=None,
-                            cu_seqlens_q=None, cu_seqlens_k_new=None, max_seqlen_q=None, rotary_seqlens=None,
-                            q_descale=None, k_descale=None, v_descale=None, softmax_scale=None, causal=False,
-                            window_size=(-1, -1), attention_chunk=0, softcap=0.0, rotary_interleaved=True,
-                            scheduler_metadata=None, num_splits=0, pack_gqa=None, sm_margin=0,
-                            return_softmax_lse=False, *, sinks=None, alibi_slopes=None, seqused_q=None, out=None,
-                            block_table=None, s_aux=None, learnable_sink=None, cu_seqlens_k=None,
-                            deterministic=False):
+def _forward(values, names=_fwd.NAMES):
+    """flash_attn_with_kvcache's body for FWD-ordered argument values."""
+    op_args, out, return_lse = _fwd.normalize(values, names)
+    if T.is_torch(values[0]):
+        out, lse = torch_ops.fwd(op_args, out, names, return_lse)
+    else:
+        out, lse = _fwd.run(op_args, out, return_lse, names)
+    return (out, lse) if return_lse else out
+
+
+flash_attn_with_kvcache = S.make_function("flash_attn_with_kvcache", S.FWD, _forward, S.docstring(
     """Attention of `q` over a KV cache, appending `k`, `v` to it in place first (CONTRACT.md).
 
-    FlashAttention-3's arguments, positions and defaults, plus keyword-only `sinks` (aliases `s_aux`,
-    `learnable_sink`; fp16/bf16 sinks are widened to an fp32 copy), `alibi_slopes`, `seqused_q`, `out`,
-    `block_table` (alias of `page_table`), `cu_seqlens_k` (packed varlen cache) and `deterministic`.
-    `cache_seqlens` is an int or an int32 (b,) array. `scheduler_metadata` must be None: kvattn plans every
-    call itself from static shapes, so there is no metadata to precompute. `softmax_scale` None means
-    1/sqrt(d) (1/sqrt(d + dv) with `qv`). Returns `out`, or `(out, lse)` with `return_softmax_lse`.
-    """
-    return _fwd(types.SimpleNamespace(**locals()), _FWD_NAMES)
+FlashAttention-3's arguments, positions and defaults, plus kvattn's keyword-only ones. Wherever an int
+is expected, anything operator.index takes is one (a numpy int, a 0-d integer array or tensor).""",
+    S.FWD, _RETURNS_LSE.format(flag="return_softmax_lse")))
 
 
-def _fwd(a, names):
-    """flash_attn_with_kvcache's body: `a` holds its arguments; `names` maps ABI names to the caller's."""
-    page_table = _alias("page_table", a.page_table, block_table=a.block_table)
-    sinks = _alias("sinks", a.sinks, s_aux=a.s_aux, learnable_sink=a.learnable_sink)
-    if a.scheduler_metadata is not None:
-        raise KvattnError("scheduler_metadata: must be None; kvattn has no scheduler metadata (each call "
-                          "plans itself from static shapes, which is CUDA-graph safe)")
-    lib = _lib.load()
-    call = T.Call()
-    p = _lib.new_fwd_params()
+def _mapper(args):
+    """A function: values of an entry point with `args` -> FWD-ordered values (each to its `target`)."""
+    index = {a.name: i for i, a in enumerate(S.FWD)}
+    pairs = tuple((i, index[a.target]) for i, a in enumerate(args) if a.target is not None)
+    defaults = tuple(a.default for a in S.FWD)
 
-    appends = a.k is not None or a.v is not None
-    call.set(p, "q", a.q, required=True)
-    call.set(p, "k_cache", a.k_cache, required=True, written=appends)
-    call.set(p, "v_cache", a.v_cache, required=True, written=appends)
-    for name in _FWD_OPTIONAL:
-        call.set(p, name, getattr(a, name))
-    call.set(p, "page_table", page_table)
-    if sinks is not None and (T.is_torch(sinks) or T.is_numpy(sinks)):
-        sinks = T.to_float32(sinks)  # fp16/bf16 -> an fp32 copy; fp32 passes as it is
-        call.keep.append(sinks)
-    call.set(p, "sinks", sinks)
-    if a.cache_seqlens is None:
-        p.cache_seqlens_value = -1  # full capacity
-    elif type(a.cache_seqlens) is int or (isinstance(a.cache_seqlens, numbers.Integral)
-                                          and not isinstance(a.cache_seqlens, bool)):
-        p.cache_seqlens_value = _int("cache_seqlens", a.cache_seqlens, (0, _I64[1]))
-    else:
-        call.set(p, "cache_seqlens", a.cache_seqlens)
-    if a.max_seqlen_q is not None:
-        p.max_seqlen_q = _int("max_seqlen_q", a.max_seqlen_q, _I64)
+    def to_fwd(values):
+        v = list(defaults)
+        for i, j in pairs:
+            v[j] = values[i]
+        return v
 
-    p.softmax_scale = 0.0  # the ABI's "default"
-    if a.softmax_scale is not None:
-        p.softmax_scale = _float("softmax_scale", a.softmax_scale)
-        if not p.softmax_scale > 0:  # the ABI would read it as "default": a caller's 0 or negative must not
-            raise KvattnError(f"softmax_scale: must be > 0 (None for the default), got {a.softmax_scale!r}")
-    p.causal = int(bool(a.causal))
-    p.window_left, p.window_right = _window(a.window_size)
-    p.attention_chunk = _int("attention_chunk", a.attention_chunk)
-    p.softcap = _float("softcap", a.softcap)
-    p.rotary_interleaved = int(bool(a.rotary_interleaved))
-    p.num_splits = _int("num_splits", a.num_splits)
-    p.pack_gqa = -1 if a.pack_gqa is None else int(bool(a.pack_gqa))
-    p.sm_margin = _int("sm_margin", a.sm_margin)
-    p.deterministic = int(bool(a.deterministic))
-
-    out = a.out
-    if out is None:
-        q_code = T.dtype_code(a.q)
-        out_code = _lib.DTYPE_BF16 if q_code == _lib.DTYPE_FP8_E4M3 else q_code
-        out = T.empty(a.q, T.shape_of(a.q)[:-1] + T.shape_of(a.v_cache)[-1:], out_code)
-    call.set(p, "out", out, written=True)
-    lse = None
-    if a.return_softmax_lse:
-        lse_shape = _lse_shape(a.q, a.cu_seqlens_q is not None)
-        if lse_shape is not None:
-            lse = T.empty(a.q, lse_shape, _lib.DTYPE_F32)
-        call.set(p, "lse", lse, written=True)
-
-    call.header(p)
-    nbytes = ctypes.c_size_t(0)
-    check(lib, lib.kvattn_fwd_workspace_size(ctypes.byref(p), ctypes.byref(nbytes)), names)
-    p.workspace = T.workspace(call, a.q, nbytes.value)
-    p.workspace_bytes = nbytes.value
-    check(lib, lib.kvattn_fwd(ctypes.byref(p)), names)
-    return (out, lse) if a.return_softmax_lse else out
+    return to_fwd
 
 
-_FWD_SIGNATURE = inspect.signature(flash_attn_with_kvcache.__kvattn_direct__)
+_varlen_to_fwd = _mapper(S.VARLEN)
+_MAX_SEQLEN_K = [a.name for a in S.VARLEN].index("max_seqlen_k")
 
 
-def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None,
-                           seqused_k=None, softmax_scale=None, causal=False, qv=None, q_descale=None,
-                           k_descale=None, v_descale=None, window_size=(-1, -1), attention_chunk=0, softcap=0.0,
-                           num_splits=1, pack_gqa=None, deterministic=False, sm_margin=0, return_attn_probs=False,
-                           *, sinks=None, alibi_slopes=None, out=None):
+def _varlen(values):
+    if values[_MAX_SEQLEN_K] is not None:
+        A.check_int("max_seqlen_k", values[_MAX_SEQLEN_K], A.I64)
+    return _forward(_varlen_to_fwd(values), _VARLEN_NAMES)
+
+
+flash_attn_varlen_func = S.make_function("flash_attn_varlen_func", S.VARLEN, _varlen, S.docstring(
     """FlashAttention-3's varlen forward: packed `k`, `v` (total_k, hk, d) owned per sequence by `cu_seqlens_k`.
 
-    Runs as flash_attn_with_kvcache with k_cache=k, cache_seqlens=seqused_k. `max_seqlen_k` is only checked
-    to be an int: kvattn reads each sequence's length from `cu_seqlens_k`/`seqused_k` and needs no bound.
-    Returns `out`, or `(out, lse)` with `return_attn_probs` (as FlashAttention-3 does).
-    """
-    if max_seqlen_k is not None:
-        _int("max_seqlen_k", max_seqlen_k, _I64)
-    bound = _FWD_SIGNATURE.bind(
-        q, k, v, qv=qv, cache_seqlens=seqused_k, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
-        q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, softmax_scale=softmax_scale,
-        causal=causal, window_size=window_size, attention_chunk=attention_chunk, softcap=softcap,
-        num_splits=num_splits, pack_gqa=pack_gqa, sm_margin=sm_margin, return_softmax_lse=return_attn_probs,
-        sinks=sinks, alibi_slopes=alibi_slopes, seqused_q=seqused_q, out=out, cu_seqlens_k=cu_seqlens_k,
-        deterministic=deterministic)
-    bound.apply_defaults()
-    if T.is_torch(q):  # through the torch op (torch.compile, CUDA graphs)
-        return flash_attn_with_kvcache(*bound.args, **bound.kwargs)
-    return _fwd(types.SimpleNamespace(**bound.arguments), _VARLEN_NAMES)
+Runs as flash_attn_with_kvcache with k_cache=k, v_cache=v, cache_seqlens=seqused_k. With `block_table`
+(vLLM's form), `k`, `v` are a paged cache and seqused_k the lengths.""",
+    S.VARLEN, _RETURNS_LSE.format(flag="return_attn_probs")))
+
+_dense_to_fwd = _mapper(S.DENSE)
+_DENSE_NAMES = dict(_fwd.NAMES, k_cache="k", v_cache="v")
 
 
-@routed("append_kv")
+def _dense(values):
+    return _forward(_dense_to_fwd(values), _DENSE_NAMES)
+
+
+flash_attn_func = S.make_function("flash_attn_func", S.DENSE, _dense, S.docstring(
+    """FlashAttention-3's dense forward: q (b, sq, hq, d) over k, v (b, sk, hk, d / dv), every key valid.
+
+Runs as flash_attn_with_kvcache with k_cache=k, v_cache=v and the full length.""",
+    S.DENSE, _RETURNS_LSE.format(flag="return_attn_probs")))
+
+
 def append_kv(key, value, key_cache, value_cache, slot_mapping, k_scale=None, v_scale=None):
-    """vLLM's reshape_and_cache_flash: token t goes to slot slot_mapping[t] (int64; negative = skip).
+    """vLLM's reshape_and_cache_flash: token t goes to slot slot_mapping[t] of a paged cache, in place.
+
+    Arguments:
+        key: (num_tokens, hk, d), the cache's dtype (fp16/bf16 into an fp8 cache: quantized on write).
+        value: (num_tokens, hk, dv), as key.
+        key_cache: (num_pages, page_size, hk, d), any strides with the head dim contiguous; written.
+        value_cache: (num_pages, page_size, hk, dv), as key_cache; written.
+        slot_mapping: (num_tokens,) int64 (or int32): slot = page * page_size + offset; negative = skip.
+        k_scale: fp8 caches: a float or an fp32 () or (hk,) array, the scale of key_cache. (default None)
+        v_scale: as k_scale for value_cache. (default None)
+
+    Returns:
+        None.
+    """
+    if T.is_torch(key):
+        return torch_ops.append_kv(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+    return _append_kv(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+
+
+def _append_kv(key, value, key_cache, value_cache, slot_mapping, k_scale=None, v_scale=None):
+    """append_kv on the library (numpy arrays, or a torch op's tensors).
+
+    vLLM's reshape_and_cache_flash: token t goes to slot slot_mapping[t] (int64; negative = skip).
 
     key (num_tokens, hk, d), caches (num_pages, page_size, hk, d) with any strides (head dim contiguous).
     k_scale/v_scale (fp8 caches): a float or an fp32 () or (hk,) array.
@@ -173,7 +129,7 @@ def append_kv(key, value, key_cache, value_cache, slot_mapping, k_scale=None, v_
     scales = []
     for name, scale in (("k_scale", k_scale), ("v_scale", v_scale)):
         if isinstance(scale, numbers.Real):
-            scale = T.scalar_f32(key_cache, _float(name, scale))
+            scale = T.scalar_f32(key_cache, A.check_float(name, scale))
         scales.append(scale)
     call.keep.append(scales)
     p.k_scale = call.tensor(scales[0], "k_scale")
@@ -182,9 +138,31 @@ def append_kv(key, value, key_cache, value_cache, slot_mapping, k_scale=None, v_
     check(lib, lib.kvattn_append_kv(ctypes.byref(p)), _APPEND_NAMES)
 
 
-@routed("flash_attn_combine")
 def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, *, sinks=None):
-    """Merge split-KV partials (FlashAttention-3's fwd_combine): returns (out, lse).
+    """Merge split-KV partials with the sink-aware rule of CONTRACT.md step 7 (FlashAttention-3's fwd_combine).
+
+    Arguments:
+        out_partial: (n, ..., dv) fp32, any strides: n partial outputs. FlashAttention-3's form is
+            (n, b, s, h, dv).
+        lse_partial: (n, ...) fp32, any strides (FlashAttention-3's: a transposed view of (n, b, h, s)).
+        out: (..., dv) fp32, fp16 or bf16: written and returned. (default None: allocated)
+        out_dtype: float32, float16 or bfloat16 (torch or numpy dtype, or its name). (default None: fp32,
+            or out's dtype)
+        sinks: (h,) fp32 (fp16/bf16 widened): the head axis is the last "..." axis. (default None)
+
+    Returns:
+        (out, lse): lse (...) fp32 in lse_partial's memory order (FlashAttention-3's form gets a (b, s, h)
+        view of (b, h, s) storage).
+    """
+    if T.is_torch(out_partial):
+        return torch_ops.flash_attn_combine(out_partial, lse_partial, out, out_dtype, sinks=sinks)
+    return _flash_attn_combine(out_partial, lse_partial, out, out_dtype, sinks=sinks)
+
+
+def _flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, *, sinks=None):
+    """flash_attn_combine on the library (numpy arrays, or a torch op's tensors).
+
+    Merge split-KV partials (FlashAttention-3's fwd_combine): returns (out, lse).
 
     out_partial (n, ..., dv) fp32 and lse_partial (n, ...) fp32, any strides. FlashAttention-3's form is
     out_partial (n, b, s, h, dv) with lse_partial (n, b, s, h), usually a transposed view of (n, b, h, s).
@@ -233,7 +211,7 @@ def _cuda_index(device):
         current = _cuda_current()
         return 0 if current is None else current
     if isinstance(device, numbers.Integral) and not isinstance(device, bool):
-        return _int("device", device)
+        return A.check_int("device", device)
     name = str(device)
     if name == "cpu":
         return None
@@ -257,6 +235,12 @@ def device_errors(device=None):
 
     Synchronizes torch's current stream on that device. The CPU backend raises such errors from the call
     itself, so there is nothing to check there (and nothing without a CUDA backend).
+
+    Arguments:
+        device: None (torch's current CUDA device), an int, 'cpu', 'cuda' or 'cuda:N'. (default None)
+
+    Returns:
+        None; raises KvattnError naming the argument, the sequence and the value of the first error.
     """
     lib = _lib.load()
     index = _cuda_index(device)
@@ -266,8 +250,114 @@ def device_errors(device=None):
 
 
 def has_backend(device="cpu"):
-    """True if this build of the library can run on `device` ('cpu' or 'cuda')."""
+    """True if this build of the library can run on `device` ('cpu' or 'cuda').
+
+    Arguments:
+        device: 'cpu', 'cuda' or 'cuda:N'. (default 'cpu')
+    """
     kind = {"cpu": _lib.DEVICE_CPU, "cuda": _lib.DEVICE_CUDA}.get(str(device).split(":")[0])
     if kind is None:
         raise KvattnError(f"device: expected 'cpu' or 'cuda', got {device!r}")
     return bool(_lib.load().kvattn_has_backend(kind))
+
+
+# ---------------------------------------------------------------- get_scheduler_metadata
+
+_METADATA_NAMES = {"q": "num_heads_q / headdim / max_seqlen_q", "k_cache": "num_heads_kv / headdim / max_seqlen_k",
+                   "v_cache": "headdim_v", "k": "max_seqlen_k_new", "v": "max_seqlen_k_new", "out": "headdim_v",
+                   "cache_seqlens_value": "cache_seqlens"}
+
+
+def _scheduler_metadata(values):
+    a = dict(zip((x.name for x in S.METADATA), values))
+    ints = {n: A.check_int(n, a[n]) for n in ("batch_size", "max_seqlen_q", "max_seqlen_k", "num_heads_q",
+                                                "num_heads_kv", "headdim", "max_seqlen_k_new", "attention_chunk",
+                                                "num_splits", "sm_margin")}
+    dv = ints["headdim"] if a["headdim_v"] is None else A.check_int("headdim_v", a["headdim_v"])
+    page_size = None if a["page_size"] is None else A.check_int("page_size", a["page_size"])
+    causal, has_softcap = A.check_bool("causal", a["causal"]), A.check_bool("has_softcap", a["has_softcap"])
+    pack_gqa = A.check_opt_bool("pack_gqa", a["pack_gqa"])
+    left, right = A.window(a["window_size"])
+    code = T.dtype_code_of(a["qkv_dtype"])
+    if code not in (_lib.DTYPE_F32, _lib.DTYPE_F16, _lib.DTYPE_BF16, _lib.DTYPE_FP8_E4M3):
+        raise KvattnError(f"qkv_dtype: expected float16, bfloat16, float8_e4m3fn (float32 on the CPU backend), "
+                          f"got {a['qkv_dtype']!r}")
+    seqlens = a["cache_seqlens"]
+    if not (T.is_torch(seqlens) or T.is_numpy(seqlens)):
+        raise KvattnError(f"cache_seqlens: expected a (batch_size,) int32 array or tensor, got "
+                          f"{type(seqlens).__name__}")
+    b, sq, sk, hq, hk, d = (ints[n] for n in ("batch_size", "max_seqlen_q", "max_seqlen_k", "num_heads_q",
+                                               "num_heads_kv", "headdim"))
+    new = ints["max_seqlen_k_new"]
+    for name in ("batch_size", "max_seqlen_q", "num_heads_q", "num_heads_kv", "headdim"):
+        if ints[name] < 1:
+            raise KvattnError(f"{name}: must be >= 1, got {ints[name]}")
+
+    # The call these shapes describe, validated and sized by the library without touching data: the
+    # arrays are descriptors of the right shapes over cache_seqlens' memory (the library never reads q,
+    # k, v or out before a run; on the CPU it reads index arrays, so the page table is a real one).
+    lib = _lib.load()
+    call = T.Call()
+    p = _lib.new_fwd_params()
+    if T.shape_of(seqlens) != (b,) or T.dtype_code(seqlens) != _lib.DTYPE_I32:
+        raise KvattnError(f"cache_seqlens: expected ({b},) int32 (batch_size,), got shape {T.shape_of(seqlens)} "
+                          f"dtype {seqlens.dtype}")
+    for name in ("cu_seqlens_q", "cu_seqlens_k_new", "cache_leftpad"):
+        if a[name] is not None and not (T.is_torch(a[name]) or T.is_numpy(a[name])):
+            raise KvattnError(f"{name}: expected an int32 array or tensor, got {type(a[name]).__name__}")
+    # The static part of the call: the index arrays are synthetic ones of the right shapes (lengths 0,
+    # uniform varlen offsets, page 0), made on cache_seqlens' device, since the CPU backend's validation
+    # reads index data and the values are the call's business, not the schedule's.
+    ptr = T.data_address(seqlens)
+    out_code = _lib.DTYPE_BF16 if code == _lib.DTYPE_FP8_E4M3 else code
+    varlen_q = a["cu_seqlens_q"] is not None
+    q_shape = (b * sq, hq, d) if varlen_q else (b, sq, hq, d)
+    T.describe_at(p, _lib.FwdParams.q.offset, ptr, code, q_shape)
+    T.describe_at(p, _lib.FwdParams.out.offset, ptr, out_code, q_shape[:-1] + (dv,))
+    p.cache_seqlens_value = 0
+    if page_size is None:
+        cache_rows, rows_len = b, sk
+    else:
+        if page_size < 1:
+            raise KvattnError(f"page_size: must be >= 1 or None, got {page_size}")
+        pages_per_row = max(1, -(-sk // page_size))
+        call.set(p, "page_table", call.keep_array(T.index_steps(seqlens, (b, pages_per_row), 0)))
+        cache_rows, rows_len = 1, page_size
+    T.describe_at(p, _lib.FwdParams.k_cache.offset, ptr, code, (cache_rows, rows_len, hk, d))
+    T.describe_at(p, _lib.FwdParams.v_cache.offset, ptr, code, (cache_rows, rows_len, hk, dv))
+    if new > 0:
+        new_shape = (b * new, hk) if a["cu_seqlens_k_new"] is not None else (b, new, hk)
+        T.describe_at(p, _lib.FwdParams.k.offset, ptr, code, new_shape + (d,))
+        T.describe_at(p, _lib.FwdParams.v.offset, ptr, code, new_shape + (dv,))
+        if a["cu_seqlens_k_new"] is not None:
+            call.set(p, "cu_seqlens_k_new", call.keep_array(T.index_steps(seqlens, (b + 1,), new)))
+    if varlen_q:
+        call.set(p, "cu_seqlens_q", call.keep_array(T.index_steps(seqlens, (b + 1,), sq)))
+    if varlen_q:
+        p.max_seqlen_q = sq
+    p.causal, p.window_left, p.window_right = int(causal), left, right
+    p.attention_chunk, p.softcap = ints["attention_chunk"], 1.0 if has_softcap else 0.0
+    p.num_splits, p.sm_margin = ints["num_splits"], ints["sm_margin"]
+    p.pack_gqa = -1 if pack_gqa is None else int(pack_gqa)
+    call.header(p)
+    nbytes = ctypes.c_size_t(0)
+    status = lib.kvattn_fwd_workspace_size(ctypes.byref(p), ctypes.byref(nbytes))
+    if status != _lib.OK:
+        try:
+            check(lib, status, _METADATA_NAMES)
+        except KvattnError as e:
+            raise KvattnError(f"{e.message} (get_scheduler_metadata: a call with these shapes would fail)",
+                              e.status) from None
+    return T.int32_record(seqlens, (b, min(nbytes.value, A.I32[1])))
+
+
+get_scheduler_metadata = S.make_function("get_scheduler_metadata", S.METADATA, _scheduler_metadata, S.docstring(
+    """FlashAttention-3's get_scheduler_metadata: validates a flash_attn_with_kvcache configuration once.
+
+kvattn plans every call on the host from its static shapes (CUDA-graph safe: the split-KV schedule is
+computed in the kernels from the device-side lengths), so there is no device schedule to precompute.
+This checks the configuration with the library (an unsupported head dim or dtype is reported here, not at
+the first call) and returns a small record that `scheduler_metadata=` accepts and never reads, so that
+code written for FlashAttention-3 (vLLM's copy into a persistent buffer included) runs unchanged.""",
+    S.METADATA, "int32 (2,) array or tensor on cache_seqlens' device: [batch_size, workspace bytes a call "
+    "needs (CUDA; 0 on the CPU backend)]. Made with device fills only (no host-to-device copy)"))

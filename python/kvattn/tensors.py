@@ -47,6 +47,7 @@ def is_numpy(x):
 _KINDS = {}  # array type -> "torch" or "numpy"
 _NUMPY_CODES = {}  # numpy dtype -> kvattn_dtype or None
 _TORCH_CODES = {}  # torch dtype -> kvattn_dtype or None
+_ELEMENT_STRIDES = {}  # (numpy byte strides, dtype) -> strides in elements (a bounded memo)
 _CPU = (_lib.DEVICE_CPU, 0)
 
 
@@ -73,10 +74,20 @@ def _describe_numpy(x, name):
         code = _NUMPY_CODES[dtype]
     except KeyError:
         code = _NUMPY_CODES[dtype] = _NUMPY_DTYPES.get(dtype.name) if dtype.isnative else None
-    itemsize = dtype.itemsize
-    if code is not None and any(s % itemsize for s in x.strides):
-        raise KvattnError(f"{name}: strides {x.strides} (bytes) are not a multiple of the element size {itemsize}")
-    strides = tuple(s // itemsize for s in x.strides)
+    byte_strides = x.strides
+    try:
+        strides = _ELEMENT_STRIDES[byte_strides, dtype]
+    except KeyError:
+        itemsize = dtype.itemsize
+        if code is not None and any(s % itemsize for s in byte_strides):
+            raise KvattnError(f"{name}: strides {byte_strides} (bytes) are not a multiple of the element size "
+                              f"{itemsize}") from None
+        strides = tuple(s // itemsize for s in byte_strides)
+        if len(_ELEMENT_STRIDES) < 4096:
+            _ELEMENT_STRIDES[byte_strides, dtype] = strides
+    flags = x.flags
+    if flags.c_contiguous and flags.writeable and dtype.isbuiltin == 1 and x.nbytes:  # 3x cheaper than below
+        return ctypes.addressof(ctypes.c_char.from_buffer(x)), code, x.shape, strides, _CPU
     return x.__array_interface__["data"][0], code, x.shape, strides, _CPU
 
 
@@ -117,6 +128,24 @@ def _canonical_strides(shape, strides):
     return strides
 
 
+# The index arguments (int32, or int64 where said); every other array holds floating-point values.
+_INDEX_DTYPES = {"slot_mapping": "int64 or int32"}
+_INDEX_NAMES = ("cache_seqlens", "seqused_k", "cache_batch_idx", "cache_leftpad", "page_table", "block_table",
+                "cu_seqlens_q", "cu_seqlens_k", "cu_seqlens_k_new", "seqused_q", "rotary_seqlens",
+                "scheduler_metadata")
+
+
+def allowed_dtypes(name):
+    """The dtypes argument `name` may have, for messages (the library checks the exact rule)."""
+    if name in _INDEX_DTYPES:
+        return _INDEX_DTYPES[name]
+    if name in _INDEX_NAMES:
+        return "int32"
+    if name in ("q", "k_cache", "v_cache", "k", "v", "qv", "key", "value", "key_cache", "value_cache", "out"):
+        return "float16, bfloat16, float8_e4m3fn; float32 on the CPU backend"
+    return "float32, float16, bfloat16"
+
+
 def device_name(device):
     kind, index = device
     return "cpu" if kind == _lib.DEVICE_CPU else f"cuda:{index}"
@@ -142,10 +171,14 @@ class Call:
         """`params.<field> = self.tensor(x, field, ...)`, written in place (a new params struct is zeroed, so None
         leaves the field absent)."""
         if x is not None or required:
-            self.fill(getattr(params, field), x, field, required, written)
+            self.fill_at(params, getattr(type(params), field).offset, x, field, required, written)
 
     def fill(self, t, x, name, required=False, written=False):
         """Write the descriptor of `x` into the kvattn_tensor `t` (a zeroed one: None leaves it absent)."""
+        self.fill_at(t, 0, x, name, required, written)
+
+    def fill_at(self, params, offset, x, name, required=False, written=False):
+        """Write the descriptor of `x` into the kvattn_tensor at byte `offset` of the struct `params`."""
         if x is None:
             if required:
                 raise KvattnError(f"{name} is required")
@@ -160,8 +193,7 @@ class Call:
         else:
             raise KvattnError(f"{name}: expected a numpy array or a torch tensor, got {type(x).__name__}")
         if code is None:
-            raise KvattnError(f"{name}: dtype {_dtype_label(x)} is not supported "
-                              "(float32, float16, bfloat16, float8_e4m3fn, int32, int64)")
+            raise KvattnError(f"{name}: dtype {_dtype_label(x)} is not supported ({allowed_dtypes(name)})")
         ndim = len(shape)
         if ndim > _lib.MAX_DIMS:
             raise KvattnError(f"{name}: {ndim} dims, at most {_lib.MAX_DIMS} are supported")
@@ -174,7 +206,12 @@ class Call:
             ptr = ctypes.addressof(_EMPTY)  # zero elements: present, never dereferenced
         if 0 in shape or (ndim and shape[-1] == 1):
             strides = _canonical_strides(shape, strides)
-        _TENSOR_LAYOUTS[ndim].pack_into(t, 0, ptr, code, ndim, *shape, *strides)
+        _TENSOR_LAYOUTS[ndim].pack_into(params, offset, ptr, code, ndim, *shape, *strides)
+
+    def keep_array(self, x):
+        """`x`, kept alive as long as the call."""
+        self.keep.append(x)
+        return x
 
     def header(self, params):
         """Set device_type, device_id and stream (torch's current stream on CUDA) of a params struct."""
@@ -242,7 +279,7 @@ def _torch_dtype(code):
 def empty(like, shape, code):
     """An uninitialized array of `shape` and kvattn dtype `code`, from the array library and device of `like`."""
     if is_torch(like):
-        return sys.modules["torch"].empty(shape, dtype=_torch_dtype(code), device=like.device)
+        return like.new_empty(shape, dtype=_torch_dtype(code))  # faster than torch.empty(..., device=)
     return _numpy().empty(shape, dtype=_numpy_dtype(code))
 
 
@@ -313,3 +350,45 @@ def empty_in_order(like, shape, order, code):
     store = empty(like, tuple(shape[i] for i in order), code)
     inverse = sorted(range(len(order)), key=lambda i: order[i])
     return permute(store, inverse)
+
+
+def data_address(x):
+    """The address of x's first element."""
+    if is_torch(x):
+        return x.data_ptr() or ctypes.addressof(_EMPTY)
+    return x.__array_interface__["data"][0] or ctypes.addressof(_EMPTY)
+
+
+def describe_at(params, offset, ptr, code, shape):
+    """A contiguous kvattn_tensor of `shape` at `ptr` written at byte `offset` of `params` (a descriptor with
+    no array of its own: the library validates and sizes it without reading it)."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    _TENSOR_LAYOUTS[len(shape)].pack_into(params, offset, ptr, code, len(shape), *shape, *reversed(strides))
+
+
+def index_steps(like, shape, step):
+    """An int32 array of `shape` on the device of `like`: 0, step, 2 step, ... along its last dim (zeros for
+    step 0). Made by a device kernel, no host-to-device copy."""
+    n = shape[-1]
+    if is_torch(like):
+        torch = sys.modules["torch"]
+        if step == 0:
+            return torch.zeros(shape, dtype=torch.int32, device=like.device)
+        return torch.arange(0, n * step, step, dtype=torch.int32, device=like.device).expand(shape).contiguous()
+    numpy = _numpy()
+    return numpy.broadcast_to(numpy.arange(n, dtype=numpy.int32) * step, shape).copy()
+
+
+def int32_record(like, values):
+    """A 1-d int32 array of `values` on the device of `like`, made by device fills (no host-to-device copy,
+    so it can be made while a CUDA graph is captured)."""
+    if is_torch(like):
+        torch = sys.modules["torch"]
+        record = torch.empty((len(values),), dtype=torch.int32, device=like.device)
+        for i, value in enumerate(values):
+            record[i].fill_(value)
+        return record
+    return _numpy().array(values, dtype=_numpy().int32)

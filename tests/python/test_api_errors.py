@@ -1,5 +1,5 @@
 """The Python layer's errors and argument handling: every violated rule raises KvattnError (a ValueError)
-whose message starts with the argument's name; aliases; scheduler_metadata; int cache_seqlens; nothing is
+whose message starts with the argument's name; aliases; scheduler_metadata's form; int cache_seqlens; nothing is
 written by a rejected call; the package imports without numpy or torch."""
 import inspect
 import os
@@ -62,9 +62,10 @@ def test_signature_is_flash_attention_3():
 # ---- errors raised by the Python layer itself
 
 
-def test_scheduler_metadata_must_be_none():
-    msg = expect_error("scheduler_metadata", **base(), scheduler_metadata=np.zeros(4, np.int32))
-    assert "None" in msg
+@pytest.mark.parametrize("metadata", [[0, 1], np.zeros(4, np.float32), np.zeros((2, 2), np.int32)])
+def test_scheduler_metadata_not_get_scheduler_metadatas(metadata):
+    msg = expect_error("scheduler_metadata", **base(), scheduler_metadata=metadata)
+    assert "get_scheduler_metadata" in msg
 
 
 @pytest.mark.parametrize("name,alias", [("page_table", "block_table"), ("sinks", "s_aux"),

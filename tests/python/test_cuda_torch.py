@@ -116,11 +116,19 @@ def bad_page_table(arrays):
 # ---------------------------------------------------------------- no torch needed
 
 
-def test_torch_entry_points_take_the_interface_arguments():
-    for name in ("flash_attn_with_kvcache", "append_kv", "flash_attn_combine"):
-        direct = getattr(getattr(interface, name), "__kvattn_direct__", None)
-        assert direct is not None, f"interface.{name} is not decorated with torch_ops.routed"
-        assert inspect.signature(getattr(torch_ops, name)) == inspect.signature(direct), name
+def test_op_schema_is_derived_from_the_signature():
+    """The fwd ops' arguments are flash_attn_with_kvcache's (aliases, the lse flag and out folded) and
+    kvattn_fwd_params's field names: one table (_signature.FWD) gives the signature and the schema."""
+    from kvattn import _lib, _signature as S
+
+    params = list(inspect.signature(kvattn.flash_attn_with_kvcache).parameters)
+    assert params == [a.name for a in S.FWD]
+    names = S.op_arg_names()
+    fields = {name for name, _ in _lib.FwdParams._fields_}
+    assert set(names) - {"scheduler_metadata"} <= fields, set(names) - fields
+    schema = S.op_schema(with_out=False)
+    assert schema.split(" -> ")[0].count(",") + 1 == len(names) and "Tensor(a!) k_cache" in schema
+    assert S.op_schema(with_out=True).endswith("Tensor(c!) out) -> Tensor")
 
 
 def test_import_and_numpy_calls_without_torch():
@@ -270,6 +278,7 @@ def _recorded_op_calls(monkeypatch, fn, *args, **kwargs):
 
     with monkeypatch.context() as m:
         m.setattr(torch_ops, "_op", recording)
+        m.setattr(torch_ops, "_eager", lambda: False)  # through the op, as under torch.compile
         fn(*args, **kwargs)
     return calls
 
@@ -336,8 +345,15 @@ def test_errors_raise_kvattn_error(device):
         dict(t, q=t["q"][:, :, :7]),  # hq % hk
         dict(t, q=t["q"][0]),  # rank of q
         dict(t, window_size=(-2, 0)),
-        dict(t, scheduler_metadata=torch.zeros(4, dtype=torch.int32, device=device)),
+        dict(t, scheduler_metadata=torch.zeros(4, dtype=torch.float32, device=device)),
         dict(t, cache_seqlens=-3),
+        # issue 17: through torch these escaped as KeyError / RuntimeError / torch's schema error
+        dict(t, q=t["q"].double()),
+        dict(t, k_cache=None),
+        dict(t, causal="no"),
+        dict(t, pack_gqa="False"),
+        dict(t, cache_batch_idx=[0, 1, 2]),
+        dict(t, out=[0.0]),
     ]
     for kwargs in bad:
         with pytest.raises(kvattn.KvattnError):
@@ -373,3 +389,74 @@ def test_out_of_range_indices_are_reported(device, what):
     if device == "cuda":
         assert bool(torch.isnan(out[0]).all()), "the offending sequence's output must be NaN"
         kvattn.device_errors("cuda")  # cleared by the check that reported it
+
+
+# ---------------------------------------------------------------- the FA3 drop-in's torch forms (issue 17)
+
+
+@needs_torch
+@pytest.mark.parametrize("device", DEVICES)
+def test_fa3_argument_forms_through_torch(device):
+    t = on_device(scenario(10, "fp16", page_size=16), device)
+    plain = dict(t, causal=True, window_size=(5, 0), num_splits=2, return_softmax_lse=True)
+    want = kvattn.flash_attn_with_kvcache(**dict(plain, k_cache=t["k_cache"].clone(), v_cache=t["v_cache"].clone()))
+    window = torch.tensor([5, 0], device=device)  # FA3's tests: torch.randint(0, seqlen_k, (2,))
+    forms = dict(plain, window_size=window, num_splits=torch.tensor(2), causal=torch.tensor(True),
+                 scheduler_metadata=kvattn.get_scheduler_metadata(
+                     B, SQ, t["page_table"].shape[1] * 16, HQ, HK, D, t["cache_seqlens"], torch.float16,
+                     page_size=16, max_seqlen_k_new=NEW, causal=True, window_size=window, num_splits=2))
+    got = kvattn.flash_attn_with_kvcache(**forms)
+    H.sync_device_errors(device)
+    assert_bitwise("out", got[0], want[0])
+    assert_bitwise("lse", got[1], want[1])
+    md = forms["scheduler_metadata"]
+    assert md.dtype == torch.int32 and md.device == t["q"].device and md.shape == (2,)
+
+
+@needs_torch
+@pytest.mark.parametrize("device", DEVICES)
+def test_requires_grad_gives_a_non_differentiable_output(device):
+    """FA3's forward tests call flash_attn_func with q, k, v that require grad: the forward runs and its
+    output does not require grad (kvattn has no backward); a cache that requires grad and would be
+    appended to in place is an error at the call."""
+    rng = np.random.default_rng(11)
+    q, k, v = (to_torch(randn(rng, shape, H.BF16), device).requires_grad_()
+               for shape in ((B, 3, HQ, D), (B, 7, HK, D), (B, 7, HK, D)))
+    out = kvattn.flash_attn_func(q, k, v, causal=True)
+    H.sync_device_errors(device)
+    assert not out.requires_grad and out.grad_fn is None
+    ref = reference_attention(*(H.to_numpy(x.detach()) for x in (q, k, v)), causal=True)
+    H.assert_close("out", H.to_numpy(out), ref["out"], H.TOL_OUT["bf16"])
+    new = to_torch(randn(rng, (B, 1, HK, D), H.BF16), device)
+    with pytest.raises(kvattn.KvattnError, match="^k_cache: requires grad"):
+        kvattn.flash_attn_with_kvcache(q, k, v.detach(), k=new, v=new, cache_seqlens=3)
+    with torch.no_grad():  # no autograd: the append is allowed
+        kvattn.flash_attn_with_kvcache(q, k, v.detach(), k=new, v=new, cache_seqlens=3)
+
+
+@needs_torch
+@pytest.mark.parametrize("device", DEVICES)
+def test_eager_append_and_combine_equal_their_ops(device, monkeypatch):
+    """append_kv and flash_attn_combine skip the dispatcher in eager mode: the same bits as through the ops,
+    and the written tensors' version counters move as the ops' would."""
+    rng = np.random.default_rng(13)
+    key, value = (to_torch(randn(rng, (4, HK, D), H.BF16), device) for _ in range(2))
+    caches = [to_torch(randn(rng, (6, 4, HK, D), H.BF16), device) for _ in range(2)]
+    slots = torch.tensor([0, 5, -1, 13], dtype=torch.int64, device=device)
+    parts = (torch.randn(3, B, HQ, D, device=device), torch.randn(3, B, HQ, device=device))
+    results = []
+    for eager in (True, False):
+        with monkeypatch.context() as m:
+            if not eager:
+                m.setattr(torch_ops, "_eager", lambda: False)
+            kc, vc = caches[0].clone(), caches[1].clone()
+            version = kc._version
+            kvattn.append_kv(key, value, kc, vc, slots)
+            assert kc._version > version
+            out = torch.empty(B, HQ, D, device=device)
+            combined = kvattn.flash_attn_combine(*parts, out=out)
+            assert combined[0] is out
+            results.append((kc, vc, out, combined[1], *kvattn.flash_attn_combine(*parts, out_dtype=torch.bfloat16)))
+    H.sync_device_errors(device)
+    for name, got, want in zip(("k_cache", "v_cache", "out", "lse", "out bf16", "lse 2"), *results):
+        assert_bitwise(name, got, want)
