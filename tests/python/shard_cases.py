@@ -5,8 +5,11 @@ Shared by the in-process suite (test_sharded.py: every rank simulated in one pro
 """
 import numpy as np
 
+import harness as H
+
 from inputs import DTYPES, cu_from_lengths, randn, rotary_tables
 from kvattn.shard_layout import ShardLayout
+from reference import reference_attention
 
 GARBAGE_PAGE = 987654  # unused page-table entries: reading one would be an out-of-range page error
 
@@ -96,6 +99,12 @@ def random_case(seed, world=None):
                 logical_v=logical_v, args=args, ranks=ranks)
 
 
+def destination(seed, world):
+    """Where the gloo test gathers a case's partials: odd seeds to one rank (the query's owner), even seeds
+    to every rank (all-gather)."""
+    return None if seed % 2 == 0 else seed % world
+
+
 def _rank_pool(r, layout, rank, logical_k, logical_v, page_size):
     """A rank's page pool (scrambled physical pages, NaN where unused) and its page table (garbage past its pages)."""
     local = layout.local_pages(rank)  # (rows, width) logical page ids, -1 past each row's last
@@ -130,3 +139,41 @@ def owned_mask(case, rank):
     """(rows, capacity) bool: the logical slots `rank` stores."""
     layout, ps = case["layout"], case["page_size"]
     return np.repeat(layout.owner == rank, ps, axis=1)
+
+
+def oracle(case):
+    a = dict(case["args"])
+    a.pop("return_softmax_lse")
+    return reference_attention(k_cache=case["logical_k"], v_cache=case["logical_v"], **a)
+
+
+def single_process(case):
+    """kvattn over the whole cache in one process: the logical cache as pages of an identity table."""
+    layout, ps = case["layout"], case["page_size"]
+    k = case["logical_k"].reshape((-1, ps) + case["logical_k"].shape[2:]).copy()
+    v = case["logical_v"].reshape((-1, ps) + case["logical_v"].shape[2:]).copy()
+    table = np.arange(layout.rows * layout.pages_per_row, dtype=np.int32).reshape(layout.rows, -1)
+    return H.kvattn.flash_attn_with_kvcache(k_cache=k, v_cache=v, page_table=table, **case["args"])
+
+
+def check_result(case, out, lse, ref=None):
+    """The merged answer against the oracle under TESTING.md's tolerances (empty rows exact)."""
+    ref = ref or oracle(case)
+    name = f"seed{case['seed']} world{case['world']}"
+    H.assert_close(f"out {name}", out, ref["out"], H.TOL_OUT[case["dtype"]])
+    H.assert_close(f"lse {name}", lse, ref["lse"], H.TOL_LSE[case["dtype"]])
+    H.assert_empty_rows_exact(out, lse, ref["out"], ref["lse"])
+
+
+def check_pools(case, pools, ref=None):
+    """Each rank's (k_pool, v_pool) after the call: the oracle's cache on the slots it owns, unchanged (NaN)
+    elsewhere."""
+    ref = ref or oracle(case)
+    name = f"seed{case['seed']} world{case['world']}"
+    rotary = "rotary_cos" in case["args"]
+    for rank, (k_pool, v_pool) in enumerate(pools):
+        k, v = gather_pool(case, rank, k_pool, v_pool)
+        mine = owned_mask(case, rank)
+        for what, got, want in (("k", k, ref["k_cache"]), ("v", v, ref["v_cache"])):
+            want = np.where(mine[..., None, None], want, np.nan).astype(got.dtype)
+            H.assert_cache_equal(f"rank {rank} {what}_cache {name}", got, want, rotary and what == "k", case["dtype"])

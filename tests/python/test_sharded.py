@@ -13,25 +13,9 @@ import shard_cases as S
 from kvattn import sharded
 from kvattn.errors import KvattnError
 from kvattn.shard_layout import ShardLayout
-from reference import reference_attention
 
 kvattn = H.kvattn
 CASES = int(os.environ.get("KVATTN_SHARD_CASES", "300"))
-
-
-def oracle(case):
-    a = dict(case["args"])
-    a.pop("return_softmax_lse")
-    return reference_attention(k_cache=case["logical_k"], v_cache=case["logical_v"], **a)
-
-
-def single_process(case):
-    """kvattn over the whole cache in one process: the logical cache as pages of an identity table."""
-    layout, ps = case["layout"], case["page_size"]
-    k = case["logical_k"].reshape((-1, ps) + case["logical_k"].shape[2:]).copy()
-    v = case["logical_v"].reshape((-1, ps) + case["logical_v"].shape[2:]).copy()
-    table = np.arange(layout.rows * layout.pages_per_row, dtype=np.int32).reshape(layout.rows, -1)
-    return kvattn.flash_attn_with_kvcache(k_cache=k, v_cache=v, page_table=table, **case["args"])
 
 
 def shard_args(case):
@@ -56,27 +40,13 @@ def run_ranks(case):
     return out, lse, pools
 
 
-def check_against_oracle(case, out, lse, pools, ref=None):
-    ref = ref or oracle(case)
-    name = f"seed{case['seed']} world{case['world']}"
-    H.assert_close(f"out {name}", out, ref["out"], H.TOL_OUT[case["dtype"]])
-    H.assert_close(f"lse {name}", lse, ref["lse"], H.TOL_LSE[case["dtype"]])
-    H.assert_empty_rows_exact(out, lse, ref["out"], ref["lse"])
-    rotary = "rotary_cos" in case["args"]
-    for rank, (k_pool, v_pool) in enumerate(pools):
-        k, v = S.gather_pool(case, rank, k_pool, v_pool)
-        mine = S.owned_mask(case, rank)
-        for what, got, want in (("k", k, ref["k_cache"]), ("v", v, ref["v_cache"])):
-            want = np.where(mine[..., None, None], want, np.nan).astype(got.dtype)
-            H.assert_cache_equal(f"rank {rank} {what}_cache {name}", got, want, rotary and what == "k", case["dtype"])
-
-
 @pytest.mark.parametrize("seed", range(CASES), ids=lambda s: f"seed{s}")
 def test_sharded_equals_oracle_and_single_process(seed):
     case = S.random_case(seed)
     out, lse, pools = run_ranks(case)
-    check_against_oracle(case, out, lse, pools)
-    one_out, one_lse = single_process(case)
+    S.check_result(case, out, lse)
+    S.check_pools(case, pools)
+    one_out, one_lse = S.single_process(case)
     tol = H.TOL_OUT[case["dtype"]]
     H.assert_close(f"out vs single process seed{seed}", out, one_out, tol)
     H.assert_close(f"lse vs single process seed{seed}", lse, one_lse, H.TOL_LSE[case["dtype"]])
@@ -114,7 +84,8 @@ def test_sinks_count_once():
         case = S.random_case(5, world)
         case["args"]["sinks"] = np.full(case["args"]["q"].shape[-2], 1.5, np.float32)
         out, lse, pools = run_ranks(case)
-        check_against_oracle(case, out, lse, pools)
+        S.check_result(case, out, lse)
+        S.check_pools(case, pools)
 
 
 def _small_case():
