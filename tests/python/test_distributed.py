@@ -15,7 +15,7 @@ import shard_cases as S
 
 pytestmark = pytest.mark.skipif(not H._torch_ready(), reason="needs torch (bash tools/deps.sh torch; tools/test.sh "
                                                              "runs this suite in that venv)")
-SEEDS = int(os.environ.get("KVATTN_DIST_CASES", "24"))
+SEEDS = int(os.environ.get("KVATTN_DIST_CASES", "16"))
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dist_worker.py")
 
 
