@@ -63,3 +63,15 @@ def test_distributed_gloo(world, tmp_path):
             H.assert_close(f"out vs single process seed{seed} rank {rank}", out, one_out, H.TOL_OUT[case["dtype"]])
             H.assert_close(f"lse vs single process seed{seed} rank {rank}", lse, one_lse, H.TOL_LSE[case["dtype"]])
         S.check_pools(case, pools, ref)
+
+
+def test_cp_scaling_bench_smoke():
+    """bench/cp_scaling.py at world size 1 (what the GPU run does per GPU count): it runs and its check passes."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", MASTER_PORT="29531")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), root) if p)
+    p = subprocess.run([sys.executable, "-m", "bench.cp_scaling", "--quick"], env=env, cwd=root,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    rows = [line for line in p.stdout.splitlines() if line.startswith("| 2,048 |")]
+    assert len(rows) == 1 and rows[0].endswith("| ok |"), p.stdout[-3000:]
