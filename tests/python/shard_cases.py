@@ -49,15 +49,18 @@ def random_case(seed, world=None):
     q_lens = r.integers(0, sq + 1, b) if varlen_q else np.full(b, sq)
     seqused = np.array([r.integers(0, n + 1) for n in q_lens], np.int32) if r.random() < 0.2 else None
     causal = bool(r.random() < 0.5)
-    window = (int(pick([-1, -1, 0, 2, 7])), int(pick([-1, -1, 0, 1, 4])))
-    chunk = int(pick([0, 0, 0, 3, 8]))
+    window = (int(pick([-1, 0, 2, 7])), int(pick([-1, 0, 1, 4]))) if r.random() < 0.35 else (-1, -1)
+    chunk = int(pick([3, 8])) if r.random() < 0.2 else 0
     rotary = r.random() < 0.4
     sinks = r.random() < 0.4
     softcap = float(pick([0.0, 0.0, 5.0]))
+    qv = r.random() < 0.15
+    kv_fp8 = dtype == "bf16" and r.random() < 0.25  # e4m3 caches: appends quantize with the descales
 
     dt = DTYPES[dtype]
-    logical_k = randn(r, (rows, capacity, hk, d), dt)
-    logical_v = randn(r, (rows, capacity, hk, dv), dt)
+    cache_dt = DTYPES["fp8"] if kv_fp8 else dt
+    logical_k = randn(r, (rows, capacity, hk, d), cache_dt)
+    logical_v = randn(r, (rows, capacity, hk, dv), cache_dt)
     for x in (logical_k, logical_v):  # slots outside [leftpad, seqlens) are NaN: no output may change
         row_of = np.arange(b) if batch_idx is None else batch_idx
         valid = np.zeros((rows, capacity), bool)
@@ -93,9 +96,14 @@ def random_case(seed, world=None):
         args["rotary_interleaved"] = bool(r.random() < 0.5)
     if sinks:
         args["sinks"] = randn(r, (hq,), np.float32, 2.0)
+    if qv:
+        args["qv"] = randn(r, args["q"].shape[:-1] + (dv,), dt)
+    if kv_fp8:
+        args["k_descale"] = r.uniform(0.5, 2.0, (b, hk)).astype(np.float32)
+        args["v_descale"] = r.uniform(0.5, 2.0, (b, hk)).astype(np.float32)
 
     ranks = [_rank_pool(r, layout, rank, logical_k, logical_v, page_size) for rank in range(world)]
-    return dict(seed=seed, world=world, dtype=dtype, layout=layout, page_size=page_size, logical_k=logical_k,
+    return dict(seed=seed, world=world, dtype=dtype, kv_fp8=kv_fp8, layout=layout, page_size=page_size, logical_k=logical_k,
                 logical_v=logical_v, args=args, ranks=ranks)
 
 
@@ -170,10 +178,13 @@ def check_pools(case, pools, ref=None):
     elsewhere."""
     ref = ref or oracle(case)
     name = f"seed{case['seed']} world{case['world']}"
-    rotary = "rotary_cos" in case["args"]
+    # rotary re-rounds an appended key; an fp8 cache rounds x / descale (exact on the CPU backend, which
+    # rounds the float64 quotient once, as the oracle; one fp8 ulp where a backend divides in fp32 first)
+    rounded = "rotary_cos" in case["args"] or case["kv_fp8"]
     for rank, (k_pool, v_pool) in enumerate(pools):
         k, v = gather_pool(case, rank, k_pool, v_pool)
         mine = owned_mask(case, rank)
         for what, got, want in (("k", k, ref["k_cache"]), ("v", v, ref["v_cache"])):
             want = np.where(mine[..., None, None], want, np.nan).astype(got.dtype)
-            H.assert_cache_equal(f"rank {rank} {what}_cache {name}", got, want, rotary and what == "k", case["dtype"])
+            H.assert_cache_equal(f"rank {rank} {what}_cache {name}", got, want,
+                                 rounded and (what == "k" or case["kv_fp8"]), case["dtype"])
