@@ -124,3 +124,19 @@ def test_layout_errors():
         pool = np.zeros((2, 2, 1, 8), np.float32)
         sharded.attend_shard(layout, 0, np.ones((1, 1, 1, 8), np.float32), pool, pool,
                              page_table=np.array([[0]], np.int32), cache_seqlens=8)
+
+
+def test_distributed_turns_nvlink_multicast_off():
+    """Importing kvattn.distributed sets NCCL_NVLS_ENABLE=0 (NVLS can take a host's GPUs out of service); it
+    needs no torch to import."""
+    import importlib
+    import sys
+
+    saved = os.environ.pop("NCCL_NVLS_ENABLE", None)
+    try:
+        sys.modules.pop("kvattn.distributed", None)
+        importlib.import_module("kvattn.distributed")
+        assert os.environ.get("NCCL_NVLS_ENABLE") == "0"
+    finally:
+        if saved is not None:
+            os.environ["NCCL_NVLS_ENABLE"] = saved
