@@ -243,7 +243,8 @@ def main(argv=None):
         name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU backend"
         print(f"\ncontext-parallel decode, {world} x {name}, heads {args.heads}, d {args.head_dim}, "
               f"page {args.page_size}, {args.policy}; slowest rank's median, us")
-        print("| tokens | per rank | shard | combine | cp | cp/(shard+combine) | eager | 1 GPU full | full/cp | check |")
+        print("| tokens | per rank | shard | combine | cp | cp/(shard+combine) | eager | 1 GPU full | full/cp "
+              "| check |")
         print("|---|---|---|---|---|---|---|---|---|---|")
         for r in records:
             print(f"| {r['tokens']:,} | {r['shard_tokens']:,} | {r['shard_us']:.1f} | {r['combine_us']:.1f} | "

@@ -103,8 +103,8 @@ def random_case(seed, world=None):
         args["v_descale"] = r.uniform(0.5, 2.0, (b, hk)).astype(np.float32)
 
     ranks = [_rank_pool(r, layout, rank, logical_k, logical_v, page_size) for rank in range(world)]
-    return dict(seed=seed, world=world, dtype=dtype, kv_fp8=kv_fp8, layout=layout, page_size=page_size, logical_k=logical_k,
-                logical_v=logical_v, args=args, ranks=ranks)
+    return dict(seed=seed, world=world, dtype=dtype, kv_fp8=kv_fp8, layout=layout, page_size=page_size,
+                logical_k=logical_k, logical_v=logical_v, args=args, ranks=ranks)
 
 
 def destination(seed, world):

@@ -80,7 +80,8 @@ def _sglang_batch(rng, mode, page_size, b, hq, hk, d, dtype, num_draft=3):
         total = np.maximum(total, 1)
     table, num_pages = _table(rng, total, page_size)
     cache_dt = DTYPES["fp8"] if dtype == "fp8" else DTYPES[dtype]
-    k_pool, v_pool = _pool(rng, num_pages, page_size, hk, d, cache_dt), _pool(rng, num_pages, page_size, hk, d, cache_dt)
+    k_pool = _pool(rng, num_pages, page_size, hk, d, cache_dt)
+    v_pool = _pool(rng, num_pages, page_size, hk, d, cache_dt)
     _fill(rng, k_pool, v_pool, table, total, cache_dt)
     q = randn(rng, (int(q_lens.sum()), hq, d), cache_dt)  # SGLang casts q to the fp8 kv dtype too
     meta = dict(cache_seqlens=total.astype(np.int32), cu_seqlens_q=cu_from_lengths(q_lens),
