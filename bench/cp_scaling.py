@@ -61,6 +61,7 @@ class Timer:
 
     def __init__(self, torch, dist, device, replays):
         self.torch, self.dist, self.device, self.replays = torch, dist, device, replays
+        self.notes = []
 
     def __call__(self, fn, graph=True):
         torch, dist = self.torch, self.dist
@@ -82,10 +83,14 @@ class Timer:
         torch.cuda.synchronize()
         run = fn
         if graph:
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                fn()
-            run = g.replay
+            try:
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    fn()
+                run = g.replay
+            except Exception as exc:  # noqa: BLE001 - said, then timed eagerly (every rank fails alike)
+                torch.cuda.synchronize()
+                self.notes.append(f"graph capture failed ({str(exc).splitlines()[0][:100]}): eager calls timed")
         torch.cuda.synchronize()
         dist.barrier()
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
@@ -154,6 +159,9 @@ def run_case(torch, dist, kvattn, kd, args, device, total_tokens, timer):
     rec["cp_us"] = timer(cp_step)
     rec["eager_us"] = timer(eager, graph=False)
     cp_out = result["out"].float().clone()
+    if timer.notes:
+        rec["notes"] = sorted(set(timer.notes))
+        timer.notes.clear()
 
     # The unsharded answer on rank 0: every rank's pages gathered there, put back in logical order.
     full_kv = [_gather_pages(torch, dist, layout, pool, pages) for pool in (k_pool, v_pool)]
