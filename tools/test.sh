@@ -4,7 +4,8 @@
 #     suites (oracle, CPU sweep, API errors) against that sanitized library;
 #  2. when nvcc is present, the full build with the CUDA backend (archs 80;90a) and its GoogleTest run;
 #     the GPU suites run only where a GPU is (tools/gpu_check.sh on the GPU machine);
-#  3. the suites that need torch on the CPU (kvattn.distributed over gloo), in the torch venv of
+#  3. the suites that need torch on the CPU (kvattn.distributed over gloo; the engine call replays on
+#     torch CPU tensors), in the torch venv of
 #     `tools/deps.sh torch` (installed once per machine, reused), against the sanitized library.
 #     KVATTN_TORCH_TESTS=0 skips this stage.
 set -euo pipefail
@@ -41,5 +42,6 @@ if [ "${KVATTN_TORCH_TESTS:-1}" != 0 ]; then
   torch_python=$(bash tools/deps.sh torch | tail -1)
   LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" \
     KVATTN_LIBRARY="$root/build-asan/libkvattn.so" PYTHONPATH="$root/python:$root" \
-    "$torch_python" -m pytest -q -p no:cacheprovider -rs tests/python/test_distributed.py
+    "$torch_python" -m pytest -q -p no:cacheprovider -rs tests/python/test_distributed.py \
+    tests/python/test_engine_replays.py
 fi
