@@ -4,6 +4,7 @@ and the single-process kvattn answer, each rank's pool after the append against 
 the gather to one rank (the others get None). Needs torch: `bash tools/deps.sh torch` installs it into a
 venv, and tools/test.sh runs this suite there."""
 import os
+import socket
 import subprocess
 import sys
 
@@ -68,7 +69,10 @@ def test_distributed_gloo(world, tmp_path):
 def test_cp_scaling_bench_smoke():
     """bench/cp_scaling.py at world size 1 (what the GPU run does per GPU count): it runs and its check passes."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", MASTER_PORT="29531")
+    with socket.socket() as probe:  # a free loopback port for the script's TCP rendezvous
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), root) if p)
     p = subprocess.run([sys.executable, "-m", "bench.cp_scaling", "--quick"], env=env, cwd=root,
                        capture_output=True, text=True, timeout=600)
