@@ -14,7 +14,10 @@ sequence's valid range), so nothing that depends on them is left to the kernel:
   its own one-token sequence whose visible global keys [lo, hi] are a range, hence a range of local slots
   (ShardLayout's invariant), given to kvattn as (cache_leftpad, cache_seqlens) with no mask of its own.
   Decode (one query token, causal or not) needs none of this and runs as one call over the shard as given.
-- ALiBi biases each key by its global distance, which no local range expresses: an error.
+- ALiBi: kvattn measures a one-token sequence's distances from its last key, so each sequence must hold
+  consecutive global slots (a run of the rank's pages inside the token's range); the true distances are
+  longer by one constant per sequence, which shifts its lse; the runs of a token are merged by the
+  combine. Keys after the query (non-causal, several query tokens) have no such form: an error.
 
 Works with numpy arrays (the CPU backend) and torch tensors (CPU or CUDA); index metadata is computed on
 the host (a device-to-host copy of the index tensors on CUDA).
@@ -127,9 +130,6 @@ def attend_shard(layout, rank, q, k_cache, v_cache, k=None, v=None, qv=None, rot
     argument is flash_attn_with_kvcache's, global: cache_seqlens and cache_leftpad are slots of the whole
     sequence, cache_batch_idx picks layout rows, k/v are all of a step's new tokens (each rank writes its own).
     """
-    if alibi_slopes is not None:
-        raise KvattnError("alibi_slopes: not supported across shards (ALiBi biases each key by its global "
-                          "distance to the query, which a rank's shard does not carry); run ALiBi unsharded")
     if page_table is None:
         raise KvattnError("page_table: required (this rank's table of its pages, in logical order)")
     if len(k_cache.shape) != 4:
@@ -218,8 +218,8 @@ def attend_shard(layout, rank, q, k_cache, v_cache, k=None, v=None, qv=None, rot
     if causal:
         wr = 0
     chunk = int(attention_chunk)
-    positional = wl >= 0 or wr >= 0 or chunk > 0
-    if causal and used_q.max(initial=0) <= 1 and wl < 0 and chunk <= 0:
+    positional = wl >= 0 or wr >= 0 or chunk > 0 or alibi_slopes is not None
+    if causal and used_q.max(initial=0) <= 1 and wl < 0 and chunk <= 0 and alibi_slopes is None:
         positional = False  # one query token sits after every key: causal masks nothing
     scores = dict(softmax_scale=softmax_scale, softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa,
                   deterministic=deterministic, return_softmax_lse=True, **common)
@@ -252,25 +252,78 @@ def attend_shard(layout, rank, q, k_cache, v_cache, k=None, v=None, qv=None, rot
         lo = np.maximum(lo, qp // chunk * chunk)  # floor division: a negative qp sees no key
         hi = np.minimum(hi, qp // chunk * chunk + chunk - 1)
     hi = np.maximum(hi, lo - 1)  # an empty range stays empty
+    first_slot, end_slot = leftpad[seq] + lo, leftpad[seq] + hi + 1  # the visible global slots
+    if alibi_slopes is None:
+        item = np.arange(len(seq))  # one kvattn sequence per token
+    else:
+        item, first_slot, end_slot = _alibi_items(layout, rank, rows[seq], first_slot, end_slot, qp > hi - 1,
+                                                  page_size)
     tok_rows = first_row[seq] + t
     hd = q_shape[-2:]
     q_rows = _rows_of(q, len(q_shape) - 2)
     per_token = (causal or wl >= 0 or wr >= 0) and rotary  # CONTRACT.md step 2: q rotated at p_i + t
+    item_seq = seq[item]
+    slopes = alibi_slopes
+    if slopes is not None and len(slopes.shape) == 2:
+        slopes = _take(slopes, item_seq)
     out, lse = interface.flash_attn_with_kvcache(
-        _take(q_rows, tok_rows).reshape((len(seq), 1) + hd), k_cache, v_cache,
-        qv=None if qv is None else _take(_rows_of(qv, len(qv.shape) - 2), tok_rows).reshape(
-            (len(seq), 1) + tuple(qv.shape[-2:])),
-        cache_seqlens=_like(q, layout.local_slots(rank, rows[seq], leftpad[seq] + hi + 1, page_size)),
-        cache_leftpad=_like(q, layout.local_slots(rank, rows[seq], leftpad[seq] + lo, page_size)),
-        cache_batch_idx=_like(q, rows[seq]), rotary_seqlens=_like(q, pos0[seq] + t * per_token) if rotary else None,
-        q_descale=_take(q_descale, seq), k_descale=_take(k_descale, seq), v_descale=_take(v_descale, seq), **scores)
+        _take(q_rows, tok_rows[item]).reshape((len(item), 1) + hd), k_cache, v_cache,
+        qv=None if qv is None else _take(_rows_of(qv, len(qv.shape) - 2), tok_rows[item]).reshape(
+            (len(item), 1) + tuple(qv.shape[-2:])),
+        cache_seqlens=_like(q, layout.local_slots(rank, rows[item_seq], end_slot, page_size)),
+        cache_leftpad=_like(q, layout.local_slots(rank, rows[item_seq], first_slot, page_size)),
+        cache_batch_idx=_like(q, rows[item_seq]),
+        rotary_seqlens=_like(q, pos0[item_seq] + t[item] * per_token) if rotary else None,
+        q_descale=_take(q_descale, item_seq), k_descale=_take(k_descale, item_seq),
+        v_descale=_take(v_descale, item_seq), alibi_slopes=slopes, **scores)
     dv = int(out.shape[-1])
+    out_items, lse_items = _f32(out[:, 0]), _f32(lse[:, :, 0])  # (items, hq, dv), (items, hq)
+    if alibi_slopes is not None:
+        # kvattn biased each key of an item by its distance to the item's last key; the true distance is
+        # longer by the gap from that key to the query, the same for every key of the item: a shift of lse.
+        gap = _like(q, qp[item] + leftpad[item_seq] - (end_slot - 1), np.float32)
+        lse_items = lse_items - _f32(slopes).reshape(-1, hd[0]) * gap[:, None]
+        out_items, lse_items = _merge_items(out_items, lse_items, item, len(seq))
     out_rows = _full(q, (n_rows,) + (hd[0], dv), 0.0)
     lse_rows = _full(q, (n_rows, hd[0]), float("-inf"))
     index = _like(q, tok_rows, np.int64)
-    out_rows[index] = _f32(out[:, 0])
-    lse_rows[index] = _f32(lse[:, :, 0])
+    out_rows[index] = out_items
+    lse_rows[index] = lse_items
     return ShardPartial(out_rows, lse_rows, used, q_shape, varlen, out.dtype)
+
+
+def _alibi_items(layout, rank, rows, first_slot, end_slot, keys_before_query, page_size):
+    """ALiBi needs each kvattn sequence's keys to be consecutive global slots (so that its distances are
+    those of kvattn's local positions plus one constant): the runs of `rank`'s pages inside each token's
+    visible range. Returns (token of each item, its first slot, its end slot)."""
+    if not np.all(keys_before_query | (end_slot <= first_slot)):
+        raise KvattnError("alibi_slopes: across shards only where every visible key is at or before its query "
+                          "(causal, window_size[1] == 0, or one query token per sequence); a shard's local "
+                          "positions cannot express the distance to keys after the query")
+    items, firsts, ends = [], [], []
+    for n, (row, a, e) in enumerate(zip(rows, first_slot, end_slot)):
+        if e <= a:
+            continue
+        page0 = a // page_size
+        for run_start, run_len in _runs(layout.owner[row, page0: (e - 1) // page_size + 1] == rank):
+            items.append(n)
+            firsts.append(max(a, (page0 + run_start) * page_size))
+            ends.append(min(e, (page0 + run_start + run_len) * page_size))
+    return np.array(items, np.int64), np.array(firsts, np.int64), np.array(ends, np.int64)
+
+
+def _merge_items(out_items, lse_items, item, n_tokens):
+    """Each token's items merged by kvattn's combine: (n_tokens, hq, dv), (n_tokens, hq); no item: 0, -inf."""
+    hq, dv = int(out_items.shape[1]), int(out_items.shape[2])
+    slot = np.arange(len(item)) - np.searchsorted(item, item)  # the item's place among its token's items
+    depth = max(int(slot.max(initial=-1)) + 1, 1)
+    out_parts = _full(out_items, (depth, n_tokens, hq, dv), 0.0)
+    lse_parts = _full(out_items, (depth, n_tokens, hq), float("-inf"))
+    if len(item):
+        where = (_like(out_items, slot, np.int64), _like(out_items, item, np.int64))
+        out_parts[where] = out_items
+        lse_parts[where] = lse_items
+    return interface.flash_attn_combine(out_parts, lse_parts)
 
 
 def merge_partials(out_partials, lse_partials, like, sinks=None):

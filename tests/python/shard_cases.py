@@ -96,6 +96,10 @@ def random_case(seed, world=None):
         args["rotary_interleaved"] = bool(r.random() < 0.5)
     if sinks:
         args["sinks"] = randn(r, (hq,), np.float32, 2.0)
+    # ALiBi across shards needs every visible key at or before its query
+    if r.random() < 0.25 and (causal or window[1] == 0 or int(q_lens.max(initial=0)) <= 1):
+        shape = (hq,) if r.random() < 0.5 else (b, hq)
+        args["alibi_slopes"] = r.uniform(0.01, 0.6, shape).astype(np.float32)
     if qv:
         args["qv"] = randn(r, args["q"].shape[:-1] + (dv,), dt)
     if kv_fp8:

@@ -94,7 +94,7 @@ def _small_case():
 
 
 @pytest.mark.parametrize("bad,message", [
-    (dict(alibi_slopes=np.ones(4, np.float32)), "alibi_slopes"),
+    (dict(alibi_slopes=np.ones(4, np.float32), q=np.ones((1, 2, 4, 8), np.float32)), "alibi_slopes: across"),
     (dict(page_table=None), "page_table: required"),
     (dict(cache_batch_idx=np.array([99], np.int32)), "cache_batch_idx"),
     (dict(cache_seqlens=np.array([10**6], np.int32)), "sharded capacity"),
