@@ -1,8 +1,32 @@
 #!/usr/bin/env bash
-# deps.sh [main|test]: installs what building (and, for `test`, testing) kvattn needs on a fresh
+# deps.sh [main|test|torch]: installs what building (and, for `test`, testing) kvattn needs on a fresh
 # Debian/Ubuntu machine; idempotent. Pinned Python packages come from requirements-dev.txt.
+# `torch`: a venv with requirements-dev.txt and requirements-torch.txt (pinned torch from PyPI), for every
+# suite that needs torch on a CPU machine; its python's path is the last line printed. One reusable place,
+# shared by checkouts and CI runs on this machine: $KVATTN_TORCH_VENV, default ~/.cache/kvattn/venv-torch-<pin>.
 set -euo pipefail
 mode=${1:-test}
+root="$(cd "$(dirname "$0")/.." && pwd)"
+if [ "$mode" = torch ]; then
+  pin=$(grep -m1 '^torch==' "$root/requirements-torch.txt")
+  venv=${KVATTN_TORCH_VENV:-$HOME/.cache/kvattn/venv-torch-${pin#torch==}}
+  mkdir -p "$(dirname "$venv")"
+  exec 9>"$venv.lock"
+  flock 9  # one installer at a time; the others wait and reuse its venv
+  if ! "$venv/bin/python" -c "import torch, numpy, ml_dtypes, pytest" 2>/dev/null; then
+    python3 -c "import ensurepip" 2>/dev/null || {
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null; }
+    echo "deps: installing $pin into $venv (PyPI; ~4.6 GB)" >&2
+    start=$(date +%s)
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$root/requirements-dev.txt" \
+      -r "$root/requirements-torch.txt" >&2
+    echo "deps: torch venv ready in $(( $(date +%s) - start )) s" >&2
+  fi
+  echo "$venv/bin/python"
+  exit 0
+fi
 need_apt=()
 command -v cmake >/dev/null || need_apt+=(cmake)
 command -v g++ >/dev/null || need_apt+=(g++)
@@ -15,7 +39,6 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   echo "deps: apt-get install ${need_apt[*]}"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
 # Only what is missing, so that a machine without a registry (the GPU machine) but with the packages works.
 mods="numpy, ml_dtypes"
 [ "$mode" = test ] && mods="$mods, pytest"

@@ -3,7 +3,11 @@
 #  1. the CPU backend, C ABI and validation under AddressSanitizer + UBSan: GoogleTest, then the Python
 #     suites (oracle, CPU sweep, API errors) against that sanitized library;
 #  2. when nvcc is present, the full build with the CUDA backend (archs 80;90a) and its GoogleTest run;
-#     the GPU suites run only where a GPU is (tools/gpu_check.sh on the GPU machine).
+#     the GPU suites run only where a GPU is (tools/gpu_check.sh on the GPU machine);
+#  3. the suites that need torch on the CPU (kvattn.distributed over gloo; the engine call replays on
+#     torch CPU tensors), in the torch venv of
+#     `tools/deps.sh torch` (installed once per machine, reused), against the sanitized library.
+#     KVATTN_TORCH_TESTS=0 skips this stage.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -31,4 +35,13 @@ if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "full CUDA build took $(( $(date +%s) - start )) s"
   echo "== GoogleTest (CUDA build, CPU backend cases)"
   ctest --test-dir build-cuda --output-on-failure -j2
+fi
+
+if [ "${KVATTN_TORCH_TESTS:-1}" != 0 ]; then
+  echo "== torch (CPU) suites, sanitized library"
+  torch_python=$(bash tools/deps.sh torch | tail -1)
+  LD_PRELOAD="$(g++ -print-file-name=libasan.so) $(g++ -print-file-name=libstdc++.so)" \
+    KVATTN_LIBRARY="$root/build-asan/libkvattn.so" PYTHONPATH="$root/python:$root" \
+    "$torch_python" -m pytest -q -p no:cacheprovider -rs tests/python/test_distributed.py \
+    tests/python/test_engine_replays.py
 fi
