@@ -146,7 +146,7 @@ bool allocate(Case& c, Rng& rng, kvattn_tensor& t, Kind kind) {
   __int128 lo, hi, numel;
   const bool sane = extent128(t, &lo, &hi, &numel);
   const __int128 elems = sane ? hi - lo + 1 : 1;
-  const bool fits = sane && elems * 8 + 64 <= kCapBytes;
+  const bool fits = sane && elems <= kCapBytes / 8 - 8;
   Buffer& b = c.buffers.emplace_back();
   const int64_t words = fits ? int64_t(elems) + 8 : 8;
   b.words.assign(size_t(words), 0);
@@ -228,7 +228,8 @@ void gen_fwd(Case& c, Rng& rng) {
     for (int64_t i = 0; i < b; ++i) ints(cu)[i + 1] = int32_t(ints(cu)[i] + capacity[i]);
   } else {
     const bool paged = layout == 1;
-    const int64_t page_size = paged ? pick(rng, 1, 4) : 0, ppr = paged ? pick(rng, 1, 4) : 0;
+    const int64_t page_size = paged ? pick(rng, 1, 4) : 0;
+    const int64_t ppr = paged ? std::max(pick(rng, 1, 4), 3 - page_size) : 0;  // room for 2 new tokens
     const int64_t slots = paged ? page_size * ppr : pick(rng, 2, 6);
     for (int64_t i = 0; i < b; ++i) capacity[i] = slots;
     const int64_t rows_total = b + pick(rng, 0, 2);
@@ -546,15 +547,23 @@ void apply(Case& c, Rng& rng, const Mutation& m) {
       __int128 lo, hi, numel;
       if (!extent128(t, &lo, &hi, &numel) || numel == 0) return;
       const int64_t e = int64_t(m.real * double(numel));  // row-major element e of the view
-      int64_t off = 0, rest = e;
+      __int128 off = 0;
+      int64_t rest = e;
       for (int i = t.ndim - 1; i >= 0; --i) {
-        off += (rest % t.shape[i]) * t.strides[i];
+        off += __int128(rest % t.shape[i]) * t.strides[i];
         rest /= t.shape[i];
       }
-      if (code(t.dtype) == KVATTN_DTYPE_I64) {
-        static_cast<int64_t*>(t.data)[off] = m.value;
+      const int64_t width = code(t.dtype) == KVATTN_DTYPE_I64 ? 8 : 4;
+      const __int128 at = __int128(reinterpret_cast<uintptr_t>(t.data)) + off * width;
+      Buffer* b = c.owner(t.data);
+      if (!b || at < __int128(b->begin()) || at + 8 > __int128(b->end())) return;
+      char* p = reinterpret_cast<char*>(uintptr_t(at));
+      // memcpy: an earlier mutation may have misaligned the pointer.
+      if (width == 8) {
+        std::memcpy(p, &m.value, 8);
       } else {
-        static_cast<int32_t*>(t.data)[off] = int32_t(m.value);
+        const int32_t v = int32_t(m.value);
+        std::memcpy(p, &v, 4);
       }
       return;
     }
@@ -815,6 +824,22 @@ int main_impl(int argc, char** argv) {
       for (size_t i = 0; i < muts.size(); ++i) {
         std::printf("  mutation %zu%s: %s\n", i, keep[i] ? "" : " (not needed)",
                     muts[i].describe(c.args).c_str());
+      }
+      for (const Arg& a : c.args) {
+        const kvattn_tensor& t = *a.field;
+        if (!given(t)) continue;
+        std::printf("  %s: dtype %d shape (", a.name, code(t.dtype));
+        for (int i = 0; i < t.ndim && i < KVATTN_MAX_DIMS; ++i) std::printf("%lld,", (long long)t.shape[i]);
+        std::printf(") strides (");
+        for (int i = 0; i < t.ndim && i < KVATTN_MAX_DIMS; ++i) std::printf("%lld,", (long long)t.strides[i]);
+        std::printf(")\n");
+      }
+      if (c.op == 0) {
+        const kvattn_fwd_params& f = c.fwd;
+        std::printf("  fwd: causal %d window (%d, %d) chunk %d softcap %g scale %g splits %d cache_seqlens_value %lld "
+                    "max_seqlen_q %lld rotary_interleaved %d\n",
+                    f.causal, f.window_left, f.window_right, f.attention_chunk, f.softcap, f.softmax_scale,
+                    f.num_splits, (long long)f.cache_seqlens_value, (long long)f.max_seqlen_q, f.rotary_interleaved);
       }
       std::printf("  replay: kvattn_fuzz --seed %llu --case %lld\n", (unsigned long long)seed, (long long)k);
       return 1;
