@@ -40,8 +40,9 @@ struct MergeState {
     else
       max_lse = fmaxf(max_lse, lse);
   }
+  // lse == max_lse: exp(0) = 1, also when both are +inf (docs/DESIGN.md: +inf partials share the weight).
   __device__ __forceinline__ void add_sum(float lse) {
-    if (!isnan(lse) && lse != -INFINITY) sum += expf(lse - max_lse);
+    if (!isnan(lse) && lse != -INFINITY) sum += lse == max_lse ? 1.f : expf(lse - max_lse);
   }
   // Natural-log LSE of the row; -inf when nothing (no key, no sink) contributed.
   __device__ __forceinline__ float lse() const {
@@ -50,6 +51,7 @@ struct MergeState {
   }
   // Weight of a partial with `lse_s`; zero-weight partials are skipped so their out may be anything.
   __device__ __forceinline__ float weight(float lse_s, float total) const {
+    if (total == INFINITY) return lse_s == INFINITY ? 1.f / sum : 0.f;  // inf - inf would be NaN
     return (lse_s == -INFINITY || total == -INFINITY) ? 0.f : expf(lse_s - total);
   }
 };
