@@ -430,10 +430,6 @@ inline Expected fwd_expected(const kvattn_fwd_params& a, const Memory& mem) {
           }
           for (int64_t c = 0; c < dv; ++c) o[c] /= denom;
           const double lse = m + std::log(denom);
-          // Split partials carry lse_j = m_j + log(sum_j): once ulp(m) nears 1 the log of a chunk's key count
-          // is absorbed, and the merge weighs chunks, not keys (docs/DESIGN.md, "Non-finite scores"). Such
-          // rows are checked only for staying inside the values' range.
-          if (a.num_splits > 1 && std::isfinite(m) && std::fabs(m) > 0x1p40) vmax = 2e12 * (vmax + 1);
           emit(o, lse, vmax);
         }
       }
