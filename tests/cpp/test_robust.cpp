@@ -111,6 +111,22 @@ TEST(Finding3, BytesThatWrapTheAddressSpaceAreRejected) {
   EXPECT_TRUE(invalid(c.p, {"q:", "address space"}));
 }
 
+// Found by kvattn_fuzz while fixing 3: a byte offset of exactly INT64_MIN (1-byte fp8 elements) was negated
+// in the address-space check.
+TEST(Finding3, ByteOffsetOfInt64MinIsRejectedWithoutOverflow) {
+  Call<kvattn_append_params> c;
+  kvattn_append_params_init(&c.p);
+  c.attach(&kvattn_append_params::key, F16, {1, 1, 4});
+  c.attach(&kvattn_append_params::value, F16, {1, 1, 4});
+  c.attach(&kvattn_append_params::k_cache, FP8, {2, 1, 1, 4});
+  c.attach(&kvattn_append_params::v_cache, FP8, {2, 1, 1, 4});
+  c.attach(&kvattn_append_params::slot_mapping, I64, {1});
+  c.p.k_cache.strides[0] = INT64_MIN;  // page 1 at byte -2^63
+  const kvattn_status s = kvattn_append_kv(&c.p);
+  EXPECT_TRUE(
+      rejected({s, kvattn_last_error()}, KVATTN_ERROR_INVALID_ARGUMENT, {"k_cache:", "address space"}));
+}
+
 // 4. Misaligned data pointers were used through typed loads.
 TEST(Finding4, MisalignedDataPointersAreRejected) {
   FwdCall c;

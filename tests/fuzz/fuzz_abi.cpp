@@ -795,7 +795,23 @@ int main_impl(int argc, char** argv) {
       return 2;
     }
   }
+  // Cases that once failed (seed, case): replayed first on every run. Add each new finding here (and,
+  // where it names a rule, as a GoogleTest in tests/cpp/test_robust.cpp).
+  const std::pair<uint64_t, int64_t> kRegressions[] = {
+      {2,
+       50887},  // 1e300-scale scores split in 3: chunk lse absorbed log(count) (merge now carries max, sum)
+  };
   Stats stats;
+  for (auto [s, k] : kRegressions) {
+    bool skipped = false;
+    const std::string failure = run_one(s, k, {}, stats, &skipped);
+    if (!failure.empty()) {
+      std::printf("FAIL regression case: kvattn_fuzz --seed %llu --case %lld: %s\n", (unsigned long long)s,
+                  (long long)k, failure.c_str());
+      return 1;
+    }
+  }
+  stats = Stats{};
   const auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -836,10 +852,12 @@ int main_impl(int argc, char** argv) {
       }
       if (c.op == 0) {
         const kvattn_fwd_params& f = c.fwd;
-        std::printf("  fwd: causal %d window (%d, %d) chunk %d softcap %g scale %g splits %d cache_seqlens_value %lld "
-                    "max_seqlen_q %lld rotary_interleaved %d\n",
-                    f.causal, f.window_left, f.window_right, f.attention_chunk, f.softcap, f.softmax_scale,
-                    f.num_splits, (long long)f.cache_seqlens_value, (long long)f.max_seqlen_q, f.rotary_interleaved);
+        std::printf(
+            "  fwd: causal %d window (%d, %d) chunk %d softcap %g scale %g splits %d cache_seqlens_value "
+            "%lld "
+            "max_seqlen_q %lld rotary_interleaved %d\n",
+            f.causal, f.window_left, f.window_right, f.attention_chunk, f.softcap, f.softmax_scale,
+            f.num_splits, (long long)f.cache_seqlens_value, (long long)f.max_seqlen_q, f.rotary_interleaved);
       }
       std::printf("  replay: kvattn_fuzz --seed %llu --case %lld\n", (unsigned long long)seed, (long long)k);
       return 1;
