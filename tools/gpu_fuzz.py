@@ -29,7 +29,8 @@ BIG = [2**31 - 1, -2**31, -1, -2]
 
 
 def corrupt(rng, kw, kind):
-    """Corrupts one device value of `kw` (numpy arrays); returns the argument the error must name."""
+    """Corrupts one device value of sequence i of `kw` (numpy arrays); returns (the argument the error must
+    name, i), or (None, None) when nothing was corrupted."""
     b = len(kw["cache_seqlens"])
     i = int(rng.integers(0, b))
     paged = "page_table" in kw
@@ -37,42 +38,39 @@ def corrupt(rng, kw, kind):
     new = kw["k"].shape[1] if "k" in kw else 0
     if kind == "page_table":
         if not paged:
-            return None
+            return None, None
         t = kw["page_table"] = kw["page_table"].copy()
         row = kw["cache_batch_idx"][i]
         used = max(1, -(-(int(kw["cache_seqlens"][i]) + new) // kw["k_cache"].shape[1]))
         n = kw["k_cache"].shape[0]
         first = int(kw["cache_leftpad"][i]) // kw["k_cache"].shape[1] if "cache_leftpad" in kw else 0
-        if first >= used:
-            return None
+        if first >= used or int(kw["cache_seqlens"][i]) + new == 0:
+            return None, None  # no page of the sequence is read: nothing to corrupt
         t[row, int(rng.integers(first, used))] = rng.choice([n, n + int(rng.integers(0, 1000))] + BIG)
-        if int(kw["cache_seqlens"][i]) + new == 0:
-            return None  # the entry is never read: not an error
-        return "page_table"
+        return "page_table", i
     if kind == "cache_batch_idx":
         x = kw["cache_batch_idx"] = kw["cache_batch_idx"].copy()
         rows = kw["page_table"].shape[0] if paged else kw["k_cache"].shape[0]
         x[i] = rng.choice([rows, rows + int(rng.integers(0, 50))] + BIG)
-        return "cache_batch_idx"
+        return "cache_batch_idx", i
     if kind == "cache_seqlens":
         x = kw["cache_seqlens"] = kw["cache_seqlens"].copy()
         x[i] = rng.choice([capacity - new + 1, capacity + int(rng.integers(1, 100))] + BIG)
-        return "cache_seqlens"
+        return "cache_seqlens", i
     if kind == "cache_leftpad":
         lp = kw.get("cache_leftpad")
         lp = np.zeros(b, np.int32) if lp is None else lp.copy()
         lp[i] = rng.choice([int(kw["cache_seqlens"][i]) + 1, -1, 2**31 - 1])
         kw["cache_leftpad"] = lp
-        return "cache_leftpad"
+        return "cache_leftpad", i
     if kind == "rotary":
-        if "rotary_cos" not in kw:
-            return None
-        kw["rotary_cos"] = kw["rotary_cos"][:1].copy()  # seqlen_ro 1: every later position is beyond it
+        if "rotary_cos" not in kw or int(kw["cache_seqlens"].max()) < 1:
+            return None, None
+        # seqlen_ro 1: the sequences with a cache length >= 1 rotate q at a position beyond it.
+        kw["rotary_cos"] = kw["rotary_cos"][:1].copy()
         kw["rotary_sin"] = kw["rotary_sin"][:1].copy()
-        if int(kw["cache_seqlens"].max()) + new <= 1:
-            return None
-        return "rotary"
-    return None
+        return "rotary", None
+    return None, None
 
 
 def one_case(seed):
@@ -87,17 +85,21 @@ def one_case(seed):
     if rotary:
         flags["rotary_interleaved"] = bool(rng.random() < 0.5)
     kind = str(rng.choice(["none", "page_table", "cache_batch_idx", "cache_seqlens", "cache_leftpad", "rotary"]))
-    argument = None if kind == "none" else corrupt(rng, kw, kind)
+    argument, bad = (None, None) if kind == "none" else corrupt(rng, kw, kind)
     if argument is None:
         run_good(str(kw["q"].dtype.name).replace("float16", "fp16").replace("bfloat16", "bf16"), flags, **kw)
         return "valid"
     t = {name: to_dev(x) for name, x in kw.items()}
+    out = None
     try:
-        kvattn.flash_attn_with_kvcache(**t, **flags)
+        out = kvattn.flash_attn_with_kvcache(**t, **flags)
         kvattn.device_errors(smoke_cuda.DEVICE)
     except kvattn.KvattnError as e:
         assert argument in str(e), f"the message does not name {argument}: {e}"
         kvattn.device_errors(smoke_cuda.DEVICE)  # cleared: nothing more to report
+        if out is not None and bad is not None:  # reported by the kernels: the other sequences ran
+            others = [j for j in range(out.shape[0]) if j != bad]
+            assert not out[others].isnan().any().item(), "a sequence other than the offending one is NaN"
         return kind
     raise AssertionError(f"a corrupted {argument} was not reported")
 
