@@ -624,7 +624,8 @@ Reach reach(Case& c) {
     const int64_t es = esize(t.dtype);
     if (es == 0) return Reach::kOverflows;  // unknown dtype: rejected before anything is read
     const __int128 lim = __int128(INT64_MAX);
-    if (hi * es >= lim || -lo * es >= lim || numel > lim) return Reach::kOverflows;
+    // Byte offsets [lo * es, (hi + 1) * es) must fit int64 (lo * es = -2^63 does).
+    if ((hi + 1) * es > lim || lo * es < -lim - 1 || numel > lim) return Reach::kOverflows;
     if (numel == 0) continue;
     Buffer* b = c.owner(t.data);
     const __int128 begin = __int128(reinterpret_cast<uintptr_t>(t.data)) + lo * es;
