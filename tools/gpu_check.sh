@@ -110,6 +110,17 @@ for tool in memcheck racecheck; do
   record "$tool" "$rc"
 done
 
+# ---- 4b. the GPU fuzz step (issue 14): random adversarial device values under memcheck
+log=$OUT/sanitizer_gpu_fuzz.log
+say "== compute-sanitizer --tool memcheck tools/gpu_fuzz.py (${KVATTN_GPU_FUZZ_CASES:-10000} cases, at most ${KVATTN_GPU_FUZZ_SECONDS:-110} s)"
+# shellcheck disable=SC2086
+timeout -k 10 "$(( ${KVATTN_GPU_FUZZ_SECONDS:-110} + 90 ))" compute-sanitizer --tool memcheck --error-exitcode 86 \
+  --print-limit 200 $SAN_FLAGS python3 tools/gpu_fuzz.py --cases "${KVATTN_GPU_FUZZ_CASES:-10000}" --seconds "${KVATTN_GPU_FUZZ_SECONDS:-110}" > "$log" 2>&1
+rc=$?
+tail -n 20 "$log"
+say "gpu_fuzz memcheck: rc=$rc  $(grep -E "ERROR SUMMARY|gpu_fuzz:" "$log" | tr '\n' ' ')"
+record gpu_fuzz "$rc"
+
 # ---- 5. summary
 verdict=PASS
 [ "$failed" -eq 0 ] || verdict=FAIL

@@ -21,6 +21,9 @@ bash tools/build.sh build-asan -DKVATTN_CUDA=OFF -DKVATTN_SANITIZE=ON -DCMAKE_BU
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 echo "== GoogleTest (sanitized)"
 ctest --test-dir build-asan --output-on-failure -j2
+echo "== fuzz: the C ABI on the CPU backend, sanitized, against the float64 reference (about 2 minutes)"
+# A fixed seed keeps CI reproducible; the long run on demand: docs/DESIGN.md, "Fuzzing".
+build-asan/tests/fuzz/kvattn_fuzz --seed "${KVATTN_FUZZ_SEED:-1}" --cases 100000000 --seconds "${KVATTN_FUZZ_SECONDS:-110}" --quiet
 echo "== pytest (sanitized library)"
 export KVATTN_SWEEP_CASES=${KVATTN_SWEEP_CASES:-4000}  # random feature-product cases (seeds in the names)
 # libstdc++ preloaded too: ASan must see it at start to intercept C++ throws in a non-C++ host (python).

@@ -4,6 +4,7 @@
 #include <limits>
 #include <sstream>
 
+#include "api/extent.hpp"
 #include "api/status.hpp"
 
 namespace kvattn {
@@ -101,6 +102,7 @@ void expect_well_formed(const char* name, const kvattn_tensor& t, bool last_dim_
     invalid(std::string(name) + ": last dimension must be contiguous (stride 1), got stride " +
             std::to_string(t.strides[last]));
   }
+  expect_extent(name, t);  // offsets inside int64, data aligned: backends compute offsets unchecked
 }
 
 void expect_given(const char* name, const kvattn_tensor& t) {
@@ -202,8 +204,8 @@ void expect_in_closed(std::string_view what, int64_t value, int64_t lo, int64_t 
 }
 
 int32_t to_int32(std::string_view what, int64_t value) {
-  if (value > std::numeric_limits<int32_t>::max()) {
-    invalid(std::string(what) + " = " + std::to_string(value) + " does not fit in int32");
+  if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
+    invalid(std::string(what) + " = " + std::to_string(value) + " does not fit in int32 [-2^31, 2^31 - 1]");
   }
   return static_cast<int32_t>(value);
 }

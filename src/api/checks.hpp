@@ -64,7 +64,8 @@ int32_t raw_enum(const Enum& field) {
 void expect_device(const kvattn_device_type& device_type, int32_t device_id);
 
 // For every tensor that is given: ndim in [0, KVATTN_MAX_DIMS], a known dtype, sizes >= 0 and (unless
-// `last_dim_free`) a contiguous last dimension. Later checks rely on these.
+// `last_dim_free`) a contiguous last dimension; its extent fits int64 and its data pointer is aligned to the
+// dtype (extent.hpp). Later checks and the backends rely on these.
 void expect_well_formed(const char* name, const kvattn_tensor& t, bool last_dim_free = false);
 
 void expect_given(const char* name, const kvattn_tensor& t);
@@ -99,7 +100,7 @@ void expect_dtype_in(const char* name, const kvattn_tensor& t, std::initializer_
 void expect_in_range(std::string_view what, int64_t value, int64_t lo, int64_t hi, std::string_view bound);
 void expect_in_closed(std::string_view what, int64_t value, int64_t lo, int64_t hi, std::string_view bound);
 
-// Sizes the problem stores as int32: "q: hq = 3000000000 does not fit in int32".
+// Values the problem stores as int32, both bounds checked: "q: hq = 3000000000 does not fit in int32 ...".
 int32_t to_int32(std::string_view what, int64_t value);
 
 // ---- implementation of the template

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "api/checks.hpp"
+#include "api/extent.hpp"
 #include "api/validate.hpp"
 
 namespace kvattn {
@@ -69,6 +70,15 @@ void check_append(const kvattn_append_params& a, AppendProblem& p) {
   if (given(a.k_scale) && given(a.v_scale) && a.k_scale.ndim != a.v_scale.ndim) {
     invalid("v_scale: shape " + shape_str(a.v_scale) + " does not match k_scale " + shape_str(a.k_scale));
   }
+
+  // The caches are written in place (and may be views of one buffer); key, value, slot_mapping and the
+  // scales are only read.
+  expect_disjoint_outputs({{"k_cache", &a.k_cache, true}, {"v_cache", &a.v_cache, true}},
+                          {{"key", &a.key},
+                           {"value", &a.value},
+                           {"slot_mapping", &a.slot_mapping},
+                           {"k_scale", &a.k_scale},
+                           {"v_scale", &a.v_scale}});
 
   // Host data on the CPU backend: every slot that is not skipped lies in the cache.
   const int64_t slots = num_pages * page_size;

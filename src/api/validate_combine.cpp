@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "api/checks.hpp"
+#include "api/extent.hpp"
 #include "api/validate.hpp"
 
 namespace kvattn {
@@ -57,6 +58,10 @@ void check_combine(const kvattn_combine_params& a, CombineProblem& p) {
     expect_shape("sinks", a.sinks, {{rows.back().size, kRowSymbols[rank - 1]}});
     expect_dtype("sinks", a.sinks, kF32);
   }
+
+  expect_disjoint_outputs(
+      {{"out", &a.out}, {"lse", &a.lse}},
+      {{"out_partials", &a.out_partials}, {"lse_partials", &a.lse_partials}, {"sinks", &a.sinks}});
 
   p.device_type = a.device_type;
   p.device_id = a.device_id;

@@ -3,9 +3,11 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "api/backend.hpp"
 #include "api/checks.hpp"
+#include "api/extent.hpp"
 #include "api/status.hpp"
 #include "api/validate.hpp"
 
@@ -104,6 +106,7 @@ class FwdValidator {
     check_outputs();
     check_fwd_options(a_, p_);
     check_fwd_sequences(p_, a_.device_type == KVATTN_DEVICE_CPU);
+    check_aliasing();
   }
 
  private:
@@ -268,8 +271,10 @@ class FwdValidator {
               " given together with cache_seqlens (set it to -1)");
     }
     p_.cache_seqlens = ints(a_.cache_seqlens);
+    // kvattn.h: any negative value means the full capacity (-2^32 too: never narrowed to 0 by truncation).
+    const int64_t value = a_.cache_seqlens_value;
     p_.cache_seqlens_value =
-        given(a_.cache_seqlens) ? -1 : to_int32("cache_seqlens_value", a_.cache_seqlens_value);
+        given(a_.cache_seqlens) || value < 0 ? -1 : to_int32("cache_seqlens_value", value);
     p_.cache_leftpad = ints(a_.cache_leftpad);
     p_.seqused_q = ints(a_.seqused_q);
   }
@@ -326,6 +331,24 @@ class FwdValidator {
       p_.lse_token_stride = lse.strides[2];
     }
     p_.lse = static_cast<float*>(lse.data);
+  }
+
+  // out and lse are written, and so are k_cache and v_cache when k, v are appended (in place, on purpose:
+  // they may be views of one buffer). Everything else is only read. docs/DESIGN.md, "Aliasing".
+  void check_aliasing() {
+    const bool append = given(a_.k);
+    std::vector<Access> written{{"out", &a_.out}, {"lse", &a_.lse}};
+    std::vector<Access> read;
+    for (const NamedTensor& t : kTensors) {
+      const bool cache = t.member == &kvattn_fwd_params::k_cache || t.member == &kvattn_fwd_params::v_cache;
+      if (t.member == &kvattn_fwd_params::out || t.member == &kvattn_fwd_params::lse) continue;
+      if (cache && append) {
+        written.push_back({t.name, &(a_.*t.member), true});
+      } else {
+        read.push_back({t.name, &(a_.*t.member)});
+      }
+    }
+    expect_disjoint_outputs(written, read);
   }
 
   const kvattn_fwd_params& a_;

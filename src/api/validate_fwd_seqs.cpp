@@ -71,7 +71,7 @@ class SequenceChecker {
               " query tokens, more than max_seqlen_q = " + str(p_.max_seqlen_q));
     }
     const Known used = read(p_.seqused_q, i, q_len);
-    if (p_.seqused_q != nullptr && used && q_len) {
+    if (p_.seqused_q != nullptr && used && q_len && (*used < 0 || *used > *q_len)) {
       expect_in_closed(at("seqused_q", i), *used, 0, *q_len, "the query length of sequence " + str(i));
     }
     const Known n_new =
@@ -80,7 +80,7 @@ class SequenceChecker {
     const Known row = check_row(i);
     const Known cache_len = check_cache_len(i, n_new, capacity);
     const Known leftpad = read(p_.cache_leftpad, i, 0);
-    if (p_.cache_leftpad != nullptr && leftpad && cache_len) {
+    if (p_.cache_leftpad != nullptr && leftpad && cache_len && (*leftpad < 0 || *leftpad > *cache_len)) {
       expect_in_closed(at("cache_leftpad", i), *leftpad, 0, *cache_len, cache_len_source(i, *cache_len));
     }
     check_pages(row, leftpad, cache_len, n_new);
@@ -93,8 +93,11 @@ class SequenceChecker {
     const Known row = read(p_.cache_batch_idx, i, i);
     if (p_.cache_batch_idx == nullptr || !row) return row;
     const bool paged = p_.page_table != nullptr;
-    expect_in_range(at("cache_batch_idx", i), *row, 0, paged ? p_.page_table_rows : p_.num_pages,
-                    paged ? "rows b_pt of page_table" : "rows b_cache of k_cache");
+    const int64_t rows = paged ? p_.page_table_rows : p_.num_pages;
+    if (*row < 0 || *row >= rows) {
+      expect_in_range(at("cache_batch_idx", i), *row, 0, rows,
+                      paged ? "rows b_pt of page_table" : "rows b_cache of k_cache");
+    }
     if (p_.k_new.ptr != nullptr) {
       const auto [first, inserted] = first_user_of_row_.emplace(*row, i);
       if (!inserted) {
@@ -147,6 +150,7 @@ class SequenceChecker {
     if (end <= *leftpad) return;
     for (int64_t page = *leftpad / p_.page_size; page <= (end - 1) / p_.page_size; ++page) {
       const int64_t id = p_.page_table[*row * p_.page_table_stride + page];
+      if (id >= 0 && id < p_.num_pages) continue;  // the message is built only for the offending entry
       expect_in_range("page_table[" + str(*row) + ", " + str(page) + "]", id, 0, p_.num_pages,
                       "num_pages of k_cache");
     }
@@ -160,23 +164,19 @@ class SequenceChecker {
     if (p_.rotary_seqlens != nullptr && *base < 0) {
       invalid(at("rotary_seqlens", i) + " = " + str(*base) + " is negative");
     }
-    const std::string base_source = p_.rotary_seqlens != nullptr
-                                        ? at("rotary_seqlens", i) + " = " + str(*base)
-                                        : cache_len_source(i, *base);
-    if (n_new && *n_new > 0) {
-      expect_position(*base + *n_new - 1, "new key " + str(*n_new - 1) + " of sequence " + str(i),
-                      base_source);
-    }
+    // Messages are built only on failure: this runs once per sequence.
+    auto expect_position = [&](int64_t position, const char* what, int64_t index) {
+      if (position < p_.seqlen_ro) return;
+      const std::string base_source = p_.rotary_seqlens != nullptr
+                                          ? at("rotary_seqlens", i) + " = " + str(*base)
+                                          : cache_len_source(i, *base);
+      invalid("rotary_cos: position " + str(position) + " of " + what + " " + str(index) + " of sequence " +
+              str(i) + " (base " + base_source + ") is beyond seqlen_ro = " + str(p_.seqlen_ro));
+    };
+    if (n_new && *n_new > 0) expect_position(*base + *n_new - 1, "new key", *n_new - 1);
     if (used && *used > 0) {
       const int64_t t = p_.rotary_q_per_token ? *used - 1 : 0;
-      expect_position(*base + t, "query token " + str(t) + " of sequence " + str(i), base_source);
-    }
-  }
-
-  void expect_position(int64_t position, const std::string& what, const std::string& base) const {
-    if (position >= p_.seqlen_ro) {
-      invalid("rotary_cos: position " + str(position) + " of " + what + " (base " + base +
-              ") is beyond seqlen_ro = " + str(p_.seqlen_ro));
+      expect_position(*base + t, "query token", t);
     }
   }
 

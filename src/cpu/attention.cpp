@@ -83,7 +83,8 @@ class HeadAttention {
         k_(p.head_dim),
         v_(p.head_dim_v),
         o_parts_(num_chunks_ * p.head_dim_v),
-        lse_parts_(num_chunks_),
+        max_parts_(num_chunks_),
+        sum_parts_(num_chunks_),
         o_(p.head_dim_v) {}
 
   void run() {
@@ -111,10 +112,10 @@ class HeadAttention {
       // One (O, LSE) partial per split chunk, then the merge of step 7 (the sink enters only there).
       for (int64_t c = 0; c < num_chunks_; ++c) {
         const KeyRange keys{std::max(visible.lo, c * split_len_), std::min(visible.hi, (c + 1) * split_len_)};
-        lse_parts_[c] = attend_keys(qp, keys, &o_parts_[c * dv]);
+        max_parts_[c] = attend_keys(qp, keys, &o_parts_[c * dv], &sum_parts_[c]);
       }
-      const double lse = cpu::merge_partials(int(num_chunks_), dv, lse_parts_.data(), o_parts_.data(),
-                                             p_.sinks ? &sink_ : nullptr, o_.data());
+      const double lse = cpu::merge_partials(int(num_chunks_), dv, max_parts_.data(), o_parts_.data(),
+                                             p_.sinks ? &sink_ : nullptr, o_.data(), sum_parts_.data());
       write_row(t, lse);
     }
   }
@@ -145,27 +146,39 @@ class HeadAttention {
     for (int c = 0; c < p_.head_dim_v; ++c) v_[c] *= v_descale_;
   }
 
-  // Softmax over the keys alone, without the sink: o = sum_s exp(x_s - m) v_s / sum_s exp(x_s - m) (dv),
-  // returns lse = m + log(sum_s exp(x_s - m)), or -inf (o = 0) when there are no keys.
-  double attend_keys(int64_t qp, KeyRange keys, double* o) {
+  // Softmax over the keys alone, without the sink: o = sum_s exp(x_s - m) v_s / sum_s exp(x_s - m) (dv);
+  // returns m = max_s x_s and sets *sum = sum_s exp(x_s - m) (the partial's lse is m + log(*sum)); -inf
+  // and 0 (o = 0) when there are no keys. Non-finite scores (docs/DESIGN.md): -inf keys weigh 0 (all of
+  // them -inf: as no key); any NaN gives o = NaN, m = NaN; with m = +inf the +inf keys weigh 1 each and
+  // the others 0 (*sum counts them).
+  double attend_keys(int64_t qp, KeyRange keys, double* o, double* sum) {
     const int dv = p_.head_dim_v;
     std::fill(o, o + dv, 0.0);
+    *sum = 0.0;
     if (keys.hi <= keys.lo) return -kInf;
     x_.resize(keys.hi - keys.lo);  // (keys) scores
     double m = -kInf;              // pass 1: scores and their max
+    bool nan = false;
     for (int64_t kp = keys.lo; kp < keys.hi; ++kp) {
-      x_[kp - keys.lo] = score(qp, kp);
-      m = std::max(m, x_[kp - keys.lo]);
+      const double x = x_[kp - keys.lo] = score(qp, kp);
+      nan = nan || std::isnan(x);
+      m = std::max(m, x);
     }
-    double sum = 0.0;  // pass 2: P = exp(x - m), sum P and P V
-    for (int64_t kp = keys.lo; kp < keys.hi; ++kp) {
-      const double prob = std::exp(x_[kp - keys.lo] - m);
-      sum += prob;
+    if (nan) {
+      std::fill(o, o + dv, std::numeric_limits<double>::quiet_NaN());
+      return std::numeric_limits<double>::quiet_NaN();
+    }
+    if (m == -kInf) return -kInf;
+    for (int64_t kp = keys.lo; kp < keys.hi; ++kp) {  // pass 2: P = exp(x - m), sum P and P V
+      const double x = x_[kp - keys.lo];
+      const double prob = x == m ? 1.0 : std::exp(x - m);  // x == m: exp(0), also when both are +inf
+      if (prob == 0.0) continue;  // as the merge does: a zero weight never multiplies a value (NaN, inf)
+      *sum += prob;
       load_v(kp);
       for (int c = 0; c < dv; ++c) o[c] += prob * v_[c];
     }
-    for (int c = 0; c < dv; ++c) o[c] /= sum;
-    return m + std::log(sum);
+    for (int c = 0; c < dv; ++c) o[c] /= *sum;
+    return m;
   }
 
   // out(i, t, h, :) = o_ rounded once to the out dtype; lse(i, h, t) = lse when requested.
@@ -196,7 +209,8 @@ class HeadAttention {
   std::vector<double> v_;          // (dv) one value row
   std::vector<double> x_;          // (keys of one chunk) scores
   std::vector<double> o_parts_;    // (num_chunks, dv)
-  std::vector<double> lse_parts_;  // (num_chunks)
+  std::vector<double> max_parts_;  // (num_chunks) max score m_j of each chunk
+  std::vector<double> sum_parts_;  // (num_chunks) sum of exp(x - m_j): lse_j = m_j + log(s_j)
   std::vector<double> o_;          // (dv) merged output row
 };
 

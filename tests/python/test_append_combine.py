@@ -208,3 +208,19 @@ def test_combine_fa3_layout_with_sinks(device):
     want_out, want_lse = reference_combine(out_p, lse_p, sinks=H.f64(sinks))
     H.assert_close("out", H.to_numpy(out), want_out, H.TOL_OUT["fp32"])
     H.assert_close("lse", H.to_numpy(lse), want_lse, H.TOL_LSE["fp32"])
+
+
+@H.on_devices
+def test_combine_non_finite_partials(device):
+    """docs/DESIGN.md, non-finite scores: +inf partials share the weight equally (lse +inf), a NaN partial
+    makes its row NaN, all -inf is an empty row; finite partials next to +inf ones weigh nothing."""
+    rng = np.random.default_rng(70)
+    out_p = randn(rng, (3, 3, 4))
+    lse_p = np.array([[np.inf, np.nan, -np.inf], [3.0, 1.0, -np.inf], [np.inf, 2.0, -np.inf]], np.float32)
+    with H.poisoned_outputs():
+        out, lse = kvattn.flash_attn_combine(H.to_device(out_p, device), H.to_device(lse_p, device))
+    out, lse = H.to_numpy(out), H.to_numpy(lse)
+    np.testing.assert_allclose(out[0], (H.f64(out_p[0, 0]) + H.f64(out_p[2, 0])) / 2, rtol=1e-6, atol=1e-6)
+    assert lse[0] == np.inf
+    assert np.isnan(out[1]).all() and np.isnan(lse[1])
+    assert np.all(out[2] == 0) and lse[2] == -np.inf

@@ -54,7 +54,9 @@ __device__ inline void merge_row_warp(const PartialRow& in, int n, int dv, bool 
   if (has_sink) st.merge(sink * kLog2e, 1.f);
   const float total = nan ? NAN : st.lse();  // natural log; -inf when nothing (no key, no sink) contributed
   // Weight of a partial with lse_s; zero-weight partials are skipped, so their O may be anything.
+  // +inf partials share the weight (st.l counts them; inf - inf would be NaN), the others weigh 0.
   auto weight = [&](float lse_s) {
+    if (total == INFINITY) return lse_s == INFINITY ? 1.f / st.l : 0.f;
     return (lse_s == -INFINITY || total == -INFINITY) ? 0.f : expf(lse_s - total);
   };
   // out = sum_s w_s O_s. The loads of O do not depend on the weights, so 8 of them are in flight at once:

@@ -26,7 +26,8 @@ KVATTN_STATE_FN float safe_max_base(float m) {
 // warps of the decode kernel, the sink, the split combine):
 //   m = max(m_a, m_b),  l = l_a 2^(m_a - m) + l_b 2^(m_b - m),  O = O_a 2^(m_a - m) + O_b 2^(m_b - m)
 // merge() returns the two factors for the O beside it. A state with no key (m = -inf) contributes nothing
-// and never makes inf - inf = NaN. A partial known by its lse alone is the state (lse log2(e), 1).
+// and never makes inf - inf = NaN; states whose m is +inf share the weight equally (l counts them) and
+// the others weigh 0. A partial known by its lse alone is the state (lse log2(e), 1).
 struct MergeScales {
   float a;  // of this state's O
   float b;  // of the other's
@@ -39,7 +40,11 @@ struct RowState {
   KVATTN_STATE_FN MergeScales merge(float m_b, float l_b) {
     const float m_new = fmaxf(m, m_b);
     const float base = safe_max_base(m_new);
-    const MergeScales s{exp2f(m - base), exp2f(m_b - base)};
+    MergeScales s{exp2f(m - base), exp2f(m_b - base)};
+    if (m_new == INFINITY) {  // +inf logits share the weight equally (docs/DESIGN.md); inf - inf is NaN
+      s.a = m == INFINITY ? 1.f : 0.f;
+      s.b = m_b == INFINITY ? 1.f : 0.f;
+    }
     m = m_new;
     l = l * s.a + l_b * s.b;
     return s;
