@@ -71,6 +71,8 @@ def normalize(values, names=None):
         v[_INDEX["scheduler_metadata"]] = A.metadata("scheduler_metadata", v[_INDEX["scheduler_metadata"]], v[0])
     if v[_INDEX["rotary_cos"]] is None and v[_INDEX["rotary_sin"]] is None:
         v[_INDEX["rotary_seqlens"]] = None  # FA3's rule: nothing to rotate, so no positions to check
+    if v[_INDEX["k"]] is None and v[_INDEX["v"]] is None:
+        v[_INDEX["cu_seqlens_k_new"]] = None  # FA3's rule: nothing to append (SGLang passes it on every call)
     if v[_INDEX["cu_seqlens_q"]] is not None and v[_INDEX["max_seqlen_q"]] is None:
         raise KvattnError("max_seqlen_q: required with cu_seqlens_q (the longest query sequence), got None")
     return_lse = v[_INDEX["return_softmax_lse"]]

@@ -93,7 +93,8 @@ def append_kv(key, value, key_cache, value_cache, slot_mapping, k_scale=None, v_
     """vLLM's reshape_and_cache_flash: token t goes to slot slot_mapping[t] of a paged cache, in place.
 
     Arguments:
-        key: (num_tokens, hk, d), the cache's dtype (fp16/bf16 into an fp8 cache: quantized on write).
+        key: (num_tokens, hk, d), the cache's dtype (fp16/bf16 into an fp8 cache: quantized on write);
+            rows past len(slot_mapping) are ignored (vLLM passes buffers padded past the live tokens).
         value: (num_tokens, hk, dv), as key.
         key_cache: (num_pages, page_size, hk, d), any strides with the head dim contiguous; written.
         value_cache: (num_pages, page_size, hk, dv), as key_cache; written.
@@ -104,9 +105,21 @@ def append_kv(key, value, key_cache, value_cache, slot_mapping, k_scale=None, v_
     Returns:
         None.
     """
+    n = _rows(slot_mapping)
+    if n is not None:  # vLLM's padded buffers: the first len(slot_mapping) rows are the tokens
+        if _rows(key) is not None and _rows(key) > n:
+            key = key[:n]
+        if _rows(value) is not None and _rows(value) > n:
+            value = value[:n]
     if T.is_torch(key):
         return torch_ops.append_kv(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
     return _append_kv(key, value, key_cache, value_cache, slot_mapping, k_scale, v_scale)
+
+
+def _rows(x):
+    """Leading dim of an array-like with at least one dim, else None (validation names the argument)."""
+    shape = getattr(x, "shape", None)
+    return shape[0] if shape is not None and len(shape) >= 1 else None
 
 
 def _append_kv(key, value, key_cache, value_cache, slot_mapping, k_scale=None, v_scale=None):
@@ -294,7 +307,7 @@ def _scheduler_metadata(values):
             raise KvattnError(f"{name}: must be >= 1, got {ints[name]}")
 
     # The call these shapes describe, validated and sized by the library without touching data: the
-    # arrays are descriptors of the right shapes over cache_seqlens' memory (the library never reads q,
+    # arrays are descriptors of the right shapes at synthetic addresses (the library never reads q,
     # k, v or out before a run; on the CPU it reads index arrays, so the page table is a real one).
     lib = _lib.load()
     call = T.Call()
@@ -308,12 +321,24 @@ def _scheduler_metadata(values):
     # The static part of the call: the index arrays are synthetic ones of the right shapes (lengths 0,
     # uniform varlen offsets, page 0), made on cache_seqlens' device, since the CPU backend's validation
     # reads index data and the values are the call's business, not the schedule's.
-    ptr = T.data_address(seqlens)
+    # Each descriptor gets an address range of its own (never read, never dereferenced: validation rejects
+    # outputs that overlap inputs, so they cannot all sit at one address), laid end to end past
+    # cache_seqlens' address.
+    ptr = [T.data_address(seqlens)]
+    elem = {_lib.DTYPE_F32: 4, _lib.DTYPE_F16: 2, _lib.DTYPE_BF16: 2, _lib.DTYPE_FP8_E4M3: 1}
+
+    def describe(field, dtype_code, shape):
+        T.describe_at(p, getattr(_lib.FwdParams, field).offset, ptr[0], dtype_code, shape)
+        nbytes = elem[dtype_code]
+        for n in shape:
+            nbytes *= max(n, 1)
+        ptr[0] += -(-nbytes // 256) * 256 + 256
+
     out_code = _lib.DTYPE_BF16 if code == _lib.DTYPE_FP8_E4M3 else code
     varlen_q = a["cu_seqlens_q"] is not None
     q_shape = (b * sq, hq, d) if varlen_q else (b, sq, hq, d)
-    T.describe_at(p, _lib.FwdParams.q.offset, ptr, code, q_shape)
-    T.describe_at(p, _lib.FwdParams.out.offset, ptr, out_code, q_shape[:-1] + (dv,))
+    describe("q", code, q_shape)
+    describe("out", out_code, q_shape[:-1] + (dv,))
     p.cache_seqlens_value = 0
     if page_size is None:
         cache_rows, rows_len = b, sk
@@ -323,12 +348,12 @@ def _scheduler_metadata(values):
         pages_per_row = max(1, -(-sk // page_size))
         call.set(p, "page_table", call.keep_array(T.index_steps(seqlens, (b, pages_per_row), 0)))
         cache_rows, rows_len = 1, page_size
-    T.describe_at(p, _lib.FwdParams.k_cache.offset, ptr, code, (cache_rows, rows_len, hk, d))
-    T.describe_at(p, _lib.FwdParams.v_cache.offset, ptr, code, (cache_rows, rows_len, hk, dv))
+    describe("k_cache", code, (cache_rows, rows_len, hk, d))
+    describe("v_cache", code, (cache_rows, rows_len, hk, dv))
     if new > 0:
         new_shape = (b * new, hk) if a["cu_seqlens_k_new"] is not None else (b, new, hk)
-        T.describe_at(p, _lib.FwdParams.k.offset, ptr, code, new_shape + (d,))
-        T.describe_at(p, _lib.FwdParams.v.offset, ptr, code, new_shape + (dv,))
+        describe("k", code, new_shape + (d,))
+        describe("v", code, new_shape + (dv,))
         if a["cu_seqlens_k_new"] is not None:
             call.set(p, "cu_seqlens_k_new", call.keep_array(T.index_steps(seqlens, (b + 1,), new)))
     if varlen_q:
