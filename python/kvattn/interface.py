@@ -121,7 +121,7 @@ def _fwd(a, names):
     check(lib, lib.kvattn_fwd_workspace_size(ctypes.byref(p), ctypes.byref(nbytes)), names)
     p.workspace = T.workspace(call, a.q, nbytes.value)
     p.workspace_bytes = nbytes.value
-    check(lib, lib.kvattn_fwd(ctypes.byref(p)), names)
+    check(lib, _lib.fwd(lib, p), names)
     return (out, lse) if a.return_softmax_lse else out
 
 

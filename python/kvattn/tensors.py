@@ -80,6 +80,20 @@ def _describe_numpy(x, name):
     return x.__array_interface__["data"][0], code, x.shape, strides, _CPU
 
 
+# Arguments that hold indices or lengths; every other tensor argument holds floating-point values.
+_INDEX_ARGUMENTS = {"cache_seqlens", "cache_batch_idx", "cache_leftpad", "page_table", "cu_seqlens_q", "cu_seqlens_k",
+                    "cu_seqlens_k_new", "seqused_q", "rotary_seqlens"}
+
+
+def _allowed_dtypes(name):
+    """The dtypes a tensor argument may have, in words (the library then checks the exact rule)."""
+    if name == "slot_mapping":
+        return "int64"
+    if name in _INDEX_ARGUMENTS:
+        return "int32"
+    return "a floating dtype (float32, float16, bfloat16 or float8_e4m3fn)"
+
+
 def _dtype_label(x):
     """x's dtype as messages name it."""
     if is_torch(x):
@@ -160,8 +174,7 @@ class Call:
         else:
             raise KvattnError(f"{name}: expected a numpy array or a torch tensor, got {type(x).__name__}")
         if code is None:
-            raise KvattnError(f"{name}: dtype {_dtype_label(x)} is not supported "
-                              "(float32, float16, bfloat16, float8_e4m3fn, int32, int64)")
+            raise KvattnError(f"{name}: dtype {_dtype_label(x)} is not supported; expected {_allowed_dtypes(name)}")
         ndim = len(shape)
         if ndim > _lib.MAX_DIMS:
             raise KvattnError(f"{name}: {ndim} dims, at most {_lib.MAX_DIMS} are supported")

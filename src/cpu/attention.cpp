@@ -1,7 +1,15 @@
-// cpu_fwd: CONTRACT.md steps 1-8 with plain loops. Scores, softmax and P V in double; each output
-// element is rounded once, to the out dtype. Parallel over (sequence, query head).
-// fp8 tensors are dequantized on read: q and qv by q_descale, k by k_descale, v by v_descale (each at
-// (sequence, kv head); the products are exact in double).
+// cpu_fwd: CONTRACT.md steps 1-8 on the CPU, vectorized.
+//
+// Work items are (sequence i, kv head g, a chunk of query rows, a range of keys). A row is (query token
+// t, query head h of the group of g): the hq / hk heads that share a kv head read each key and value row
+// once (GQA packing), and a key row is loaded once for every row of the item. Keys go in tiles of
+// kKeyTile: S = Q K^T in fp32, the mask, softcap and ALiBi, an online softmax whose running max m, sum l
+// and output rows are kept in double, P V of the tile in fp32 (64 terms) folded into the double rows.
+// So fp32 rounding errors do not grow with the sequence length. fp16, bf16 and fp8 rows are widened to
+// fp32 exactly, a tile at a time; fp8 descales and the softmax scale are folded into q (and qv).
+// When there are fewer (sequence, kv head, row chunk) items than threads, long sequences are also cut
+// into key ranges whose (O, LSE) partials are merged by the rule of step 7 (cpu/merge.hpp), the sink
+// counted there once. num_splits is a speed knob of the CUDA kernels; the answer does not depend on it.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -9,12 +17,14 @@
 #include <vector>
 
 #include "api/backend.hpp"
+#include "api/status.hpp"
 #include "cpu/append.hpp"
 #include "cpu/merge.hpp"
 #include "cpu/numeric.hpp"
 #include "cpu/parallel.hpp"
 #include "cpu/rotary.hpp"
 #include "cpu/sequence.hpp"
+#include "cpu/vector_math.hpp"
 
 namespace kvattn {
 namespace {
@@ -22,6 +32,14 @@ namespace {
 using cpu::Sequence;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr int kKeyTile = 64;             // keys per tile: the scores (rows, 64) stay in L1
+constexpr int kRowChunk = 64;            // query rows per work item at most
+constexpr int64_t kMinSplitKeys = 1024;  // a key range shorter than this costs more to merge than it saves
+constexpr int64_t kDeterministicSplitKeys = 4096;  // as the CUDA backend's deterministic mode
+constexpr int64_t kInlinePairs = 1 << 12;  // below this many (row, key) pairs in all, no thread is woken
+
+// Thrown by a work item that saw kvattn_interrupt(); parallel_for stops the other items.
+struct Interrupted {};
 
 int64_t floor_div(int64_t a, int64_t b) {
   const int64_t q = a / b;
@@ -49,172 +67,365 @@ KeyRange visible_keys(const FwdProblem& p, int64_t qp, int64_t kv_len) {
   return keys;
 }
 
-// Key positions per split. num_splits: 0 = choose, 1 = none, n = at most n. The CPU backend already runs
-// (sequence, head) pairs in parallel, so "choose" means no split. A requested n cuts [0, kv_len) into at
-// most n equal chunks, as a split-KV kernel does: a chunk may hold none of a row's visible keys.
-int64_t split_length(const FwdProblem& p, int64_t kv_len) {
-  const int64_t n = p.num_splits > 1 ? std::min<int64_t>(p.num_splits, kv_len) : 1;
-  return n > 1 ? (kv_len + n - 1) / n : kv_len;
-}
-
 // Descale (i, kv_head) of an fp8 tensor (problem.hpp), 1 when absent.
 double descale(const float* ptr, const int64_t (&strides)[2], int i, int kv_head) {
   return ptr ? double(ptr[i * strides[0] + kv_head * strides[1]]) : 1.0;
 }
 
-// One query head h of one sequence i: all its query rows.
-class HeadAttention {
- public:
-  HeadAttention(const FwdProblem& p, int i, int h)
-      : p_(p),
-        i_(i),
-        h_(h),
-        kv_head_(h / (p.num_q_heads / p.num_kv_heads)),
-        seq_(cpu::sequence_of(p, i)),
-        split_len_(split_length(p, seq_.kv_len)),
-        num_chunks_(split_len_ > 0 ? (seq_.kv_len + split_len_ - 1) / split_len_ : 0),
-        sink_(p.sinks ? p.sinks[h] : 0.0),
-        slope_(p.alibi_slopes ? p.alibi_slopes[i * p.alibi_batch_stride + h] : 0.0),
-        q_descale_(descale(p.q_descale, p.q_descale_strides, i, kv_head_)),
-        k_descale_(descale(p.k_descale, p.k_descale_strides, i, kv_head_)),
-        v_descale_(descale(p.v_descale, p.v_descale_strides, i, kv_head_)),
-        q_(p.head_dim),
-        qv_(p.qv.ptr ? p.head_dim_v : 0),
-        k_(p.head_dim),
-        v_(p.head_dim_v),
-        o_parts_(num_chunks_ * p.head_dim_v),
-        lse_parts_(num_chunks_),
-        o_(p.head_dim_v) {}
+// Rows [row0, row1) of the group (i, g) against keys [key0, key1). Row r is query token r / group and
+// query head g * group + r % group. split: which of the group's `splits` key ranges this is.
+struct Item {
+  int i = 0;
+  int g = 0;
+  int row0 = 0;
+  int row1 = 0;
+  int64_t key0 = 0;
+  int64_t key1 = 0;
+  int split = 0;
+  int splits = 1;
+  int64_t partial = -1;  // with splits > 1: first element of its (rows, dv + 1) block of partials
+};
 
-  void run() {
+// The rows of out and lse that one (O, LSE) pair per row finalizes: merged with the sink, rounded once.
+// o_parts: (splits, rows of the item, dv + 1), each row's O followed by its LSE.
+void write_rows(const FwdProblem& p, const Item& item, const double* o_parts, int splits) {
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const int dv = p.head_dim_v;
+  std::vector<double> lse_j(splits), o_j(size_t(splits) * dv), o(dv);
+  const int64_t stride = int64_t(item.row1 - item.row0) * (dv + 1);  // between splits in the buffer
+  for (int r = item.row0; r < item.row1; ++r) {
+    const int64_t t = r / group;
+    const int h = item.g * group + r % group;
+    for (int s = 0; s < splits; ++s) {
+      const double* part = o_parts + s * stride + int64_t(r - item.row0) * (dv + 1);
+      lse_j[s] = part[dv];
+      std::copy(part, part + dv, &o_j[size_t(s) * dv]);
+    }
+    const double sink = p.sinks ? double(p.sinks[h]) : 0.0;
+    const double lse =
+        cpu::merge_partials(splits, dv, lse_j.data(), o_j.data(), p.sinks ? &sink : nullptr, o.data());
+    const int64_t out_row = cpu::token_offset(p.out, p.cu_seqlens_q, item.i, t) + h * p.out.head_stride;
+    cpu::store_row(p.out_dtype, p.out.ptr, out_row, dv, o.data());
+    if (p.lse) {
+      const int64_t row = (p.cu_seqlens_q ? p.cu_seqlens_q[item.i] : 0) + t;
+      p.lse[item.i * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_token_stride] = float(lse);
+    }
+  }
+}
+
+// One work item: the online softmax of its rows over its keys, tile by tile.
+class ItemAttention {
+ public:
+  ItemAttention(const FwdProblem& p, const Item& item)
+      : p_(p), item_(item), seq_(cpu::sequence_of(p, item.i)), rows_(item.row1 - item.row0) {}
+
+  // Writes the (O, LSE) of each row: to out/lse when the item is its rows' only key range, else to
+  // partials (rows, dv + 1) = O then LSE.
+  void run(double* partials, const cpu::InterruptTicket& ticket) {
+    load_queries();
     const int d = p_.head_dim;
     const int dv = p_.head_dim_v;
-    for (int64_t t = 0; t < seq_.q_len; ++t) {
-      if (t >= seq_.q_used) {  // past seqused_q: nothing is read, out 0, lse -inf
-        std::fill(o_.begin(), o_.end(), 0.0);
-        write_row(t, -kInf);
-        continue;
-      }
-      const int64_t q_row = cpu::token_offset(p_.q, p_.cu_seqlens_q, i_, t) + h_ * p_.q.head_stride;
-      cpu::load_row(p_.q_dtype, p_.q.ptr, q_row, d, q_.data());
-      for (int c = 0; c < d; ++c) q_[c] *= q_descale_;
-      // q stays in double after rotary: it is never stored.
-      if (p_.rotary_dim > 0) cpu::rotate(p_, seq_.rotary_pos + (p_.rotary_q_per_token ? t : 0), q_.data());
-      if (p_.qv.ptr) {
-        const int64_t qv_row = cpu::token_offset(p_.qv, p_.cu_seqlens_q, i_, t) + h_ * p_.qv.head_stride;
-        cpu::load_row(p_.q_dtype, p_.qv.ptr, qv_row, dv, qv_.data());
-        for (int c = 0; c < dv; ++c) qv_[c] *= q_descale_;  // qv is in q's dtype, with q's descale
-      }
-
-      const int64_t qp = t + seq_.kv_len - seq_.q_used;  // bottom-right aligned (step 4)
-      const KeyRange visible = visible_keys(p_, qp, seq_.kv_len);
-      // One (O, LSE) partial per split chunk, then the merge of step 7 (the sink enters only there).
-      for (int64_t c = 0; c < num_chunks_; ++c) {
-        const KeyRange keys{std::max(visible.lo, c * split_len_), std::min(visible.hi, (c + 1) * split_len_)};
-        lse_parts_[c] = attend_keys(qp, keys, &o_parts_[c * dv]);
-      }
-      const double lse = cpu::merge_partials(int(num_chunks_), dv, lse_parts_.data(), o_parts_.data(),
-                                             p_.sinks ? &sink_ : nullptr, o_.data());
-      write_row(t, lse);
+    m_.assign(rows_, -kInf);
+    l_.assign(rows_, 0.0);
+    o_.assign(size_t(rows_) * dv, 0.0);
+    KeyRange all{item_.key1, item_.key0};  // the union of the rows' visible keys in this item
+    for (const KeyRange& k : visible_) {
+      if (k.hi <= k.lo) continue;
+      all.lo = std::min(all.lo, k.lo);
+      all.hi = std::max(all.hi, k.hi);
     }
+    const bool widen = p_.kv_dtype != DType::f32;
+    if (widen) {
+      k_tile_.resize(size_t(kKeyTile) * d);
+      v_tile_.resize(size_t(kKeyTile) * dv);
+    }
+    s_.resize(size_t(rows_) * kKeyTile);
+    s_qv_.resize(p_.qv.ptr ? size_t(rows_) * kKeyTile : 0);
+    o_tile_.resize(size_t(rows_) * dv);
+    for (int64_t key0 = all.lo; key0 < all.hi; key0 += kKeyTile) {
+      if (ticket.raised()) throw Interrupted{};
+      const int n = int(std::min<int64_t>(kKeyTile, all.hi - key0));
+      gather_rows(key0, n, widen);
+      // S = Q K^T (+ QV V^T), scaled already through q and qv
+      cpu::dot_rows(q_.data(), rows_, d, k_rows_, n, s_.data());
+      if (p_.qv.ptr) {
+        cpu::dot_rows(qv_.data(), rows_, dv, v_rows_, n, s_qv_.data());
+        for (size_t e = 0; e < size_t(rows_) * n; ++e) s_[e] += s_qv_[e];
+      }
+      std::fill(o_tile_.begin(), o_tile_.end(), 0.f);
+      for (int r = 0; r < rows_; ++r) softmax_tile(r, key0, n);
+      cpu::accumulate_pv(s_.data(), rows_, n, v_rows_, dv, o_tile_.data());  // s_ holds P now
+      for (int r = 0; r < rows_; ++r) {
+        double* o = &o_[size_t(r) * dv];
+        const float* t = &o_tile_[size_t(r) * dv];
+        for (int c = 0; c < dv; ++c) o[c] += t[c];
+      }
+    }
+    finish(partials);
   }
 
  private:
-  // Step 5 for the current q row (q_, qv_): x = scale (q.k + qv.v), softcap, ALiBi.
-  double score(int64_t qp, int64_t kp) {
-    const int64_t slot = seq_.leftpad + kp;
-    const int64_t k_row = cpu::slot_offset(p_, p_.k_cache, i_, slot) + kv_head_ * p_.k_cache.head_stride;
-    cpu::load_row(p_.kv_dtype, p_.k_cache.ptr, k_row, p_.head_dim, k_.data());
-    for (int c = 0; c < p_.head_dim; ++c) k_[c] *= k_descale_;
-    double dot = 0.0;
-    for (int c = 0; c < p_.head_dim; ++c) dot += q_[c] * k_[c];
-    if (p_.qv.ptr) {
-      load_v(kp);
-      for (int c = 0; c < p_.head_dim_v; ++c) dot += qv_[c] * v_[c];
-    }
-    double x = double(p_.softmax_scale) * dot;
-    if (p_.softcap > 0.f) x = double(p_.softcap) * std::tanh(x / double(p_.softcap));
-    if (p_.alibi_slopes) x -= slope_ * double(std::llabs(qp - kp));
-    return x;
-  }
-
-  void load_v(int64_t kp) {
-    const int64_t slot = seq_.leftpad + kp;
-    const int64_t v_row = cpu::slot_offset(p_, p_.v_cache, i_, slot) + kv_head_ * p_.v_cache.head_stride;
-    cpu::load_row(p_.kv_dtype, p_.v_cache.ptr, v_row, p_.head_dim_v, v_.data());
-    for (int c = 0; c < p_.head_dim_v; ++c) v_[c] *= v_descale_;
-  }
-
-  // Softmax over the keys alone, without the sink: o = sum_s exp(x_s - m) v_s / sum_s exp(x_s - m) (dv),
-  // returns lse = m + log(sum_s exp(x_s - m)), or -inf (o = 0) when there are no keys.
-  double attend_keys(int64_t qp, KeyRange keys, double* o) {
+  // q (rows, d) and qv (rows, dv) in fp32: descaled, rotated (in double), times softmax_scale and the k
+  // (v) descale, so that a dot product with a stored key row is the score x of step 5 before softcap.
+  void load_queries() {
+    const int group = p_.num_q_heads / p_.num_kv_heads;
+    const int d = p_.head_dim;
     const int dv = p_.head_dim_v;
-    std::fill(o, o + dv, 0.0);
-    if (keys.hi <= keys.lo) return -kInf;
-    x_.resize(keys.hi - keys.lo);  // (keys) scores
-    double m = -kInf;              // pass 1: scores and their max
-    for (int64_t kp = keys.lo; kp < keys.hi; ++kp) {
-      x_[kp - keys.lo] = score(qp, kp);
-      m = std::max(m, x_[kp - keys.lo]);
+    const double q_descale = descale(p_.q_descale, p_.q_descale_strides, item_.i, item_.g);
+    const double k_scale = double(float(p_.softmax_scale)) * q_descale *
+                           descale(p_.k_descale, p_.k_descale_strides, item_.i, item_.g);
+    v_descale_ = descale(p_.v_descale, p_.v_descale_strides, item_.i, item_.g);
+    const double v_scale = double(float(p_.softmax_scale)) * q_descale * v_descale_;
+    q_.resize(size_t(rows_) * d);
+    qv_.resize(p_.qv.ptr ? size_t(rows_) * dv : 0);
+    qp_.resize(rows_);
+    visible_.resize(rows_);
+    slope_.resize(rows_);
+    std::vector<double> row(std::max(d, dv));
+    for (int r = 0; r < rows_; ++r) {
+      const int64_t t = (item_.row0 + r) / group;
+      const int h = item_.g * group + (item_.row0 + r) % group;
+      qp_[r] = t + seq_.kv_len - seq_.q_used;  // bottom-right aligned (step 4)
+      KeyRange keys = visible_keys(p_, qp_[r], seq_.kv_len);
+      keys.lo = std::max(keys.lo, item_.key0);
+      keys.hi = std::min(keys.hi, item_.key1);
+      visible_[r] = keys;
+      slope_[r] = p_.alibi_slopes ? p_.alibi_slopes[item_.i * p_.alibi_batch_stride + h] : 0.f;
+      const int64_t q_row = cpu::token_offset(p_.q, p_.cu_seqlens_q, item_.i, t) + h * p_.q.head_stride;
+      cpu::load_row(p_.q_dtype, p_.q.ptr, q_row, d, row.data());
+      if (p_.rotary_dim > 0) cpu::rotate(p_, seq_.rotary_pos + (p_.rotary_q_per_token ? t : 0), row.data());
+      for (int c = 0; c < d; ++c) q_[size_t(r) * d + c] = float(row[c] * k_scale);
+      if (p_.qv.ptr) {
+        const int64_t qv_row = cpu::token_offset(p_.qv, p_.cu_seqlens_q, item_.i, t) + h * p_.qv.head_stride;
+        cpu::load_row(p_.q_dtype, p_.qv.ptr, qv_row, dv, row.data());
+        for (int c = 0; c < dv; ++c) qv_[size_t(r) * dv + c] = float(row[c] * v_scale);
+      }
     }
-    double sum = 0.0;  // pass 2: P = exp(x - m), sum P and P V
-    for (int64_t kp = keys.lo; kp < keys.hi; ++kp) {
-      const double prob = std::exp(x_[kp - keys.lo] - m);
-      sum += prob;
-      load_v(kp);
-      for (int c = 0; c < dv; ++c) o[c] += prob * v_[c];
-    }
-    for (int c = 0; c < dv; ++c) o[c] /= sum;
-    return m + std::log(sum);
   }
 
-  // out(i, t, h, :) = o_ rounded once to the out dtype; lse(i, h, t) = lse when requested.
-  void write_row(int64_t t, double lse) {
-    const int64_t out_row = cpu::token_offset(p_.out, p_.cu_seqlens_q, i_, t) + h_ * p_.out.head_stride;
-    cpu::store_row(p_.out_dtype, p_.out.ptr, out_row, p_.head_dim_v, o_.data());
-    if (p_.lse) {
-      const int64_t row = (p_.cu_seqlens_q ? p_.cu_seqlens_q[i_] : 0) + t;
-      p_.lse[i_ * p_.lse_batch_stride + h_ * p_.lse_head_stride + row * p_.lse_token_stride] = float(lse);
+  // k_rows_ / v_rows_ [j] = key / value row of logical key position key0 + j in fp32: the cache row
+  // itself (fp32) or its widened copy in k_tile_ / v_tile_.
+  void gather_rows(int64_t key0, int n, bool widen) {
+    const int64_t kh = int64_t(item_.g) * p_.k_cache.head_stride;
+    const int64_t vh = int64_t(item_.g) * p_.v_cache.head_stride;
+    const size_t k_size = dtype_size(p_.kv_dtype);
+    for (int j = 0; j < n; ++j) {
+      const int64_t slot = seq_.leftpad + key0 + j;
+      k_raw_[j] = static_cast<const char*>(p_.k_cache.ptr) +
+                  (cpu::slot_offset(p_, p_.k_cache, item_.i, slot) + kh) * k_size;
+      v_raw_[j] = static_cast<const char*>(p_.v_cache.ptr) +
+                  (cpu::slot_offset(p_, p_.v_cache, item_.i, slot) + vh) * k_size;
     }
+    if (!widen) {
+      for (int j = 0; j < n; ++j) {
+        k_rows_[j] = static_cast<const float*>(k_raw_[j]);
+        v_rows_[j] = static_cast<const float*>(v_raw_[j]);
+      }
+      return;
+    }
+    widen_rows(k_raw_, n, p_.head_dim, k_tile_.data());
+    widen_rows(v_raw_, n, p_.head_dim_v, v_tile_.data());
+    for (int j = 0; j < n; ++j) {
+      k_rows_[j] = &k_tile_[size_t(j) * p_.head_dim];
+      v_rows_[j] = &v_tile_[size_t(j) * p_.head_dim_v];
+    }
+  }
+
+  void widen_rows(const void* const* raw, int n, int width, float* dst) const {
+    switch (p_.kv_dtype) {
+      case DType::bf16:
+        cpu::widen_bf16_rows(reinterpret_cast<const uint16_t* const*>(raw), n, width, dst);
+        return;
+      case DType::f16:
+        cpu::widen_f16_rows(reinterpret_cast<const uint16_t* const*>(raw), n, width, dst);
+        return;
+      default:  // fp8_e4m3; cpu_fwd admits no other dtype
+        cpu::widen_fp8_rows(reinterpret_cast<const uint8_t* const*>(raw), n, width, dst);
+        return;
+    }
+  }
+
+  static size_t dtype_size(DType t) { return t == DType::f32 ? 4 : t == DType::fp8_e4m3 ? 1 : 2; }
+
+  // Row r of the tile [key0, key0 + n): softcap and ALiBi on the scores, the mask, then the online
+  // softmax: s_ becomes P = exp(x - m_new) and the row's m, l and o are rescaled to m_new.
+  void softmax_tile(int r, int64_t key0, int n) {
+    float* x = &s_[size_t(r) * n];
+    const KeyRange keys = visible_[r];
+    const int lo = int(std::clamp<int64_t>(keys.lo - key0, 0, n));
+    const int hi = int(std::clamp<int64_t>(keys.hi - key0, lo, n));
+    if (lo >= hi) {
+      std::fill(x, x + n, 0.f);
+      return;
+    }
+    if (p_.softcap > 0.f) {
+      const float cap = float(p_.softcap);
+      for (int j = lo; j < hi; ++j) x[j] = cap * std::tanh(x[j] / cap);
+    }
+    if (p_.alibi_slopes) {
+      for (int j = lo; j < hi; ++j) x[j] -= slope_[r] * float(std::llabs(qp_[r] - (key0 + j)));
+    }
+    std::fill(x, x + lo, -std::numeric_limits<float>::infinity());
+    std::fill(x + hi, x + n, -std::numeric_limits<float>::infinity());
+    float tile_max = x[lo];
+    for (int j = lo + 1; j < hi; ++j) tile_max = std::max(tile_max, x[j]);
+    if (std::isnan(tile_max)) tile_max = 0.f;  // NaN scores poison l and o through P, not through m
+    const double m_new = std::max(m_[r], double(tile_max));
+    if (m_new == -kInf) {  // every visible score is -inf (ALiBi or softcap cannot make one; data can)
+      std::fill(x, x + n, 0.f);
+      return;
+    }
+    const double tile_sum = cpu::exp_shifted(x, n, float(m_new));
+    if (m_new > m_[r]) {
+      const double alpha = std::exp(m_[r] - m_new);  // 0 on the first tile
+      l_[r] *= alpha;
+      double* o = &o_[size_t(r) * p_.head_dim_v];
+      for (int c = 0; c < p_.head_dim_v; ++c) o[c] *= alpha;
+      m_[r] = m_new;
+    }
+    l_[r] += tile_sum;
+  }
+
+  // O = o / l and LSE = m + log(l) per row (0 and -inf without keys), as (rows, dv + 1).
+  void finish(double* partials) {
+    const int dv = p_.head_dim_v;
+    std::vector<double> own;  // the item is its rows' only key range: its rows are final
+    double* part = partials + item_.partial;
+    if (item_.splits == 1) {
+      own.resize(size_t(rows_) * (dv + 1));
+      part = own.data();
+    }
+    for (int r = 0; r < rows_; ++r) {
+      const double* o = &o_[size_t(r) * dv];
+      double* row = part + size_t(r) * (dv + 1);
+      if (l_[r] > 0.0 || std::isnan(l_[r])) {
+        for (int c = 0; c < dv; ++c) row[c] = o[c] * v_descale_ / l_[r];  // P (v_descale V)
+        row[dv] = m_[r] + std::log(l_[r]);
+      } else {
+        std::fill(row, row + dv, 0.0);
+        row[dv] = -kInf;
+      }
+    }
+    if (item_.splits == 1) write_rows(p_, item_, part, 1);
   }
 
   const FwdProblem& p_;
-  const int i_;
-  const int h_;
-  const int kv_head_;  // h / (hq / hk)
+  const Item& item_;
   const Sequence seq_;
-  const int64_t split_len_;
-  const int64_t num_chunks_;
-  const double sink_;
-  const double slope_;
-  const double q_descale_;  // 1 unless q (and qv) are fp8 with q_descale
-  const double k_descale_;  // 1 unless k_cache is fp8 with k_descale
-  const double v_descale_;
-  std::vector<double> q_;          // (d) rotated query row
-  std::vector<double> qv_;         // (dv) or empty without qv
-  std::vector<double> k_;          // (d) one key row
-  std::vector<double> v_;          // (dv) one value row
-  std::vector<double> x_;          // (keys of one chunk) scores
-  std::vector<double> o_parts_;    // (num_chunks, dv)
-  std::vector<double> lse_parts_;  // (num_chunks)
-  std::vector<double> o_;          // (dv) merged output row
+  const int rows_;
+  double v_descale_ = 1.0;         // 1 unless v_cache is fp8 with v_descale
+  std::vector<float> q_;           // (rows, d) scaled, rotated queries
+  std::vector<float> qv_;          // (rows, dv) scaled qv, or empty
+  std::vector<int64_t> qp_;        // (rows) logical query positions
+  std::vector<KeyRange> visible_;  // (rows) visible keys within the item's range
+  std::vector<float> slope_;       // (rows) ALiBi slopes
+  std::vector<double> m_;          // (rows) running max of the scores
+  std::vector<double> l_;          // (rows) running sum of exp(x - m)
+  std::vector<double> o_;          // (rows, dv) running sum of exp(x - m) v
+  std::vector<float> s_;           // (rows, n) scores, then P, of one tile
+  std::vector<float> s_qv_;        // (rows, n) qv . v of one tile
+  std::vector<float> o_tile_;      // (rows, dv) P V of one tile
+  std::vector<float> k_tile_;      // (kKeyTile, d) widened key rows
+  std::vector<float> v_tile_;      // (kKeyTile, dv) widened value rows
+  const void* k_raw_[kKeyTile];
+  const void* v_raw_[kKeyTile];
+  const float* k_rows_[kKeyTile];
+  const float* v_rows_[kKeyTile];
 };
 
-// Varlen q rows that no sequence owns (before cu_seqlens_q[0] or from cu_seqlens_q[b] on) get out 0 and
-// lse -inf, so that every element of out and lse is defined.
-void clear_unowned_rows(const FwdProblem& p) {
-  if (!p.cu_seqlens_q) return;
+// Out 0 and lse -inf for the rows no key reaches: varlen q rows that no sequence owns (before
+// cu_seqlens_q[0] or from cu_seqlens_q[b] on) and tokens past seqused_q.
+void clear_rows_without_queries(const FwdProblem& p) {
   const std::vector<double> zeros(p.head_dim_v, 0.0);
-  auto clear = [&](int64_t row) {
+  auto clear = [&](int64_t i, int64_t row) {  // row: cu_seqlens_q[i] + t when varlen (batch strides 0)
     for (int h = 0; h < p.num_q_heads; ++h) {
-      cpu::store_row(p.out_dtype, p.out.ptr, row * p.out.token_stride + h * p.out.head_stride, p.head_dim_v,
+      cpu::store_row(p.out_dtype, p.out.ptr,
+                     i * p.out.batch_stride + row * p.out.token_stride + h * p.out.head_stride, p.head_dim_v,
                      zeros.data());
-      if (p.lse)
-        p.lse[h * p.lse_head_stride + row * p.lse_token_stride] = -std::numeric_limits<float>::infinity();
+      if (p.lse) {
+        p.lse[i * p.lse_batch_stride + h * p.lse_head_stride + row * p.lse_token_stride] =
+            -std::numeric_limits<float>::infinity();
+      }
     }
   };
-  for (int64_t row = 0; row < p.cu_seqlens_q[0]; ++row) clear(row);
-  for (int64_t row = p.cu_seqlens_q[p.batch]; row < p.total_q; ++row) clear(row);
+  if (p.cu_seqlens_q) {
+    for (int64_t row = 0; row < p.cu_seqlens_q[0]; ++row) clear(0, row);
+    for (int64_t row = p.cu_seqlens_q[p.batch]; row < p.total_q; ++row) clear(0, row);
+  }
+  for (int i = 0; i < p.batch; ++i) {
+    const Sequence seq = cpu::sequence_of(p, i);
+    const int64_t first = p.cu_seqlens_q ? p.cu_seqlens_q[i] : 0;
+    for (int64_t t = seq.q_used; t < seq.q_len; ++t) {
+      clear(i, first + t);
+    }
+  }
+}
+
+// The work items, and how many threads they deserve.
+struct Plan {
+  std::vector<Item> items;
+  int64_t partial_elements = 0;
+  int threads = 1;
+};
+
+Plan plan(const FwdProblem& p) {
+  Plan plan;
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const int dv = p.head_dim_v;
+  int64_t pairs = 0;  // (row, key) pairs in all: the work
+  int64_t longest = 0;
+  std::vector<Sequence> seqs(p.batch);
+  for (int i = 0; i < p.batch; ++i) {
+    seqs[i] = cpu::sequence_of(p, i);
+    pairs += seqs[i].q_used * group * p.num_kv_heads * std::max<int64_t>(seqs[i].kv_len, 0);
+    longest = std::max(longest, seqs[i].kv_len);
+  }
+  const int pool = pairs >= kInlinePairs ? cpu::pool_size() : 1;
+  plan.threads = pool;
+  int64_t chunks = 0;  // (sequence, kv head, row chunk) units
+  for (int i = 0; i < p.batch; ++i) {
+    chunks += p.num_kv_heads * ((seqs[i].q_used * group + kRowChunk - 1) / kRowChunk);
+  }
+  // Cut keys only when the units leave threads idle, into ranges of at least kMinSplitKeys.
+  int want_splits = 1;
+  if (pool > 1 && chunks < 2 * pool && longest >= 2 * kMinSplitKeys) {
+    want_splits = int((2 * pool + chunks - 1) / std::max<int64_t>(chunks, 1));
+  }
+  for (int i = 0; i < p.batch; ++i) {
+    const Sequence& seq = seqs[i];
+    const int64_t rows = seq.q_used * group;
+    if (rows == 0) continue;
+    const int64_t kv_len = std::max<int64_t>(seq.kv_len, 0);
+    // Deterministic mode: a fixed split length, so that a sequence's answer depends on itself alone (not
+    // on the batch or the threads), bit for bit.
+    const int splits =
+        p.deterministic
+            ? int(std::max<int64_t>(1, (kv_len + kDeterministicSplitKeys - 1) / kDeterministicSplitKeys))
+            : int(std::max<int64_t>(1, std::min<int64_t>(want_splits, kv_len / kMinSplitKeys)));
+    const int64_t split_len = p.deterministic ? kDeterministicSplitKeys : (kv_len + splits - 1) / splits;
+    for (int g = 0; g < p.num_kv_heads; ++g) {
+      for (int64_t row0 = 0; row0 < rows; row0 += kRowChunk) {
+        const int row1 = int(std::min<int64_t>(rows, row0 + kRowChunk));
+        for (int s = 0; s < splits; ++s) {
+          Item item;
+          item.i = i;
+          item.g = g;
+          item.row0 = int(row0);
+          item.row1 = row1;
+          item.key0 = std::min(kv_len, s * split_len);
+          item.key1 = std::min(kv_len, (s + 1) * split_len);
+          item.split = s;
+          item.splits = splits;
+          if (splits > 1) {
+            item.partial = plan.partial_elements;
+            plan.partial_elements += int64_t(row1 - row0) * (dv + 1);
+          }
+          plan.items.push_back(item);
+        }
+      }
+    }
+  }
+  return plan;
 }
 
 }  // namespace
@@ -226,13 +437,31 @@ kvattn_status cpu_fwd(const FwdProblem& p) {
   if (p.rotary_dim > 0 && !cpu::is_cpu_storage_dtype(p.rotary_dtype)) {
     return cpu::unsupported_dtype("rotary_cos", p.rotary_dtype);
   }
+  if (!cpu::pool_config_error().empty()) return fail(KVATTN_ERROR_INVALID_ARGUMENT, cpu::pool_config_error());
+  const cpu::InterruptTicket ticket;
   // Every append lands before any attention reads the cache.
   cpu::append_new_tokens(p);
-  clear_unowned_rows(p);
-  const int64_t num_heads = p.num_q_heads;
-  cpu::parallel_for(int64_t(p.batch) * num_heads, [&](int64_t item) {
-    HeadAttention(p, int(item / num_heads), int(item % num_heads)).run();
-  });
+  clear_rows_without_queries(p);
+  const Plan work = plan(p);
+  std::vector<double> partials(work.partial_elements);  // (items with splits > 1, rows, dv + 1)
+  try {
+    cpu::parallel_for(int64_t(work.items.size()), work.threads,
+                      [&](int64_t k) { ItemAttention(p, work.items[k]).run(partials.data(), ticket); });
+    // The merge of each row's key ranges: the items of one (i, g, row chunk) are consecutive.
+    std::vector<int64_t> firsts;
+    for (size_t k = 0; k < work.items.size(); ++k) {
+      if (work.items[k].splits > 1 && work.items[k].split == 0) firsts.push_back(int64_t(k));
+    }
+    cpu::parallel_for(int64_t(firsts.size()), work.threads, [&](int64_t f) {
+      const Item& item = work.items[firsts[f]];
+      write_rows(p, item, partials.data() + item.partial, item.splits);
+    });
+  } catch (const Interrupted&) {
+    return fail(
+        KVATTN_ERROR_INTERRUPTED,
+        "interrupted by kvattn_interrupt(): out and softmax_lse are incomplete (the append of k and v, "
+        "if any, was done)");
+  }
   return KVATTN_OK;
 }
 

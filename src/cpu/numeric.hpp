@@ -13,6 +13,7 @@
 #include <limits>
 #include <string>
 
+#include "api/checks.hpp"
 #include "api/problem.hpp"
 #include "api/status.hpp"
 
@@ -136,22 +137,7 @@ inline bool is_cpu_storage_dtype(DType t) {
 }
 
 inline const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::f32:
-      return "fp32";
-    case DType::f16:
-      return "fp16";
-    case DType::bf16:
-      return "bf16";
-    case DType::fp8_e4m3:
-      return "fp8_e4m3";
-    case DType::i32:
-      return "int32";
-    case DType::i64:
-      return "int64";
-    default:
-      return "none";
-  }
+  return kvattn::dtype_name(static_cast<kvattn_dtype>(t));  // checks.hpp: numpy's names
 }
 
 // Validation sends the CPU backend only fp32/fp16/bf16/fp8 storage; this keeps any other dtype from
@@ -159,7 +145,7 @@ inline const char* dtype_name(DType t) {
 inline kvattn_status unsupported_dtype(const char* argument, DType t) {
   return fail(KVATTN_ERROR_UNSUPPORTED,
               std::string(argument) + ": dtype " + dtype_name(t) +
-                  " is not supported by the CPU backend (fp32, fp16, bf16, fp8_e4m3)");
+                  " is not supported by the CPU backend (float32, float16, bfloat16, float8_e4m3fn)");
 }
 
 // dst[c] = element (offset + c) of `base`, c in [0, n). Unknown dtypes read as NaN, never as garbage.

@@ -1,0 +1,25 @@
+// The CPU backend's inner loops, in fp32 on the compiler's vector types (vector_math.cpp). On x86-64 each
+// is compiled three times (AVX-512, AVX2+FMA, baseline SSE2) and the loader picks the best one the CPU
+// has (GCC/Clang target_clones); elsewhere once, for the build's target.
+#pragma once
+
+#include <cstdint>
+
+namespace kvattn::cpu {
+
+// dst (n, width) fp32 = rows[j][0..width) widened: bf16 and fp16 exactly, fp8 e4m3fn exactly.
+void widen_bf16_rows(const uint16_t* const* rows, int n, int width, float* dst);
+void widen_f16_rows(const uint16_t* const* rows, int n, int width, float* dst);
+void widen_fp8_rows(const uint8_t* const* rows, int n, int width, float* dst);
+
+// s (num_q, n) = Q K^T: s[r * n + j] = sum_c q[r * d + c] * k_rows[j][c]. q: (num_q, d).
+void dot_rows(const float* q, int num_q, int d, const float* const* k_rows, int n, float* s);
+
+// o (num_q, dv) += P V: o[r * dv + c] += sum_j p[r * n + j] * v_rows[j][c]. p: (num_q, n).
+void accumulate_pv(const float* p, int num_q, int n, const float* const* v_rows, int dv, float* o);
+
+// x[j] = exp(x[j] - m) for j in [0, n), m finite; returns the sum of the results (in double). -inf gives
+// exactly 0. Relative error about 2 ulp.
+double exp_shifted(float* x, int n, float m);
+
+}  // namespace kvattn::cpu
