@@ -32,8 +32,8 @@ namespace {
 using cpu::Sequence;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr int kKeyTile = 64;             // keys per tile: the scores (rows, 64) stay in L1
-constexpr int kRowChunk = 64;            // query rows per work item at most
+constexpr int kKeyTile = 32;   // keys per tile: widened K and V rows (32, d) and the scores stay in L1
+constexpr int kRowChunk = 64;  // query rows per work item at most
 constexpr int64_t kMinSplitKeys = 1024;  // a key range shorter than this costs more to merge than it saves
 constexpr int64_t kDeterministicSplitKeys = 4096;  // as the CUDA backend's deterministic mode
 constexpr int64_t kInlinePairs = 1 << 12;  // below this many (row, key) pairs in all, no thread is woken
@@ -72,11 +72,15 @@ double descale(const float* ptr, const int64_t (&strides)[2], int i, int kv_head
   return ptr ? double(ptr[i * strides[0] + kv_head * strides[1]]) : 1.0;
 }
 
-// Rows [row0, row1) of the group (i, g) against keys [key0, key1). Row r is query token r / group and
-// query head g * group + r % group. split: which of the group's `splits` key ranges this is.
+// Kv heads [g0, g0 + heads) of sequence i, rows [row0, row1) of each head's group, against the keys
+// [key0, key1). Row lr of a group is query token lr / group and query head g * group + lr % group; the
+// item's row r is group row row0 + r % (row1 - row0) of kv head g0 + r / (row1 - row0). Decode items take
+// all kv heads of a sequence at once, so that the tile's key rows are read in the order they are stored
+// (slot by slot, heads side by side). split: which of the rows' `splits` key ranges this is.
 struct Item {
   int i = 0;
-  int g = 0;
+  int g0 = 0;
+  int heads = 1;
   int row0 = 0;
   int row1 = 0;
   int64_t key0 = 0;
@@ -84,6 +88,15 @@ struct Item {
   int split = 0;
   int splits = 1;
   int64_t partial = -1;  // with splits > 1: first element of its (rows, dv + 1) block of partials
+
+  int rows() const { return heads * (row1 - row0); }
+  // (query token, query head) of row r
+  void token_and_head(int r, int group, int64_t* t, int* h) const {
+    const int per_head = row1 - row0;
+    const int lr = row0 + r % per_head;
+    *t = lr / group;
+    *h = (g0 + r / per_head) * group + lr % group;
+  }
 };
 
 // The rows of out and lse that one (O, LSE) pair per row finalizes: merged with the sink, rounded once.
@@ -92,12 +105,13 @@ void write_rows(const FwdProblem& p, const Item& item, const double* o_parts, in
   const int group = p.num_q_heads / p.num_kv_heads;
   const int dv = p.head_dim_v;
   std::vector<double> lse_j(splits), o_j(size_t(splits) * dv), o(dv);
-  const int64_t stride = int64_t(item.row1 - item.row0) * (dv + 1);  // between splits in the buffer
-  for (int r = item.row0; r < item.row1; ++r) {
-    const int64_t t = r / group;
-    const int h = item.g * group + r % group;
+  const int64_t stride = int64_t(item.rows()) * (dv + 1);  // between splits in the buffer
+  for (int r = 0; r < item.rows(); ++r) {
+    int64_t t;
+    int h;
+    item.token_and_head(r, group, &t, &h);
     for (int s = 0; s < splits; ++s) {
-      const double* part = o_parts + s * stride + int64_t(r - item.row0) * (dv + 1);
+      const double* part = o_parts + s * stride + int64_t(r) * (dv + 1);
       lse_j[s] = part[dv];
       std::copy(part, part + dv, &o_j[size_t(s) * dv]);
     }
@@ -117,7 +131,11 @@ void write_rows(const FwdProblem& p, const Item& item, const double* o_parts, in
 class ItemAttention {
  public:
   ItemAttention(const FwdProblem& p, const Item& item)
-      : p_(p), item_(item), seq_(cpu::sequence_of(p, item.i)), rows_(item.row1 - item.row0) {}
+      : p_(p),
+        item_(item),
+        seq_(cpu::sequence_of(p, item.i)),
+        rows_(item.rows()),
+        per_head_(item.row1 - item.row0) {}
 
   // Writes the (O, LSE) of each row: to out/lse when the item is its rows' only key range, else to
   // partials (rows, dv + 1) = O then LSE.
@@ -134,27 +152,45 @@ class ItemAttention {
       all.lo = std::min(all.lo, k.lo);
       all.hi = std::max(all.hi, k.hi);
     }
-    const bool widen = p_.kv_dtype != DType::f32;
+    // fp32 rows are read in place and bf16 rows widened in registers; fp16 and fp8 tiles are widened first.
+    const bool widen = p_.kv_dtype == DType::f16 || p_.kv_dtype == DType::fp8_e4m3;
+    const int heads = item_.heads;
     if (widen) {
-      k_tile_.resize(size_t(kKeyTile) * d);
-      v_tile_.resize(size_t(kKeyTile) * dv);
+      k_tile_.resize(size_t(heads) * kKeyTile * d);
+      v_tile_.resize(size_t(heads) * kKeyTile * dv);
     }
+    k_raw_.resize(size_t(heads) * kKeyTile);
+    v_raw_.resize(size_t(heads) * kKeyTile);
+    k_rows_.resize(size_t(heads) * kKeyTile);
+    v_rows_.resize(size_t(heads) * kKeyTile);
     s_.resize(size_t(rows_) * kKeyTile);
-    s_qv_.resize(p_.qv.ptr ? size_t(rows_) * kKeyTile : 0);
+    s_qv_.resize(p_.qv.ptr ? size_t(per_head_) * kKeyTile : 0);
     o_tile_.resize(size_t(rows_) * dv);
     for (int64_t key0 = all.lo; key0 < all.hi; key0 += kKeyTile) {
       if (ticket.raised()) throw Interrupted{};
       const int n = int(std::min<int64_t>(kKeyTile, all.hi - key0));
       gather_rows(key0, n, widen);
-      // S = Q K^T (+ QV V^T), scaled already through q and qv
-      cpu::dot_rows(q_.data(), rows_, d, k_rows_, n, s_.data());
-      if (p_.qv.ptr) {
-        cpu::dot_rows(qv_.data(), rows_, dv, v_rows_, n, s_qv_.data());
-        for (size_t e = 0; e < size_t(rows_) * n; ++e) s_[e] += s_qv_[e];
+      if (key0 + kKeyTile < all.hi) {
+        prefetch_rows(key0 + kKeyTile, int(std::min<int64_t>(kKeyTile, all.hi - key0 - kKeyTile)));
       }
       std::fill(o_tile_.begin(), o_tile_.end(), 0.f);
-      for (int r = 0; r < rows_; ++r) softmax_tile(r, key0, n);
-      cpu::accumulate_pv(s_.data(), rows_, n, v_rows_, dv, o_tile_.data());  // s_ holds P now
+      for (int gg = 0; gg < heads; ++gg) {
+        // S = Q K^T (+ QV V^T) of this head's rows, scaled already through q and qv
+        const size_t r0 = size_t(gg) * per_head_;
+        float* s = &s_[r0 * n];
+        const size_t key_rows = size_t(gg) * kKeyTile;
+        dot_rows(&q_[r0 * d], per_head_, d, &k_raw_[key_rows], &k_rows_[key_rows], n, s);
+        if (p_.qv.ptr) {
+          dot_rows(&qv_[r0 * dv], per_head_, dv, &v_raw_[key_rows], &v_rows_[key_rows], n, s_qv_.data());
+          for (size_t e = 0; e < size_t(per_head_) * n; ++e) s[e] += s_qv_[e];
+        }
+        for (int r = 0; r < per_head_; ++r) softmax_tile(int(r0) + r, key0, n);
+        if (p_.kv_dtype == DType::bf16) {  // s holds P now
+          cpu::accumulate_pv_bf16(s, per_head_, n, bf16_rows(&v_raw_[key_rows]), dv, &o_tile_[r0 * dv]);
+        } else {
+          cpu::accumulate_pv(s, per_head_, n, &v_rows_[key_rows], dv, &o_tile_[r0 * dv]);
+        }
+      }
       for (int r = 0; r < rows_; ++r) {
         double* o = &o_[size_t(r) * dv];
         const float* t = &o_tile_[size_t(r) * dv];
@@ -171,11 +207,7 @@ class ItemAttention {
     const int group = p_.num_q_heads / p_.num_kv_heads;
     const int d = p_.head_dim;
     const int dv = p_.head_dim_v;
-    const double q_descale = descale(p_.q_descale, p_.q_descale_strides, item_.i, item_.g);
-    const double k_scale = double(float(p_.softmax_scale)) * q_descale *
-                           descale(p_.k_descale, p_.k_descale_strides, item_.i, item_.g);
-    v_descale_ = descale(p_.v_descale, p_.v_descale_strides, item_.i, item_.g);
-    const double v_scale = double(float(p_.softmax_scale)) * q_descale * v_descale_;
+    v_descale_.resize(item_.heads);
     q_.resize(size_t(rows_) * d);
     qv_.resize(p_.qv.ptr ? size_t(rows_) * dv : 0);
     qp_.resize(rows_);
@@ -183,8 +215,15 @@ class ItemAttention {
     slope_.resize(rows_);
     std::vector<double> row(std::max(d, dv));
     for (int r = 0; r < rows_; ++r) {
-      const int64_t t = (item_.row0 + r) / group;
-      const int h = item_.g * group + (item_.row0 + r) % group;
+      int64_t t;
+      int h;
+      item_.token_and_head(r, group, &t, &h);
+      const int g = h / group;
+      const double q_descale = descale(p_.q_descale, p_.q_descale_strides, item_.i, g);
+      const double k_scale = double(float(p_.softmax_scale)) * q_descale *
+                             descale(p_.k_descale, p_.k_descale_strides, item_.i, g);
+      v_descale_[g - item_.g0] = descale(p_.v_descale, p_.v_descale_strides, item_.i, g);
+      const double v_scale = double(float(p_.softmax_scale)) * q_descale * v_descale_[g - item_.g0];
       qp_[r] = t + seq_.kv_len - seq_.q_used;  // bottom-right aligned (step 4)
       KeyRange keys = visible_keys(p_, qp_[r], seq_.kv_len);
       keys.lo = std::max(keys.lo, item_.key0);
@@ -195,47 +234,115 @@ class ItemAttention {
       cpu::load_row(p_.q_dtype, p_.q.ptr, q_row, d, row.data());
       if (p_.rotary_dim > 0) cpu::rotate(p_, seq_.rotary_pos + (p_.rotary_q_per_token ? t : 0), row.data());
       for (int c = 0; c < d; ++c) q_[size_t(r) * d + c] = float(row[c] * k_scale);
+      if (p_.kv_dtype == DType::bf16) cpu::to_pair_order(&q_[size_t(r) * d], d);
       if (p_.qv.ptr) {
         const int64_t qv_row = cpu::token_offset(p_.qv, p_.cu_seqlens_q, item_.i, t) + h * p_.qv.head_stride;
         cpu::load_row(p_.q_dtype, p_.qv.ptr, qv_row, dv, row.data());
         for (int c = 0; c < dv; ++c) qv_[size_t(r) * dv + c] = float(row[c] * v_scale);
+        if (p_.kv_dtype == DType::bf16) cpu::to_pair_order(&qv_[size_t(r) * dv], dv);
       }
     }
   }
 
-  // k_rows_ / v_rows_ [j] = key / value row of logical key position key0 + j in fp32: the cache row
-  // itself (fp32) or its widened copy in k_tile_ / v_tile_.
-  void gather_rows(int64_t key0, int n, bool widen) {
-    const int64_t kh = int64_t(item_.g) * p_.k_cache.head_stride;
-    const int64_t vh = int64_t(item_.g) * p_.v_cache.head_stride;
-    const size_t k_size = dtype_size(p_.kv_dtype);
-    for (int j = 0; j < n; ++j) {
-      const int64_t slot = seq_.leftpad + key0 + j;
-      k_raw_[j] = static_cast<const char*>(p_.k_cache.ptr) +
-                  (cpu::slot_offset(p_, p_.k_cache, item_.i, slot) + kh) * k_size;
-      v_raw_[j] = static_cast<const char*>(p_.v_cache.ptr) +
-                  (cpu::slot_offset(p_, p_.v_cache, item_.i, slot) + vh) * k_size;
+  static const uint16_t* const* bf16_rows(const void* const* raw) {
+    return reinterpret_cast<const uint16_t* const*>(raw);
+  }
+
+  // s (rows_, n) = x (rows_, width) times the n key (or value) rows of the tile.
+  void dot_rows(const float* x, int num_x, int width, const void* const* raw, const float* const* rows, int n,
+                float* s) {
+    if (p_.kv_dtype == DType::bf16) {
+      cpu::dot_rows_bf16(x, num_x, width, bf16_rows(raw), n, s);
+    } else {
+      cpu::dot_rows(x, num_x, width, rows, n, s);
     }
-    if (!widen) {
+  }
+
+  // k_raw_ / v_raw_ [j] = key / value row of logical key position key0 + j as stored; k_rows_ / v_rows_
+  // [j] = the same in fp32 for fp32 (the row itself), fp16 and fp8 (its widened copy in k_tile_ / v_tile_).
+  void gather_rows(int64_t key0, int n, bool widen) {
+    const size_t size = dtype_size(p_.kv_dtype);
+    slot_offsets(seq_.leftpad + key0, n);
+    for (int gg = 0; gg < item_.heads; ++gg) {
+      const int64_t kh = int64_t(item_.g0 + gg) * p_.k_cache.head_stride;
+      const int64_t vh = int64_t(item_.g0 + gg) * p_.v_cache.head_stride;
+      const void** k_raw = &k_raw_[size_t(gg) * kKeyTile];
+      const void** v_raw = &v_raw_[size_t(gg) * kKeyTile];
       for (int j = 0; j < n; ++j) {
-        k_rows_[j] = static_cast<const float*>(k_raw_[j]);
-        v_rows_[j] = static_cast<const float*>(v_raw_[j]);
+        k_raw[j] = static_cast<const char*>(p_.k_cache.ptr) + (k_offset_[j] + kh) * size;
+        v_raw[j] = static_cast<const char*>(p_.v_cache.ptr) + (v_offset_[j] + vh) * size;
+      }
+      if (p_.kv_dtype == DType::bf16) continue;
+      const float** k_rows = &k_rows_[size_t(gg) * kKeyTile];
+      const float** v_rows = &v_rows_[size_t(gg) * kKeyTile];
+      if (!widen) {
+        for (int j = 0; j < n; ++j) {
+          k_rows[j] = static_cast<const float*>(k_raw[j]);
+          v_rows[j] = static_cast<const float*>(v_raw[j]);
+        }
+        continue;
+      }
+      float* k_tile = &k_tile_[size_t(gg) * kKeyTile * p_.head_dim];
+      float* v_tile = &v_tile_[size_t(gg) * kKeyTile * p_.head_dim_v];
+      widen_rows(k_raw, n, p_.head_dim, k_tile);
+      widen_rows(v_raw, n, p_.head_dim_v, v_tile);
+      for (int j = 0; j < n; ++j) {
+        k_rows[j] = &k_tile[size_t(j) * p_.head_dim];
+        v_rows[j] = &v_tile[size_t(j) * p_.head_dim_v];
+      }
+    }
+  }
+
+  // k_offset_ / v_offset_ [j] = cpu::slot_offset of slot s0 + j: one page-table read and one division
+  // per page, not per key.
+  void slot_offsets(int64_t s0, int n) {
+    if (p_.cu_seqlens_k) {
+      for (int j = 0; j < n; ++j) {
+        k_offset_[j] = cpu::slot_offset(p_, p_.k_cache, item_.i, s0 + j);
+        v_offset_[j] = cpu::slot_offset(p_, p_.v_cache, item_.i, s0 + j);
       }
       return;
     }
-    widen_rows(k_raw_, n, p_.head_dim, k_tile_.data());
-    widen_rows(v_raw_, n, p_.head_dim_v, v_tile_.data());
+    for (int j = 0; j < n;) {
+      const int64_t s = s0 + j;
+      const int64_t in_page = s % p_.page_size;
+      const int run = int(std::min<int64_t>(n - j, p_.page_size - in_page));
+      const int64_t k0 = cpu::slot_offset(p_, p_.k_cache, item_.i, s);
+      const int64_t v0 = cpu::slot_offset(p_, p_.v_cache, item_.i, s);
+      for (int t = 0; t < run; ++t) {
+        k_offset_[j + t] = k0 + t * p_.k_cache.slot_stride;
+        v_offset_[j + t] = v0 + t * p_.v_cache.slot_stride;
+      }
+      j += run;
+    }
+  }
+
+  // Asks for the next tile's rows while this one computes. A row of one kv head is a few cache lines, and
+  // consecutive rows are hk heads apart (or in another page): too far apart for the hardware prefetcher.
+  void prefetch_rows(int64_t key0, int n) {
+    const int64_t size = int64_t(dtype_size(p_.kv_dtype));
+    slot_offsets(seq_.leftpad + key0, n);
+    prefetch_cache(p_.k_cache, k_offset_, n, p_.head_dim * size);
+    prefetch_cache(p_.v_cache, v_offset_, n, p_.head_dim_v * size);
+  }
+
+  void prefetch_cache(const CacheTensor& cache, const int64_t* offsets, int n, int64_t row_bytes) const {
+    const int64_t size = int64_t(dtype_size(p_.kv_dtype));
+    const char* base = static_cast<const char*>(cache.ptr) + int64_t(item_.g0) * cache.head_stride * size;
+    // Heads side by side (NHD): one span per slot; otherwise one per head.
+    const bool adjacent = cache.head_stride * size == row_bytes;
+    const int spans = adjacent ? 1 : item_.heads;
+    const int64_t span_bytes = adjacent ? row_bytes * item_.heads : row_bytes;
     for (int j = 0; j < n; ++j) {
-      k_rows_[j] = &k_tile_[size_t(j) * p_.head_dim];
-      v_rows_[j] = &v_tile_[size_t(j) * p_.head_dim_v];
+      for (int h = 0; h < spans; ++h) {
+        const char* x = base + (offsets[j] + h * cache.head_stride) * size;
+        for (int64_t b = 0; b < span_bytes; b += 64) __builtin_prefetch(x + b, 0, 3);
+      }
     }
   }
 
   void widen_rows(const void* const* raw, int n, int width, float* dst) const {
     switch (p_.kv_dtype) {
-      case DType::bf16:
-        cpu::widen_bf16_rows(reinterpret_cast<const uint16_t* const*>(raw), n, width, dst);
-        return;
       case DType::f16:
         cpu::widen_f16_rows(reinterpret_cast<const uint16_t* const*>(raw), n, width, dst);
         return;
@@ -296,10 +403,12 @@ class ItemAttention {
       part = own.data();
     }
     for (int r = 0; r < rows_; ++r) {
-      const double* o = &o_[size_t(r) * dv];
+      double* o = &o_[size_t(r) * dv];
+      if (p_.kv_dtype == DType::bf16) cpu::from_pair_order(o, dv);  // P V came in pair order
       double* row = part + size_t(r) * (dv + 1);
       if (l_[r] > 0.0 || std::isnan(l_[r])) {
-        for (int c = 0; c < dv; ++c) row[c] = o[c] * v_descale_ / l_[r];  // P (v_descale V)
+        const double v_descale = v_descale_[r / per_head_];
+        for (int c = 0; c < dv; ++c) row[c] = o[c] * v_descale / l_[r];  // P (v_descale V)
         row[dv] = m_[r] + std::log(l_[r]);
       } else {
         std::fill(row, row + dv, 0.0);
@@ -312,8 +421,9 @@ class ItemAttention {
   const FwdProblem& p_;
   const Item& item_;
   const Sequence seq_;
-  const int rows_;
-  double v_descale_ = 1.0;         // 1 unless v_cache is fp8 with v_descale
+  const int rows_;                 // heads x per_head_
+  const int per_head_;             // rows of each kv head
+  std::vector<double> v_descale_;  // (heads) 1 unless v_cache is fp8 with v_descale
   std::vector<float> q_;           // (rows, d) scaled, rotated queries
   std::vector<float> qv_;          // (rows, dv) scaled qv, or empty
   std::vector<int64_t> qp_;        // (rows) logical query positions
@@ -323,14 +433,16 @@ class ItemAttention {
   std::vector<double> l_;          // (rows) running sum of exp(x - m)
   std::vector<double> o_;          // (rows, dv) running sum of exp(x - m) v
   std::vector<float> s_;           // (rows, n) scores, then P, of one tile
-  std::vector<float> s_qv_;        // (rows, n) qv . v of one tile
+  std::vector<float> s_qv_;        // (per_head_, n) qv . v of one head of one tile
   std::vector<float> o_tile_;      // (rows, dv) P V of one tile
-  std::vector<float> k_tile_;      // (kKeyTile, d) widened key rows
-  std::vector<float> v_tile_;      // (kKeyTile, dv) widened value rows
-  const void* k_raw_[kKeyTile];
-  const void* v_raw_[kKeyTile];
-  const float* k_rows_[kKeyTile];
-  const float* v_rows_[kKeyTile];
+  std::vector<float> k_tile_;      // (heads, kKeyTile, d) widened key rows
+  std::vector<float> v_tile_;      // (heads, kKeyTile, dv) widened value rows
+  int64_t k_offset_[kKeyTile];
+  int64_t v_offset_[kKeyTile];
+  std::vector<const void*> k_raw_;  // (heads, kKeyTile) rows as stored
+  std::vector<const void*> v_raw_;
+  std::vector<const float*> k_rows_;  // (heads, kKeyTile) rows in fp32 (not for bf16)
+  std::vector<const float*> v_rows_;
 };
 
 // Out 0 and lse -inf for the rows no key reaches: varlen q rows that no sequence owns (before
@@ -382,14 +494,21 @@ Plan plan(const FwdProblem& p) {
   }
   const int pool = pairs >= kInlinePairs ? cpu::pool_size() : 1;
   plan.threads = pool;
-  int64_t chunks = 0;  // (sequence, kv head, row chunk) units
+  // Units of work before any key split: a sequence's rows in chunks of kRowChunk, with as many kv heads
+  // in one unit as fit (all of them in decode).
+  auto heads_per_unit = [&](int64_t rows) {
+    return int(std::clamp<int64_t>(kRowChunk / std::max<int64_t>(rows, 1), 1, p.num_kv_heads));
+  };
+  int64_t units = 0;
   for (int i = 0; i < p.batch; ++i) {
-    chunks += p.num_kv_heads * ((seqs[i].q_used * group + kRowChunk - 1) / kRowChunk);
+    const int64_t rows = seqs[i].q_used * group;
+    const int heads = heads_per_unit(rows);
+    units += (p.num_kv_heads + heads - 1) / heads * ((rows + kRowChunk - 1) / kRowChunk);
   }
   // Cut keys only when the units leave threads idle, into ranges of at least kMinSplitKeys.
   int want_splits = 1;
-  if (pool > 1 && chunks < 2 * pool && longest >= 2 * kMinSplitKeys) {
-    want_splits = int((2 * pool + chunks - 1) / std::max<int64_t>(chunks, 1));
+  if (pool > 1 && units < 2 * pool && longest >= 2 * kMinSplitKeys) {
+    want_splits = int((2 * pool + units - 1) / std::max<int64_t>(units, 1));
   }
   for (int i = 0; i < p.batch; ++i) {
     const Sequence& seq = seqs[i];
@@ -403,22 +522,23 @@ Plan plan(const FwdProblem& p) {
             ? int(std::max<int64_t>(1, (kv_len + kDeterministicSplitKeys - 1) / kDeterministicSplitKeys))
             : int(std::max<int64_t>(1, std::min<int64_t>(want_splits, kv_len / kMinSplitKeys)));
     const int64_t split_len = p.deterministic ? kDeterministicSplitKeys : (kv_len + splits - 1) / splits;
-    for (int g = 0; g < p.num_kv_heads; ++g) {
+    const int heads = heads_per_unit(rows);
+    for (int g0 = 0; g0 < p.num_kv_heads; g0 += heads) {
       for (int64_t row0 = 0; row0 < rows; row0 += kRowChunk) {
-        const int row1 = int(std::min<int64_t>(rows, row0 + kRowChunk));
         for (int s = 0; s < splits; ++s) {
           Item item;
           item.i = i;
-          item.g = g;
+          item.g0 = g0;
+          item.heads = std::min(heads, p.num_kv_heads - g0);
           item.row0 = int(row0);
-          item.row1 = row1;
+          item.row1 = int(std::min<int64_t>(rows, row0 + kRowChunk));
           item.key0 = std::min(kv_len, s * split_len);
           item.key1 = std::min(kv_len, (s + 1) * split_len);
           item.split = s;
           item.splits = splits;
           if (splits > 1) {
             item.partial = plan.partial_elements;
-            plan.partial_elements += int64_t(row1 - row0) * (dv + 1);
+            plan.partial_elements += int64_t(item.rows()) * (dv + 1);
           }
           plan.items.push_back(item);
         }

@@ -161,9 +161,14 @@ inline void load_row(DType t, const void* base, int64_t offset, int n, double* d
       for (int c = 0; c < n; ++c) dst[c] = f16_to_double(x[c]);
       return;
     }
-    case DType::bf16: {
+    case DType::bf16: {  // the top half of an fp32: widened exactly by a shift
       const uint16_t* x = static_cast<const uint16_t*>(base) + offset;
-      for (int c = 0; c < n; ++c) dst[c] = bf16_to_double(x[c]);
+      for (int c = 0; c < n; ++c) {
+        const uint32_t bits = uint32_t(x[c]) << 16;
+        float f;
+        std::memcpy(&f, &bits, sizeof f);
+        dst[c] = f;
+      }
       return;
     }
     case DType::fp8_e4m3: {
