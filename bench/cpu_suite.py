@@ -111,7 +111,10 @@ def run(batches, seqlens, dtypes, reps, hq=32, hk=8, d=128):
     from kvattn import _lib
     torch, why = _torch()
     peer = "torch SDPA (CPU)" if torch else "numpy fp32 (BLAS)"
-    threads = _lib.load().kvattn_cpu_num_threads()
+    try:
+        threads = _lib.load().kvattn_cpu_num_threads()
+    except AttributeError:  # a library from before the thread pool: a thread per core per call
+        threads = f"{os.cpu_count()} (per call)"
     log(f"cpu_suite: kvattn {threads} threads; peer {peer}"
         + (f", {torch.get_num_threads()} threads, torch {torch.__version__}" if torch else f" ({why})"))
     rows = []
