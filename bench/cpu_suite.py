@@ -142,6 +142,28 @@ def run(batches, seqlens, dtypes, reps, hq=32, hk=8, d=128):
     return rows
 
 
+def main_job_peer(case, plan, dtype_name, kvattn_us, reps=5):
+    """The MAIN JOB's CPU peer: torch SDPA over a contiguous cache of the same sizes (batch, the longest
+    sequence, heads, head dim, dtype), one query token, no append; or why there is none."""
+    torch, why = _torch()
+    if torch is None:
+        return {"na": f"{why}: torch SDPA is the CPU peer where torch is installed"}
+    dtype = "bf16" if dtype_name == "bf16" else "fp32"
+    b, s = int(plan.b), int(max(plan.seqlen_k))
+    q, k, v = make_case(b, s, case.hq, case.hk, case.d, dtype, seed=1)
+    fn = sdpa_fn(q, k, v, torch)
+    fn()
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1e6)
+    samples.sort()
+    return dict(median_us=statistics.median(samples), p10_us=samples[0], p90_us=samples[-1], ratio=kvattn_us
+                / statistics.median(samples), note=f"contiguous cache of the same sizes (b {b} x {s}), no append, "
+                f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+
+
 def tiny(reps=2000):
     """Median latency (us) of a tiny CPU call through the Python package and through the C ABI."""
     import ctypes
