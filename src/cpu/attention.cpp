@@ -191,11 +191,7 @@ class ItemAttention {
           cpu::accumulate_pv(s, per_head_, n, &v_rows_[key_rows], dv, &o_tile_[r0 * dv]);
         }
       }
-      for (int r = 0; r < rows_; ++r) {
-        double* o = &o_[size_t(r) * dv];
-        const float* t = &o_tile_[size_t(r) * dv];
-        for (int c = 0; c < dv; ++c) o[c] += t[c];
-      }
+      cpu::add_rows(o_.data(), o_tile_.data(), rows_ * dv);
     }
     finish(partials);
   }
@@ -374,8 +370,7 @@ class ItemAttention {
     }
     std::fill(x, x + lo, -std::numeric_limits<float>::infinity());
     std::fill(x + hi, x + n, -std::numeric_limits<float>::infinity());
-    float tile_max = x[lo];
-    for (int j = lo + 1; j < hi; ++j) tile_max = std::max(tile_max, x[j]);
+    float tile_max = cpu::max_of(x + lo, hi - lo);
     if (std::isnan(tile_max)) tile_max = 0.f;  // NaN scores poison l and o through P, not through m
     const double m_new = std::max(m_[r], double(tile_max));
     if (m_new == -kInf) {  // every visible score is -inf (ALiBi or softcap cannot make one; data can)
@@ -387,7 +382,7 @@ class ItemAttention {
       const double alpha = std::exp(m_[r] - m_new);  // 0 on the first tile
       l_[r] *= alpha;
       double* o = &o_[size_t(r) * p_.head_dim_v];
-      for (int c = 0; c < p_.head_dim_v; ++c) o[c] *= alpha;
+      cpu::scale_rows(o, alpha, p_.head_dim_v);
       m_[r] = m_new;
     }
     l_[r] += tile_sum;

@@ -109,6 +109,28 @@ KVATTN_INLINE V fold(V u, V v) {
   return __builtin_shuffle(u, v, lo) + __builtin_shuffle(u, v, hi);
 }
 
+// Lane L of the folded sums holds accumulator bitreverse4(L) = r * 4 + jj: s[r * n + j0 + jj], plus the
+// channels [d_done, d) that the vector loop left.
+template <class T>
+KVATTN_INLINE void scatter_sums(V sums, const float* q, int d, int d_done, const T* const* k, int n, int j0,
+                                float* s) {
+  static constexpr int8_t kAccumulator[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+  float lanes[16];
+  std::memcpy(lanes, &sums, sizeof lanes);
+  for (int lane = 0; lane < 16; ++lane) {
+    const int a = kAccumulator[lane];
+    s[(a >> 2) * n + j0 + (a & 3)] = lanes[lane];
+  }
+  if (d_done == d) return;
+  for (int r = 0; r < 4; ++r) {
+    for (int jj = 0; jj < 4; ++jj) {
+      float tail = 0.f;
+      for (int c = d_done; c < d; ++c) tail += q[r * d + c] * scalar(k[jj][c]);
+      s[r * n + j0 + jj] += tail;
+    }
+  }
+}
+
 // 4 query rows x 4 keys per step: 16 accumulators, each key and query vector loaded once per step, then
 // the 16 lane sums in 15 folds (lane L of the result holds accumulator bitreverse4(L)).
 template <class T>
@@ -131,13 +153,7 @@ KVATTN_INLINE int dot_block_4x4(const float* q, int d, const T* const* k_rows, i
     for (int t = 0; t < 4; ++t) e[t] = fold<4>(b[2 * t], b[2 * t + 1]);
     for (int t = 0; t < 2; ++t) f[t] = fold<2>(e[2 * t], e[2 * t + 1]);
     const V sums = fold<1>(f[0], f[1]);
-    for (int lane = 0; lane < 16; ++lane) {
-      const int a = ((lane & 1) << 3) | ((lane & 2) << 1) | ((lane & 4) >> 1) | ((lane & 8) >> 3);
-      const int r = a / 4, jj = a % 4;
-      float tail = 0.f;
-      for (int c = d_vec; c < d; ++c) tail += q[r * d + c] * scalar(k[jj][c]);
-      s[r * n + j0 + jj] = sums[lane] + tail;
-    }
+    scatter_sums(sums, q, d, d_vec, k, n, j0, s);
   }
   return j0;
 }
@@ -196,13 +212,7 @@ KVATTN_INLINE int dot_block_4x4_bf16(const float* q, int d, const Bf16* const* k
     for (int t = 0; t < 4; ++t) e[t] = fold<4>(b[2 * t], b[2 * t + 1]);
     for (int t = 0; t < 2; ++t) f[t] = fold<2>(e[2 * t], e[2 * t + 1]);
     const V sums = fold<1>(f[0], f[1]);
-    for (int lane = 0; lane < 16; ++lane) {
-      const int a = ((lane & 1) << 3) | ((lane & 2) << 1) | ((lane & 4) >> 1) | ((lane & 8) >> 3);
-      const int r = a / 4, jj = a % 4;
-      float tail = 0.f;
-      for (int c = d_pair; c < d; ++c) tail += q[r * d + c] * scalar(k[jj][c]);
-      s[r * n + j0 + jj] = sums[lane] + tail;
-    }
+    scatter_sums(sums, q, d, d_pair, k, n, j0, s);
   }
   return j0;
 }
@@ -369,6 +379,29 @@ KVATTN_CLONES void accumulate_pv_bf16(const float* p, int num_q, int n, const ui
   int r = 0;
   for (; r + 4 <= num_q; r += 4) pv_rows_bf16<4>(p + int64_t(r) * n, n, v, dv, o + int64_t(r) * dv);
   for (; r < num_q; ++r) pv_rows_bf16<1>(p + int64_t(r) * n, n, v, dv, o + int64_t(r) * dv);
+}
+
+KVATTN_CLONES void add_rows(double* o, const float* t, int n) {
+  for (int c = 0; c < n; ++c) o[c] += t[c];
+}
+
+KVATTN_CLONES void scale_rows(double* o, double a, int n) {
+  for (int c = 0; c < n; ++c) o[c] *= a;
+}
+
+KVATTN_CLONES float max_of(const float* x, int n) {
+  const int n_vec = n - n % kLanes;
+  float m = -__builtin_inff();
+  if (n_vec > 0) {
+    V lanes = splat(m);
+    for (int j = 0; j < n_vec; j += kLanes) {
+      const V v = load(x + j);
+      lanes = v > lanes ? v : lanes;
+    }
+    for (int l = 0; l < kLanes; ++l) m = lanes[l] > m ? lanes[l] : m;
+  }
+  for (int j = n_vec; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
 }
 
 void to_pair_order(float* x, int n) {

@@ -27,6 +27,12 @@ void accumulate_pv_bf16(const float* p, int num_q, int n, const uint16_t* const*
 void to_pair_order(float* x, int n);
 void from_pair_order(double* x, int n);
 
+// o[c] += t[c] and o[c] *= a for c in [0, n): the double running rows.
+void add_rows(double* o, const float* t, int n);
+void scale_rows(double* o, double a, int n);
+// The largest of x[0, n) (-inf for n = 0); NaN elements may be passed over (they reach P anyway).
+float max_of(const float* x, int n);
+
 // x[j] = exp(x[j] - m) for j in [0, n), m finite; returns the sum of the results (in double). -inf gives
 // exactly 0. Relative error about 2 ulp.
 double exp_shifted(float* x, int n, float m);

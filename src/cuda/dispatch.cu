@@ -77,11 +77,12 @@ const AttentionEntry* find_entry(const FwdProblem& p, kvattn_status* status) {
       std::begin(kAttentionTable), std::end(kAttentionTable),
       [&](const AttentionEntry& e) { return e.q_dtype == p.q_dtype && e.kv_dtype == p.kv_dtype; });
   if (!dtypes_listed) {
-    *status = fail(KVATTN_ERROR_UNSUPPORTED,
-                   std::string("q: dtype ") + dtype_name(p.q_dtype) + " with k_cache of dtype " +
-                       dtype_name(p.kv_dtype) +
-                       " is not supported by the CUDA backend (q float16/bfloat16 with a cache of q's dtype or "
-                       "float8_e4m3fn, or float8_e4m3fn q with a float8_e4m3fn cache)");
+    *status =
+        fail(KVATTN_ERROR_UNSUPPORTED,
+             std::string("q: dtype ") + dtype_name(p.q_dtype) + " with k_cache of dtype " +
+                 dtype_name(p.kv_dtype) +
+                 " is not supported by the CUDA backend (q float16/bfloat16 with a cache of q's dtype or "
+                 "float8_e4m3fn, or float8_e4m3fn q with a float8_e4m3fn cache)");
     return nullptr;
   }
   // The smallest kernel covering (d, dv), among the compiled ones (a developer build compiles a few).

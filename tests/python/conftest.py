@@ -7,7 +7,10 @@ KVATTN_KEEP_DEVICE_SKIPS=1 keeps them all as skips instead.
 """
 import os
 
-NEEDS = ("needs torch", "needs torch, a GPU and a CUDA build")
+# reason -> where such tests run
+NEEDS = {"needs torch": "torch is not importable here",
+         "needs torch, a GPU and a CUDA build": "no GPU with a CUDA build here; tools/gpu_check.sh runs them on the "
+                                                "GPU machine"}
 
 _deselected = {}  # reason -> count
 
@@ -38,5 +41,4 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_terminal_summary(terminalreporter):
     for reason, count in sorted(_deselected.items()):
-        terminalreporter.write_line(f"kvattn: {count} tests deselected: {reason} (not on this machine; "
-                                    "tools/gpu_check.sh runs them on the GPU machine)")
+        terminalreporter.write_line(f"kvattn: {count} tests deselected: {reason} ({NEEDS[reason]})")
