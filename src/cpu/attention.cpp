@@ -392,11 +392,8 @@ class ItemAttention {
   void finish(double* partials) {
     const int dv = p_.head_dim_v;
     std::vector<double> own;  // the item is its rows' only key range: its rows are final
-    double* part = partials + item_.partial;
-    if (item_.splits == 1) {
-      own.resize(size_t(rows_) * (dv + 1));
-      part = own.data();
-    }
+    if (item_.splits == 1) own.resize(size_t(rows_) * (dv + 1));
+    double* part = item_.splits == 1 ? own.data() : partials + item_.partial;
     for (int r = 0; r < rows_; ++r) {
       double* o = &o_[size_t(r) * dv];
       if (p_.kv_dtype == DType::bf16) cpu::from_pair_order(o, dv);  // P V came in pair order
