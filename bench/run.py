@@ -48,7 +48,7 @@ def environment(device, torch):
                python=platform.python_version(), numpy=np.__version__)
     commit = _cmd(["git", "rev-parse", "HEAD"])
     dirty = bool(_cmd(["git", "status", "--porcelain", "--untracked-files=no"]))
-    env["git"] = (commit[:12] + ("+dirty" if dirty else "")) if commit else "none (no commit yet)"
+    env["git"] = (commit[:12] + ("+dirty" if dirty else "")) if commit else "none (not a git checkout, or no commit yet)"
     env["torch"] = getattr(torch, "__version__", None) if torch else None
     if device == "cuda":
         env["card"] = torch.cuda.get_device_name()
