@@ -3,7 +3,7 @@
 // Work items are (sequence i, kv head g, a chunk of query rows, a range of keys). A row is (query token
 // t, query head h of the group of g): the hq / hk heads that share a kv head read each key and value row
 // once (GQA packing), and a key row is loaded once for every row of the item. Keys go in tiles of
-// kKeyTile: S = Q K^T in fp32, the mask, softcap and ALiBi, an online softmax whose running max m, sum l
+// 32 or 64: S = Q K^T in fp32, the mask, softcap and ALiBi, an online softmax whose running max m, sum l
 // and output rows are kept in double, P V of the tile in fp32 (64 terms) folded into the double rows.
 // So fp32 rounding errors do not grow with the sequence length. fp16, bf16 and fp8 rows are widened to
 // fp32 exactly, a tile at a time; fp8 descales and the softmax scale are folded into q (and qv).
@@ -32,8 +32,11 @@ namespace {
 using cpu::Sequence;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr int kKeyTile = 32;   // keys per tile: widened K and V rows (32, d) and the scores stay in L1
-constexpr int kRowChunk = 64;  // query rows per work item at most
+// Keys per tile: 64 for rows read in place (fp32, bf16), 32 when fp16 / fp8 rows are widened into a tile
+// buffer first (which then stays in L1/L2). At most 64 terms in any fp32 sum.
+constexpr int kMaxKeyTile = 64;
+constexpr int kWidenedKeyTile = 32;
+constexpr int kRowChunk = 64;            // query rows per work item at most
 constexpr int64_t kMinSplitKeys = 1024;  // a key range shorter than this costs more to merge than it saves
 constexpr int64_t kDeterministicSplitKeys = 4096;  // as the CUDA backend's deterministic mode
 constexpr int64_t kInlinePairs = 1 << 12;  // below this many (row, key) pairs in all, no thread is woken
@@ -155,30 +158,31 @@ class ItemAttention {
     // fp32 rows are read in place and bf16 rows widened in registers; fp16 and fp8 tiles are widened first.
     const bool widen = p_.kv_dtype == DType::f16 || p_.kv_dtype == DType::fp8_e4m3;
     const int heads = item_.heads;
+    tile_ = widen ? kWidenedKeyTile : kMaxKeyTile;
     if (widen) {
-      k_tile_.resize(size_t(heads) * kKeyTile * d);
-      v_tile_.resize(size_t(heads) * kKeyTile * dv);
+      k_tile_.resize(size_t(heads) * tile_ * d);
+      v_tile_.resize(size_t(heads) * tile_ * dv);
     }
-    k_raw_.resize(size_t(heads) * kKeyTile);
-    v_raw_.resize(size_t(heads) * kKeyTile);
-    k_rows_.resize(size_t(heads) * kKeyTile);
-    v_rows_.resize(size_t(heads) * kKeyTile);
-    s_.resize(size_t(rows_) * kKeyTile);
-    s_qv_.resize(p_.qv.ptr ? size_t(per_head_) * kKeyTile : 0);
+    k_raw_.resize(size_t(heads) * tile_);
+    v_raw_.resize(size_t(heads) * tile_);
+    k_rows_.resize(size_t(heads) * tile_);
+    v_rows_.resize(size_t(heads) * tile_);
+    s_.resize(size_t(rows_) * tile_);
+    s_qv_.resize(p_.qv.ptr ? size_t(per_head_) * tile_ : 0);
     o_tile_.resize(size_t(rows_) * dv);
-    for (int64_t key0 = all.lo; key0 < all.hi; key0 += kKeyTile) {
+    for (int64_t key0 = all.lo; key0 < all.hi; key0 += tile_) {
       if (ticket.raised()) throw Interrupted{};
-      const int n = int(std::min<int64_t>(kKeyTile, all.hi - key0));
+      const int n = int(std::min<int64_t>(tile_, all.hi - key0));
       gather_rows(key0, n, widen);
-      if (key0 + kKeyTile < all.hi) {
-        prefetch_rows(key0 + kKeyTile, int(std::min<int64_t>(kKeyTile, all.hi - key0 - kKeyTile)));
+      if (key0 + tile_ < all.hi) {
+        prefetch_rows(key0 + tile_, int(std::min<int64_t>(tile_, all.hi - key0 - tile_)));
       }
       std::fill(o_tile_.begin(), o_tile_.end(), 0.f);
       for (int gg = 0; gg < heads; ++gg) {
         // S = Q K^T (+ QV V^T) of this head's rows, scaled already through q and qv
         const size_t r0 = size_t(gg) * per_head_;
         float* s = &s_[r0 * n];
-        const size_t key_rows = size_t(gg) * kKeyTile;
+        const size_t key_rows = size_t(gg) * tile_;
         dot_rows(&q_[r0 * d], per_head_, d, &k_raw_[key_rows], &k_rows_[key_rows], n, s);
         if (p_.qv.ptr) {
           dot_rows(&qv_[r0 * dv], per_head_, dv, &v_raw_[key_rows], &v_rows_[key_rows], n, s_qv_.data());
@@ -262,15 +266,15 @@ class ItemAttention {
     for (int gg = 0; gg < item_.heads; ++gg) {
       const int64_t kh = int64_t(item_.g0 + gg) * p_.k_cache.head_stride;
       const int64_t vh = int64_t(item_.g0 + gg) * p_.v_cache.head_stride;
-      const void** k_raw = &k_raw_[size_t(gg) * kKeyTile];
-      const void** v_raw = &v_raw_[size_t(gg) * kKeyTile];
+      const void** k_raw = &k_raw_[size_t(gg) * tile_];
+      const void** v_raw = &v_raw_[size_t(gg) * tile_];
       for (int j = 0; j < n; ++j) {
         k_raw[j] = static_cast<const char*>(p_.k_cache.ptr) + (k_offset_[j] + kh) * size;
         v_raw[j] = static_cast<const char*>(p_.v_cache.ptr) + (v_offset_[j] + vh) * size;
       }
       if (p_.kv_dtype == DType::bf16) continue;
-      const float** k_rows = &k_rows_[size_t(gg) * kKeyTile];
-      const float** v_rows = &v_rows_[size_t(gg) * kKeyTile];
+      const float** k_rows = &k_rows_[size_t(gg) * tile_];
+      const float** v_rows = &v_rows_[size_t(gg) * tile_];
       if (!widen) {
         for (int j = 0; j < n; ++j) {
           k_rows[j] = static_cast<const float*>(k_raw[j]);
@@ -278,8 +282,8 @@ class ItemAttention {
         }
         continue;
       }
-      float* k_tile = &k_tile_[size_t(gg) * kKeyTile * p_.head_dim];
-      float* v_tile = &v_tile_[size_t(gg) * kKeyTile * p_.head_dim_v];
+      float* k_tile = &k_tile_[size_t(gg) * tile_ * p_.head_dim];
+      float* v_tile = &v_tile_[size_t(gg) * tile_ * p_.head_dim_v];
       widen_rows(k_raw, n, p_.head_dim, k_tile);
       widen_rows(v_raw, n, p_.head_dim_v, v_tile);
       for (int j = 0; j < n; ++j) {
@@ -427,13 +431,14 @@ class ItemAttention {
   std::vector<float> s_;           // (rows, n) scores, then P, of one tile
   std::vector<float> s_qv_;        // (per_head_, n) qv . v of one head of one tile
   std::vector<float> o_tile_;      // (rows, dv) P V of one tile
-  std::vector<float> k_tile_;      // (heads, kKeyTile, d) widened key rows
-  std::vector<float> v_tile_;      // (heads, kKeyTile, dv) widened value rows
-  int64_t k_offset_[kKeyTile];
-  int64_t v_offset_[kKeyTile];
-  std::vector<const void*> k_raw_;  // (heads, kKeyTile) rows as stored
+  int tile_ = kMaxKeyTile;         // keys per tile
+  std::vector<float> k_tile_;      // (heads, tile_, d) widened key rows
+  std::vector<float> v_tile_;      // (heads, tile_, dv) widened value rows
+  int64_t k_offset_[kMaxKeyTile];
+  int64_t v_offset_[kMaxKeyTile];
+  std::vector<const void*> k_raw_;  // (heads, tile_) rows as stored
   std::vector<const void*> v_raw_;
-  std::vector<const float*> k_rows_;  // (heads, kKeyTile) rows in fp32 (not for bf16)
+  std::vector<const float*> k_rows_;  // (heads, tile_) rows in fp32 (not for bf16)
   std::vector<const float*> v_rows_;
 };
 
