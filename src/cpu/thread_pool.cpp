@@ -2,10 +2,11 @@
 //
 // Workers sleep on a condition variable between jobs; after a job each spins for a short while first, so
 // that the next call of a decode loop (milliseconds later) finds it awake. A job is published by bumping
-// a generation number; the workers asked to help (the first `helpers` of them) claim items from the job's
-// counter, and the last one to finish wakes the caller. The pool is never destroyed (workers may still be
-// asleep in it at exit), and a child process made by fork() builds its own (the parent's threads are not
-// in the child).
+// a generation number; the workers asked to help (the first `helpers` of them) enter it and claim items
+// from the job's counter. When the caller has run out of items it closes the job: a helper that wakes
+// later (the OS may not run it for milliseconds) stays out, and the caller waits only for those inside. The
+// pool is never destroyed (workers may still be asleep in it at exit), and a child process made by fork()
+// builds its own (the parent's threads are not in the child).
 #include <sched.h>
 #include <unistd.h>
 
@@ -121,11 +122,14 @@ class Pool {
         std::lock_guard<std::mutex> lock(mutex_);
         job_ = &job;
         helpers_ = helpers;
-        pending_.store(helpers, std::memory_order_relaxed);
-        generation_.fetch_add(1, std::memory_order_release);
+        const uint64_t generation = generation_.fetch_add(1, std::memory_order_release) + 1;
+        admission_.store(tag(generation), std::memory_order_release);
       }
       wake_.notify_all();
       job.work();
+      // The items are all claimed: close the job to helpers that have not woken yet (on a busy machine
+      // that can take milliseconds) and wait only for the ones inside it.
+      admission_.fetch_or(kClosed, std::memory_order_acq_rel);
       wait_for_helpers();
     }
     if (job.error) std::rethrow_exception(job.error);
@@ -162,22 +166,38 @@ class Pool {
         job = job_;
         helpers = helpers_;
       }
-      if (index >= helpers) continue;
+      if (index >= helpers || !enter(seen)) continue;  // not asked, or the job is over: never touch it
       job->work();
-      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      const uint64_t after = admission_.fetch_sub(1, std::memory_order_acq_rel) - 1;
+      if ((after & kClosed) && (after & kInside) == 0) {
         std::lock_guard<std::mutex> lock(mutex_);
         done_.notify_one();
       }
     }
   }
 
+  // admission_: the job's generation (low 32 bits) in the high half, kClosed, and the helpers inside.
+  static constexpr uint64_t kClosed = uint64_t(1) << 31;
+  static constexpr uint64_t kInside = kClosed - 1;
+  static uint64_t tag(uint64_t generation) { return (generation & 0xffffffffu) << 32; }
+
+  // A woken helper joins the job of `generation` unless the caller has closed it.
+  bool enter(uint64_t generation) {
+    uint64_t a = admission_.load(std::memory_order_acquire);
+    while ((a & ~(kClosed | kInside)) == tag(generation) && !(a & kClosed)) {
+      if (admission_.compare_exchange_weak(a, a + 1, std::memory_order_acq_rel)) return true;
+    }
+    return false;
+  }
+
   void wait_for_helpers() {
+    auto done = [&] { return (admission_.load(std::memory_order_acquire) & kInside) == 0; };
     for (int spin = 0; spin < kSpinRounds; ++spin) {
-      if (pending_.load(std::memory_order_acquire) == 0) return;
+      if (done()) return;
       KVATTN_CPU_RELAX();
     }
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+    done_.wait(lock, done);
   }
 
   const pid_t pid_;
@@ -190,7 +210,7 @@ class Pool {
   std::atomic<uint64_t> generation_{0};
   Job* job_ = nullptr;
   int helpers_ = 0;
-  std::atomic<int> pending_{0};
+  std::atomic<uint64_t> admission_{0};  // see kClosed
   std::vector<std::thread*> workers_;
 };
 

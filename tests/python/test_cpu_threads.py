@@ -174,3 +174,29 @@ def test_ctrl_c_interrupts_a_long_call():
     waited = time.perf_counter() - sent
     assert "INTERRUPTED" in rest, rest + err
     assert waited < 5.0, f"the call took {waited:.1f} s to stop"
+
+
+def test_concurrent_callers_share_the_pool():
+    """Calls from several threads at once (one holds the pool, the others run on their own thread) all
+    give the answer of a call made alone, repeatedly (the pool's hand-off between jobs)."""
+    rng = np.random.default_rng(5)
+    q = randn(rng, (2, 1, 8, 64), np.float32)
+    k = randn(rng, (2, 3000, 2, 64), np.float32)
+    v = randn(rng, (2, 3000, 2, 64), np.float32)
+    alone = kvattn.flash_attn_with_kvcache(q, k, v, deterministic=True)
+    ref = reference_attention(q, k, v)
+    H.assert_close("out", alone, ref["out"], H.TOL_OUT["fp32"])
+    failures = []
+
+    def caller():
+        for _ in range(20):
+            out = kvattn.flash_attn_with_kvcache(q, k, v, deterministic=True)
+            if not np.array_equal(out, alone):
+                failures.append(float(np.nanmax(np.abs(out - alone))))
+
+    threads = [threading.Thread(target=caller) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
