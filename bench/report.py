@@ -146,26 +146,35 @@ def plots(records, out_dir):
 
 
 def main_table(r, device):
-    """The MAIN JOB's short table."""
-    lines = ["| impl | time us [p10-p90] | bytes (MB) | TB/s" + (" | of 4.54 TB/s" if device == "cuda" else "")
-             + " | note |",
-             "|---|---|---|---" + ("|---" if device == "cuda" else "") + "|---|"]
+    """The MAIN JOB's short table. The CPU backend's rates are in GB/s (TB/s on the GPU)."""
+    gpu = device == "cuda"
+    unit, per_tb = ("TB/s", 1.0) if gpu else ("GB/s", 1e3)
+    lines = [f"| impl | time us [p10-p90] | bytes (MB) | {unit}" + (" | of 4.54 TB/s" if gpu else "") + " | note |",
+             "|---|---|---|---" + ("|---" if gpu else "") + "|---|"]
 
     def add(name, t, note=""):
         tbps = r["bytes"] / (t["median_us"] * 1e-6) / 1e12
-        frac = f" | {100 * tbps / READ_CEILING_TBPS:.1f}%" if device == "cuda" else ""
+        frac = f" | {100 * tbps / READ_CEILING_TBPS:.1f}%" if gpu else ""
         lines.append(f"| {name} | {_us(t['median_us'])} [{_us(t['p10_us'])}-{_us(t['p90_us'])}] | "
-                     f"{r['bytes'] / 1e6:.1f} | {_num(tbps)}{frac} | {note} |")
+                     f"{r['bytes'] / 1e6:.1f} | {_num(tbps * per_tb)}{frac} | {note} |")
     if r.get("kvattn"):
-        add("kvattn", r["kvattn"], f"host/call: python {_us(r.get('host_us_python'))} us, "
-                                   f"C ABI {_us(r.get('host_us_c'))} us")
-    for p in PEERS:
+        py, c = r.get("host_us_python"), r.get("host_us_c")
+        if gpu:
+            note = f"host/call: python {_us(py)} us, C ABI {_us(c)} us"
+        else:
+            # A CPU call is synchronous: its host time is the whole call, measured over other calls than
+            # the timed ones, so on a shared machine it scatters around the timed median either way.
+            note = (f"synchronous (host time = the call): through python {_us(py)} us, through the C ABI "
+                    f"{_us(c)} us, each over other calls than the timed ones")
+        add("kvattn", r["kvattn"], note)
+    for p in list(PEERS) + ["sdpa_cpu"]:
         pr = r.get("peers", {}).get(p)
         if pr is None:
             continue
+        label = LABELS.get(p, "torch SDPA (CPU)")
         if "na" in pr:
-            lines.append(f"| {LABELS[p]} | n/a | | |" + (" |" if device == "cuda" else "") + f" {pr['na']} |")
+            lines.append(f"| {label} | n/a | | |" + (" |" if gpu else "") + f" {pr['na']} |")
         else:
             note = "; ".join(x for x in (pr.get("note"), r.get("peer_note")) if x)
-            add(LABELS[p], pr, f"kvattn/peer {pr['ratio']:.2f}x" + (f" ({note})" if note else ""))
+            add(label, pr, f"kvattn/peer {pr['ratio']:.2f}x" + (f" ({note})" if note else ""))
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""kvattn benchmark driver: the suites W1-W6 of BENCHMARKS.md and the MAIN JOB (one checked decode step).
+"""kvattn benchmark driver: the suites W1-W6 (--list shows their cases) and the MAIN JOB (one checked decode step).
 
     python3 -m bench.run --main                 # the MAIN JOB (also kvattn-bench with no arguments)
     python3 -m bench.run --suite W1,W2 --quick  # a few cases per suite
@@ -48,7 +48,7 @@ def environment(device, torch):
                python=platform.python_version(), numpy=np.__version__)
     commit = _cmd(["git", "rev-parse", "HEAD"])
     dirty = bool(_cmd(["git", "status", "--porcelain", "--untracked-files=no"]))
-    env["git"] = (commit[:12] + ("+dirty" if dirty else "")) if commit else "none (no commit yet)"
+    env["git"] = (commit[:12] + ("+dirty" if dirty else "")) if commit else "none (not a git checkout, or no commit yet)"
     env["torch"] = getattr(torch, "__version__", None) if torch else None
     if device == "cuda":
         env["card"] = torch.cuda.get_device_name()
@@ -350,6 +350,8 @@ def _storage_numpy(x, torch):
 def load_oracle():
     import importlib.util
     path = os.path.join(REPO, "tests", "python", "reference.py")
+    if not os.path.exists(path):  # installed (pip): the wheel carries a copy beside this file
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference.py")
     spec = importlib.util.spec_from_file_location("kvattn_reference_oracle", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -422,6 +424,9 @@ def run_main(args):
     print("check: " + "\n       ".join(lines))
     rec = run_case(case, ctx, env)
     rec["check"] = {"ok": ok, "lines": lines}
+    if device == "cpu" and rec["status"] == "ok":
+        from .cpu_suite import main_job_peer
+        rec["peers"] = {"sdpa_cpu": main_job_peer(case, plan, ctx.dtype_name, rec["kvattn"]["median_us"])}
     print(f"date {env['date']}, commit {env['git']}, torch {env['torch']}, driver {env['driver']}")
     if rec["status"] != "ok":
         print(f"timing: {rec['status']}")
@@ -442,7 +447,8 @@ def parse(argv):
     ap.add_argument("--quick", action="store_true", help="a few cases per suite")
     ap.add_argument("--filter", default="", help="only cases whose name contains this")
     ap.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto")
-    ap.add_argument("--out", default="", help="output folder (default bench/out/<date> for suites)")
+    ap.add_argument("--out", default="", help="output folder (default bench/out/<date> in a source checkout, "
+                    "else ./kvattn-bench-out/<date>)")
     ap.add_argument("--list", action="store_true", help="list the cases (bytes, FLOPs, floor) and exit")
     ap.add_argument("--no-peers", action="store_true")
     ap.add_argument("--flex", choices=["quick", "all", "none"], default="quick",
@@ -530,7 +536,8 @@ def main(argv=None):
     ctx = Ctx(device, torch, args)
     env = environment(device, torch)
     cases = S.select(names, args.quick, device == "cpu", args.filter)
-    out_dir = args.out or os.path.join(REPO, "bench", "out", datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    out_root = os.path.join(REPO, "bench", "out") if os.path.isdir(os.path.join(REPO, "tests")) else "kvattn-bench-out"
+    out_dir = args.out or os.path.join(out_root, datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
     log(f"{len(cases)} cases on {env['card']} ({device}); commit {env['git']}; output {out_dir}")
     t_start = time.perf_counter()
     records = []

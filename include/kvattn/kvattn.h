@@ -39,7 +39,8 @@ typedef enum kvattn_status {
   KVATTN_ERROR_UNSUPPORTED = 2,      /* valid, but this build/backend lacks it (e.g. no CUDA) */
   KVATTN_ERROR_DEVICE_INDEX = 3,     /* a device-side index was out of range (kvattn_device_errors) */
   KVATTN_ERROR_CUDA = 4,             /* the CUDA runtime reported an error */
-  KVATTN_ERROR_INTERNAL = 5
+  KVATTN_ERROR_INTERNAL = 5,
+  KVATTN_ERROR_INTERRUPTED = 6 /* a CPU call stopped by kvattn_interrupt(); its outputs are incomplete */
 } kvattn_status;
 
 typedef enum kvattn_dtype {
@@ -190,6 +191,16 @@ KVATTN_API kvattn_status kvattn_combine(const kvattn_combine_params* params);
  * reads and clears the device's error record, and returns KVATTN_ERROR_DEVICE_INDEX with a message naming
  * the argument, index and value if one was recorded. On the CPU backend such errors are reported at once. */
 KVATTN_API kvattn_status kvattn_device_errors(int32_t device_id, void* stream);
+
+/* CPU backend threads: one pool per process, sized by the environment variable KVATTN_NUM_THREADS, else
+ * OMP_NUM_THREADS, else the CPUs the process may run on; read at the first CPU call. The calling thread is
+ * one of them; small calls run on it alone. Returns the pool size (>= 1). */
+KVATTN_API int32_t kvattn_cpu_num_threads(void);
+/* Asks every CPU-backend call running now, on any thread, to stop: each returns KVATTN_ERROR_INTERRUPTED
+ * within about a millisecond (it checks between tiles of 64 keys), its out and lse incomplete. Calls that
+ * start afterwards are not affected. Safe to call from any thread (not from a signal handler). The
+ * Python package calls it on Ctrl-C during a long CPU call. CUDA calls are asynchronous and not affected. */
+KVATTN_API void kvattn_interrupt(void);
 
 #ifdef __cplusplus
 }

@@ -190,8 +190,8 @@ def call_library(lib, p, call, like, names):
     """The one call site of the library's forward. The CPU backend needs no workspace: one kvattn_fwd.
     On CUDA, with kvattn_fwd_sized: a workspace of the size the device's last call needed, one call, and a
     second only when that was too small; else kvattn_fwd_workspace_size, then kvattn_fwd."""
-    if p.device_type == _lib.DEVICE_CPU:
-        check(lib, lib.kvattn_fwd(ctypes.byref(p)), names)
+    if p.device_type == _lib.DEVICE_CPU:  # _lib.fwd: a long call on the main thread takes Ctrl-C
+        check(lib, _lib.fwd(lib, p), names)
         return
     needed = ctypes.c_size_t(0)
     sized = _sized_entry(lib)

@@ -18,6 +18,7 @@ ERROR_UNSUPPORTED = 2
 ERROR_DEVICE_INDEX = 3
 ERROR_CUDA = 4
 ERROR_INTERNAL = 5
+ERROR_INTERRUPTED = 6
 
 # kvattn_dtype
 DTYPE_NONE, DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_FP8_E4M3, DTYPE_I32, DTYPE_I64 = range(7)
@@ -150,6 +151,8 @@ def _declare(lib):
         "kvattn_append_kv": (_status, [p(AppendParams)]),
         "kvattn_combine": (_status, [p(CombineParams)]),
         "kvattn_device_errors": (_status, [ctypes.c_int32, ctypes.c_void_p]),
+        "kvattn_cpu_num_threads": (ctypes.c_int32, []),
+        "kvattn_interrupt": (None, []),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -223,3 +226,59 @@ def new_fwd_params():
         load().kvattn_fwd_params_init(ctypes.byref(template))
         _fwd_template = bytes(template)
     return FwdParams.from_buffer_copy(_fwd_template)
+
+
+# A CPU call with more (query row, key) pairs than this runs on a helper thread while the calling (main)
+# thread waits, so that Ctrl-C reaches Python during it; about 5 ms of work, so the thread's ~50 us is noise.
+INTERRUPTIBLE_PAIRS = 1 << 20
+
+
+def _cpu_pairs(p):
+    """An upper bound of the (query row, key) pairs of a CPU kvattn_fwd: q's rows times a row's cache slots."""
+    q, k = p.q, p.k_cache
+    if q.ndim < 3 or k.ndim < 3:
+        return 0
+    rows = 1
+    for i in range(q.ndim - 1):
+        rows *= q.shape[i]
+    slots = k.shape[0] if k.ndim == 3 else k.shape[0] * k.shape[1]  # packed, or (rows|pages) x slots
+    if p.page_table.data and p.page_table.ndim == 2:
+        slots = min(slots, p.page_table.shape[1] * k.shape[1])
+    elif k.ndim == 4 and q.ndim == 4:
+        slots = k.shape[1]
+    return rows * slots
+
+
+def fwd(lib, p):
+    """kvattn_fwd(p), its status; the message of a failure is this thread's kvattn_last_error().
+
+    A long CPU call on the main thread runs on a helper thread instead: the main thread waits where Python
+    can take Ctrl-C (the call releases the GIL), and on KeyboardInterrupt (or any exception) asks the
+    library to stop (kvattn_interrupt; it does within about a millisecond), waits for it, and re-raises."""
+    ref = ctypes.byref(p)
+    if (p.device_type != DEVICE_CPU or threading.current_thread() is not threading.main_thread()
+            or _cpu_pairs(p) < INTERRUPTIBLE_PAIRS):
+        return lib.kvattn_fwd(ref)
+    status = lib.kvattn_check(ref)  # validation here, so that its message is this thread's
+    if status != OK:
+        return status
+    result = {}
+
+    def call():
+        result["status"] = lib.kvattn_fwd(ref)
+        if result["status"] != OK:
+            result["message"] = lib.kvattn_last_error()
+
+    helper = threading.Thread(target=call, name="kvattn-cpu-call", daemon=True)
+    helper.start()
+    try:
+        helper.join()
+    except BaseException:
+        lib.kvattn_interrupt()
+        helper.join()
+        raise
+    if result["status"] != OK:
+        from .errors import KvattnError
+        message = (result.get("message") or b"").decode("utf-8", "replace")
+        raise KvattnError(message or f"kvattn status {result['status']}", result["status"])
+    return OK

@@ -1,7 +1,8 @@
-"""`kvattn-bench`: runs the benchmark driver of a kvattn source tree (bench/run.py, BENCHMARKS.md).
+"""`kvattn-bench`: runs the benchmark driver (bench/run.py of the source tree; `kvattn-bench --help`).
 
-The driver is not part of the installed package; it is found, in order, at $KVATTN_BENCH_DIR (the bench/
-folder itself), ./bench, or the source tree this package was imported from.
+The driver is found, in order, at $KVATTN_BENCH_DIR (a bench/ folder), ./bench (a source checkout as the
+working directory), the source tree this package was imported from, or the copy installed with the package
+(kvattn/bench, with the float64 oracle the main job checks against).
 """
 import importlib.util
 import os
@@ -12,7 +13,7 @@ def find_bench_dir():
     """The bench/ folder holding run.py, or None."""
     here = os.path.dirname(os.path.abspath(__file__))
     candidates = [os.environ.get("KVATTN_BENCH_DIR"), os.path.join(os.getcwd(), "bench"),
-                  os.path.join(here, os.pardir, os.pardir, "bench")]
+                  os.path.join(here, os.pardir, os.pardir, "bench"), os.path.join(here, "bench")]
     for path in candidates:
         if path and os.path.isfile(os.path.join(path, "run.py")) and os.path.isfile(os.path.join(path, "__init__.py")):
             return os.path.normpath(path)
@@ -32,8 +33,9 @@ def _load(bench_dir):
 def main(argv=None):
     bench_dir = find_bench_dir()
     if bench_dir is None:
-        raise SystemExit("kvattn-bench: the benchmark driver (bench/run.py of a kvattn source tree) was not found; "
-                         "run it from a kvattn checkout or set KVATTN_BENCH_DIR to that checkout's bench/ folder")
+        raise SystemExit("kvattn-bench: the benchmark driver was not found (neither installed with the package as "
+                         "kvattn/bench nor in a source checkout); reinstall kvattn, or set KVATTN_BENCH_DIR to a "
+                         "checkout's bench/ folder")
     return _load(bench_dir).main(argv)
 
 

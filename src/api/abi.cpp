@@ -4,6 +4,7 @@
 #include "api/backend.hpp"
 #include "api/checks.hpp"
 #include "api/status.hpp"
+#include "cpu/parallel.hpp"
 #include "kvattn/kvattn.h"
 
 extern "C" {
@@ -24,6 +25,18 @@ KVATTN_API int32_t kvattn_has_backend(kvattn_device_type device_type) {
   } catch (...) {
   }
   return 0;
+}
+
+KVATTN_API int32_t kvattn_cpu_num_threads(void) {
+  try {
+    return kvattn::cpu::pool_size();
+  } catch (...) {
+    return 1;
+  }
+}
+
+KVATTN_API void kvattn_interrupt(void) {
+  kvattn::cpu::g_interrupts.fetch_add(1, std::memory_order_relaxed);
 }
 
 // Every field zero, then the non-zero defaults of kvattn.h.

@@ -1,6 +1,7 @@
 // The checks of checks.hpp and the formatting of their messages.
 #include "api/checks.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <sstream>
 
@@ -22,13 +23,13 @@ const char* dtype_name(kvattn_dtype dtype) {
     case KVATTN_DTYPE_NONE:
       return "none";
     case KVATTN_DTYPE_F32:
-      return "f32";
+      return "float32";
     case KVATTN_DTYPE_F16:
-      return "f16";
+      return "float16";
     case KVATTN_DTYPE_BF16:
-      return "bf16";
+      return "bfloat16";
     case KVATTN_DTYPE_FP8_E4M3:
-      return "fp8_e4m3";
+      return "float8_e4m3fn";
     case KVATTN_DTYPE_I32:
       return "int32";
     case KVATTN_DTYPE_I64:
@@ -178,13 +179,15 @@ void expect_dtype_as(const char* name, const kvattn_tensor& t, const char* other
 }
 
 void expect_dtype_in(const char* name, const kvattn_tensor& t, std::initializer_list<kvattn_dtype> dtypes) {
-  std::string list;
-  size_t i = 0;
+  std::vector<kvattn_dtype> allowed;  // each once: {f32, q's dtype} may name f32 twice
   for (kvattn_dtype dtype : dtypes) {
     if (t.dtype == dtype) return;
-    list += (i == 0 ? "" : (i + 1 == dtypes.size() ? " or " : ", "));
-    list += dtype_name(dtype);
-    ++i;
+    if (std::find(allowed.begin(), allowed.end(), dtype) == allowed.end()) allowed.push_back(dtype);
+  }
+  std::string list;
+  for (size_t i = 0; i < allowed.size(); ++i) {
+    list += (i == 0 ? "" : (i + 1 == allowed.size() ? " or " : ", "));
+    list += dtype_name(allowed[i]);
   }
   invalid(std::string(name) + ": expected dtype " + list + ", got " + dtype_name(t.dtype));
 }

@@ -90,9 +90,10 @@ void expect_dim_at_least(const char* name, const kvattn_tensor& t, int32_t dim, 
 
 // "cache_seqlens: expected dtype int32, got int64"
 void expect_dtype(const char* name, const kvattn_tensor& t, kvattn_dtype dtype);
-// "k_cache: dtype bf16 does not match q (f16)"
+// "k_cache: dtype bfloat16 does not match q (float16)"
 void expect_dtype_as(const char* name, const kvattn_tensor& t, const char* other, kvattn_dtype dtype);
-// "q: expected dtype f32, f16, bf16 or fp8_e4m3, got int32"
+// "q: expected dtype float32, float16, bfloat16 or float8_e4m3fn, got int32" (each dtype named once).
+// Dtypes are named as numpy and torch name them (float32, bfloat16, float8_e4m3fn, int32, ...).
 void expect_dtype_in(const char* name, const kvattn_tensor& t, std::initializer_list<kvattn_dtype> dtypes);
 
 // "<what> = <value> is outside [lo, hi) (<bound>)", e.g. "page_table[2, 5] = 99 is outside [0, 64)

@@ -47,7 +47,7 @@ void check_append(const kvattn_append_params& a, AppendProblem& p) {
   expect_dtype_in("key", a.key, {kF32, kF16, kBF16});
   if (a.device_type == KVATTN_DEVICE_CUDA && a.key.dtype == kF32) {
     reject(KVATTN_ERROR_UNSUPPORTED,
-           "key: dtype f32 is supported on the CPU backend only (device_type=CUDA)");
+           "key: dtype float32 is supported on the CPU backend only (device_type=CUDA)");
   }
   expect_dtype_as("value", a.value, "key", a.key.dtype);
   if (!(a.key.dtype != kF32 && a.k_cache.dtype == kFP8))
@@ -62,7 +62,7 @@ void check_append(const kvattn_append_params& a, AppendProblem& p) {
     if (!fp8) {
       expect_absent(name, t,
                     std::string("with k_cache of dtype ") + dtype_name(a.k_cache.dtype) +
-                        " (scales apply to fp8_e4m3 caches only)");
+                        " (scales apply to float8_e4m3fn caches only)");
     }
     expect_dtype(name, t, kF32);
     if (t.ndim != 0) expect_shape(name, t, {{hk, "hk"}});

@@ -286,7 +286,7 @@ class FwdValidator {
     expect_dtype_in("q", a_.q, {kF32, kF16, kBF16, kFP8});
     if (a_.device_type == KVATTN_DEVICE_CUDA && qd == kF32) {
       reject(KVATTN_ERROR_UNSUPPORTED,
-             "q: dtype f32 is supported on the CPU backend only (device_type=CUDA)");
+             "q: dtype float32 is supported on the CPU backend only (device_type=CUDA)");
     }
     const bool fp8_cache_ok = qd == kF16 || qd == kBF16 || qd == kFP8;
     if (!(fp8_cache_ok && a_.k_cache.dtype == kFP8)) expect_dtype_as("k_cache", a_.k_cache, "q", qd);
@@ -303,7 +303,7 @@ class FwdValidator {
     const kvattn_dtype qd = a_.q.dtype;
     expect_given("out", a_.out);
     const kvattn_dtype out_dtype = qd == kFP8 ? kBF16 : qd;
-    expect_dtype_as("out", a_.out, qd == kFP8 ? "the output dtype of fp8 q" : "q", out_dtype);
+    expect_dtype_as("out", a_.out, qd == kFP8 ? "the output dtype of float8_e4m3fn q" : "q", out_dtype);
     for (const NamedTensor& t :
          {NamedTensor{"out", &kvattn_fwd_params::out}, NamedTensor{"qv", &kvattn_fwd_params::qv}}) {
       const kvattn_tensor& x = a_.*t.member;

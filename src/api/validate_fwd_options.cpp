@@ -84,7 +84,7 @@ void check_descale(const char* name, const kvattn_tensor& t, const char* of, kva
   if (dtype != kFP8) {
     expect_absent(name, t,
                   std::string("with ") + of + " of dtype " + dtype_name(dtype) +
-                      " (descales apply to fp8_e4m3 tensors only)");
+                      " (descales apply to float8_e4m3fn tensors only)");
   }
   expect_dtype(name, t, kF32);
   expect_shape(name, t, {{p.batch, "b"}, {p.num_kv_heads, "hk"}});

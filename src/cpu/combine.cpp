@@ -2,6 +2,7 @@
 #include <vector>
 
 #include "api/backend.hpp"
+#include "api/status.hpp"
 #include "cpu/merge.hpp"
 #include "cpu/numeric.hpp"
 #include "cpu/parallel.hpp"
@@ -13,7 +14,10 @@ kvattn_status cpu_combine(const CombineProblem& p) {
   const int n = p.num_splits;
   const int dv = p.head_dim_v;
   const int64_t num_rows = p.row_shape[0] * p.row_shape[1] * p.row_shape[2];
-  cpu::parallel_for(num_rows, [&](int64_t row) {
+  if (!cpu::pool_config_error().empty()) return fail(KVATTN_ERROR_INVALID_ARGUMENT, cpu::pool_config_error());
+  // A row is n * dv multiply-adds: threads only for many rows.
+  const int threads = num_rows * n * dv >= (int64_t(1) << 18) ? cpu::pool_size() : 1;
+  cpu::parallel_for(num_rows, threads, [&](int64_t row) {
     // Row index -> multi-index (r0, r1, r2) over the "..." dims; r2 is the head axis.
     const int64_t r[3] = {row / (p.row_shape[1] * p.row_shape[2]), (row / p.row_shape[2]) % p.row_shape[1],
                           row % p.row_shape[2]};

@@ -13,6 +13,7 @@
 #include <limits>
 #include <string>
 
+#include "api/checks.hpp"
 #include "api/problem.hpp"
 #include "api/status.hpp"
 
@@ -136,22 +137,7 @@ inline bool is_cpu_storage_dtype(DType t) {
 }
 
 inline const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::f32:
-      return "fp32";
-    case DType::f16:
-      return "fp16";
-    case DType::bf16:
-      return "bf16";
-    case DType::fp8_e4m3:
-      return "fp8_e4m3";
-    case DType::i32:
-      return "int32";
-    case DType::i64:
-      return "int64";
-    default:
-      return "none";
-  }
+  return kvattn::dtype_name(static_cast<kvattn_dtype>(t));  // checks.hpp: numpy's names
 }
 
 // Validation sends the CPU backend only fp32/fp16/bf16/fp8 storage; this keeps any other dtype from
@@ -159,7 +145,7 @@ inline const char* dtype_name(DType t) {
 inline kvattn_status unsupported_dtype(const char* argument, DType t) {
   return fail(KVATTN_ERROR_UNSUPPORTED,
               std::string(argument) + ": dtype " + dtype_name(t) +
-                  " is not supported by the CPU backend (fp32, fp16, bf16, fp8_e4m3)");
+                  " is not supported by the CPU backend (float32, float16, bfloat16, float8_e4m3fn)");
 }
 
 // dst[c] = element (offset + c) of `base`, c in [0, n). Unknown dtypes read as NaN, never as garbage.
@@ -175,9 +161,14 @@ inline void load_row(DType t, const void* base, int64_t offset, int n, double* d
       for (int c = 0; c < n; ++c) dst[c] = f16_to_double(x[c]);
       return;
     }
-    case DType::bf16: {
+    case DType::bf16: {  // the top half of an fp32: widened exactly by a shift
       const uint16_t* x = static_cast<const uint16_t*>(base) + offset;
-      for (int c = 0; c < n; ++c) dst[c] = bf16_to_double(x[c]);
+      for (int c = 0; c < n; ++c) {
+        const uint32_t bits = uint32_t(x[c]) << 16;
+        float f;
+        std::memcpy(&f, &bits, sizeof f);
+        dst[c] = f;
+      }
       return;
     }
     case DType::fp8_e4m3: {

@@ -1,55 +1,48 @@
-// parallel_for: run body(i) for i in [0, n) on up to hardware_concurrency() threads.
+// The CPU backend's threads: one persistent pool per process, and the interrupt flag long calls poll.
+//
+// Pool size: KVATTN_NUM_THREADS, else OMP_NUM_THREADS (its first entry), else the CPUs this process may
+// run on (sched_getaffinity), read once, at the first call that needs the pool. The caller's thread is
+// one of the workers, so a size of 1 starts no thread. A call whose work is smaller than a few thousand
+// key rows never touches the pool (parallel_for runs it inline): a tiny call costs what its math costs.
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <exception>
-#include <mutex>
-#include <system_error>
-#include <thread>
-#include <vector>
+#include <string>
 
 namespace kvattn::cpu {
 
-// Items are handed out one at a time from a shared counter, so uneven items (long and short sequences)
-// balance, and the calling thread works too: if the OS refuses a thread, the others finish the range.
-// An exception thrown by body stops the remaining items and is rethrown here after every thread joined
-// (an exception escaping a std::thread would terminate the process).
+// Threads of the pool including the caller (>= 1); "" when the environment is valid, else the message.
+int pool_size();
+const std::string& pool_config_error();
+
+// Runs body(ctx, i) for every i in [0, n) on up to max_threads threads of the pool (the caller is one),
+// handing items out one at a time from a shared counter so that uneven items balance. An exception in
+// body stops the remaining items and is rethrown here once every worker is done with the job. Calls
+// from several threads at once are safe: a caller that finds the pool busy runs its items itself.
+void run_parallel(int64_t n, int max_threads, void (*body)(void* ctx, int64_t i), void* ctx);
+
 template <class Body>
-void parallel_for(int64_t n, const Body& body) {
+void parallel_for(int64_t n, int max_threads, const Body& body) {
   if (n <= 0) return;
-  const int64_t hardware = std::max(1u, std::thread::hardware_concurrency());
-  const int64_t num_threads = std::min(n, hardware);
-
-  std::atomic<int64_t> next{0};
-  std::atomic<bool> stop{false};
-  std::mutex error_mutex;
-  std::exception_ptr error;
-  auto worker = [&] {
-    for (int64_t i = next++; i < n && !stop.load(std::memory_order_relaxed); i = next++) {
-      try {
-        body(i);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
-        stop = true;
-      }
-    }
-  };
-
-  std::vector<std::thread> threads;
-  threads.reserve(num_threads - 1);
-  for (int64_t t = 1; t < num_threads; ++t) {
-    try {
-      threads.emplace_back(worker);
-    } catch (const std::system_error&) {
-      break;  // fewer threads; the started ones and this one cover the range
-    }
+  if (n == 1 || max_threads <= 1) {
+    for (int64_t i = 0; i < n; ++i) body(i);
+    return;
   }
-  worker();
-  for (std::thread& thread : threads) thread.join();
-  if (error) std::rethrow_exception(error);
+  run_parallel(
+      n, max_threads, [](void* ctx, int64_t i) { (*static_cast<const Body*>(ctx))(i); },
+      const_cast<void*>(static_cast<const void*>(&body)));
 }
+
+// ---- interrupts (kvattn_interrupt): every CPU call running when it is called stops at its next poll.
+// A call takes a ticket when it starts and polls whether the interrupt count moved past it, so an
+// interrupt never leaks into a call that starts afterwards and nothing needs resetting.
+extern std::atomic<uint64_t> g_interrupts;
+
+struct InterruptTicket {
+  uint64_t seen = g_interrupts.load(std::memory_order_relaxed);
+  bool raised() const { return g_interrupts.load(std::memory_order_relaxed) != seen; }
+};
 
 }  // namespace kvattn::cpu

@@ -54,13 +54,13 @@ constexpr size_t kAttentionRows = std::size(kAttentionTable);
 const char* dtype_name(DType dt) {
   switch (dt) {
     case DType::f16:
-      return "f16";
+      return "float16";
     case DType::bf16:
-      return "bf16";
+      return "bfloat16";
     case DType::f32:
-      return "f32";
+      return "float32";
     case DType::fp8_e4m3:
-      return "fp8_e4m3";
+      return "float8_e4m3fn";
     default:
       return "?";
   }
@@ -80,11 +80,12 @@ std::string supported_pairs() {
 kvattn_status pick_failed(const FwdProblem& p, PickFailure failure) {
   switch (failure) {
     case PickFailure::dtypes:
-      return fail(KVATTN_ERROR_UNSUPPORTED,
-                  std::string("q: dtype ") + dtype_name(p.q_dtype) + " with k_cache of dtype " +
-                      dtype_name(p.kv_dtype) +
-                      " is not supported by the CUDA backend (q f16/bf16 with a cache of q's dtype or "
-                      "fp8_e4m3, or fp8_e4m3 q with an fp8_e4m3 cache)");
+      return fail(
+          KVATTN_ERROR_UNSUPPORTED,
+          std::string("q: dtype ") + dtype_name(p.q_dtype) + " with k_cache of dtype " +
+              dtype_name(p.kv_dtype) +
+              " is not supported by the CUDA backend (q float16/bfloat16 with a cache of q's dtype or "
+              "float8_e4m3fn, or float8_e4m3fn q with a float8_e4m3fn cache)");
     case PickFailure::unbuilt:
       return fail(KVATTN_ERROR_UNSUPPORTED,
                   "head_dim=" + std::to_string(p.head_dim) + ", head_dim_v=" + std::to_string(p.head_dim_v) +

@@ -72,8 +72,8 @@ TEST(AppendValidation, SlotsInsideTheCache) {
 TEST(AppendValidation, Dtypes) {
   AppendCall c;
   c.p.value.dtype = F16;
-  EXPECT_TRUE(
-      rejected(c.run(), KVATTN_ERROR_INVALID_ARGUMENT, {"value: dtype f16 does not match key (f32)"}));
+  EXPECT_TRUE(rejected(c.run(), KVATTN_ERROR_INVALID_ARGUMENT,
+                       {"value: dtype float16 does not match key (float32)"}));
   AppendCall c2;
   c2.p.key.dtype = c2.p.value.dtype = BF16;
   c2.p.k_cache.dtype = c2.p.v_cache.dtype = FP8;
@@ -81,18 +81,18 @@ TEST(AppendValidation, Dtypes) {
   AppendCall c4;              // f32 key into an fp8 cache: fp16/bf16 only
   c4.p.k_cache.dtype = c4.p.v_cache.dtype = FP8;
   EXPECT_TRUE(rejected(c4.run(), KVATTN_ERROR_INVALID_ARGUMENT,
-                       {"k_cache: dtype fp8_e4m3 does not match key (f32)"}));
+                       {"k_cache: dtype float8_e4m3fn does not match key (float32)"}));
   AppendCall c3;
   c3.p.v_cache.dtype = F16;
-  EXPECT_TRUE(
-      rejected(c3.run(), KVATTN_ERROR_INVALID_ARGUMENT, {"v_cache: dtype f16 does not match k_cache (f32)"}));
+  EXPECT_TRUE(rejected(c3.run(), KVATTN_ERROR_INVALID_ARGUMENT,
+                       {"v_cache: dtype float16 does not match k_cache (float32)"}));
 }
 
 TEST(AppendValidation, ScalesOnlyWithFp8) {
   AppendCall c;
   c.attach(&A::k_scale, F32, {});
   EXPECT_TRUE(rejected(c.run(), KVATTN_ERROR_INVALID_ARGUMENT,
-                       {"k_scale: must not be given with k_cache of dtype f32"}));
+                       {"k_scale: must not be given with k_cache of dtype float32"}));
 }
 
 TEST(AppendValidation, PageSizeAtLeastOne) {
@@ -126,12 +126,12 @@ TEST(CombineValidation, OutPartialsRank) {
 TEST(CombineValidation, PartialsAreF32) {
   CombineCall c;
   c.p.out_partials.dtype = BF16;
-  EXPECT_TRUE(
-      rejected(c.run(), KVATTN_ERROR_INVALID_ARGUMENT, {"out_partials: expected dtype f32, got bf16"}));
+  EXPECT_TRUE(rejected(c.run(), KVATTN_ERROR_INVALID_ARGUMENT,
+                       {"out_partials: expected dtype float32, got bfloat16"}));
   CombineCall c2;
   c2.p.lse_partials.dtype = F16;
-  EXPECT_TRUE(
-      rejected(c2.run(), KVATTN_ERROR_INVALID_ARGUMENT, {"lse_partials: expected dtype f32, got f16"}));
+  EXPECT_TRUE(rejected(c2.run(), KVATTN_ERROR_INVALID_ARGUMENT,
+                       {"lse_partials: expected dtype float32, got float16"}));
 }
 
 TEST(CombineValidation, ShapesFollowOutPartials) {
@@ -152,8 +152,8 @@ TEST(CombineValidation, ShapesFollowOutPartials) {
 TEST(CombineValidation, OutDtype) {
   CombineCall c;
   c.p.out.dtype = I32;
-  EXPECT_TRUE(
-      rejected(c.run(), KVATTN_ERROR_INVALID_ARGUMENT, {"out: expected dtype f32, f16 or bf16, got int32"}));
+  EXPECT_TRUE(rejected(c.run(), KVATTN_ERROR_INVALID_ARGUMENT,
+                       {"out: expected dtype float32, float16 or bfloat16, got int32"}));
 }
 
 TEST(CombineValidation, SinksMatchTheLastRowDim) {

@@ -68,16 +68,16 @@ TEST(FwdValidation, UnknownDtype) {
 TEST(FwdValidation, QDtypeMustBeFloat) {
   FwdCall c;
   c.p.q.dtype = I32;
-  EXPECT_TRUE(invalid(c.p, {"q: expected dtype f32, f16, bf16 or fp8_e4m3, got int32"}));
+  EXPECT_TRUE(invalid(c.p, {"q: expected dtype float32, float16, bfloat16 or float8_e4m3fn, got int32"}));
 }
 
 TEST(FwdValidation, CacheDtypeMustMatchQ) {
   FwdCall c(F16);
   c.p.k_cache.dtype = BF16;
-  EXPECT_TRUE(invalid(c.p, {"k_cache: dtype bf16 does not match q (f16)"}));
+  EXPECT_TRUE(invalid(c.p, {"k_cache: dtype bfloat16 does not match q (float16)"}));
   FwdCall c2(F16);
   c2.p.v_cache.dtype = BF16;
-  EXPECT_TRUE(invalid(c2.p, {"v_cache: dtype bf16 does not match k_cache (f16)"}));
+  EXPECT_TRUE(invalid(c2.p, {"v_cache: dtype bfloat16 does not match k_cache (float16)"}));
 }
 
 TEST(FwdValidation, Fp8CacheRunsOnCpu) {
@@ -97,20 +97,20 @@ TEST(FwdValidation, Fp8QNeedsAnFp8Cache) {
   FwdCall c(FP8);
   c.p.k_cache.dtype = c.p.v_cache.dtype = BF16;
   c.attach(&P::out, BF16, {FwdCall::b, FwdCall::sq, FwdCall::hq, FwdCall::dv});
-  EXPECT_TRUE(invalid(c.p, {"k_cache: dtype bf16 does not match q (fp8_e4m3)"}));
+  EXPECT_TRUE(invalid(c.p, {"k_cache: dtype bfloat16 does not match q (float8_e4m3fn)"}));
 }
 
 TEST(FwdValidation, Fp8CacheUnderF32QIsInvalid) {
   FwdCall c;
   c.p.k_cache.dtype = FP8;
   c.p.v_cache.dtype = FP8;
-  EXPECT_TRUE(invalid(c.p, {"k_cache: dtype fp8_e4m3 does not match q (f32)"}));
+  EXPECT_TRUE(invalid(c.p, {"k_cache: dtype float8_e4m3fn does not match q (float32)"}));
 }
 
 TEST(FwdValidation, F32IsUnsupportedOnCuda) {
   FwdCall c;
   c.p.device_type = KVATTN_DEVICE_CUDA;
-  EXPECT_TRUE(fwd_rejected(c.p, KVATTN_ERROR_UNSUPPORTED, {"q: dtype f32", "CPU backend only"}));
+  EXPECT_TRUE(fwd_rejected(c.p, KVATTN_ERROR_UNSUPPORTED, {"q: dtype float32", "CPU backend only"}));
 }
 
 TEST(FwdValidation, Fp8PassesValidationOnCuda) {
@@ -131,10 +131,10 @@ TEST(FwdValidation, Fp8PassesValidationOnCuda) {
 TEST(FwdValidation, DescalesNeedFp8) {
   FwdCall c(BF16);
   c.attach(&P::k_descale, F32, {2, 2});
-  EXPECT_TRUE(invalid(c.p, {"k_descale: must not be given with k_cache of dtype bf16"}));
+  EXPECT_TRUE(invalid(c.p, {"k_descale: must not be given with k_cache of dtype bfloat16"}));
   FwdCall c2(BF16);
   c2.attach(&P::q_descale, F32, {2, 2});
-  EXPECT_TRUE(invalid(c2.p, {"q_descale: must not be given with q of dtype bf16"}));
+  EXPECT_TRUE(invalid(c2.p, {"q_descale: must not be given with q of dtype bfloat16"}));
 }
 
 TEST(FwdValidation, CacheHeadDimMustMatchQ) {
@@ -167,7 +167,7 @@ TEST(FwdValidation, OutIsRequiredWithDvAndQsDtype) {
   EXPECT_TRUE(invalid(c2.p, {"out: expected shape (b, sq, hq, dv) = (2, 1, 4, 8), got (2, 1, 4, 6)"}));
   FwdCall c3(F16);
   c3.p.out.dtype = BF16;
-  EXPECT_TRUE(invalid(c3.p, {"out: dtype bf16 does not match q (f16)"}));
+  EXPECT_TRUE(invalid(c3.p, {"out: dtype bfloat16 does not match q (float16)"}));
 }
 
 TEST(FwdValidation, DvComesFromVCache) {
@@ -182,7 +182,7 @@ TEST(FwdValidation, DvComesFromVCache) {
 TEST(FwdValidation, QvDtypeMatchesQ) {
   FwdCall c(F16);
   c.attach(&P::qv, BF16, {2, 1, 4, 8});
-  EXPECT_TRUE(invalid(c.p, {"qv: dtype bf16 does not match q (f16)"}));
+  EXPECT_TRUE(invalid(c.p, {"qv: dtype bfloat16 does not match q (float16)"}));
 }
 
 TEST(FwdValidation, LseShapeAndDtype) {
@@ -192,7 +192,7 @@ TEST(FwdValidation, LseShapeAndDtype) {
   c.attach(&P::lse, F32, {2, 1, 4});
   EXPECT_TRUE(invalid(c.p, {"lse: expected shape (b, hq, sq) = (2, 4, 1), got (2, 1, 4)"}));
   c.attach(&P::lse, F16, {2, 4, 1});
-  EXPECT_TRUE(invalid(c.p, {"lse: expected dtype f32, got f16"}));
+  EXPECT_TRUE(invalid(c.p, {"lse: expected dtype float32, got float16"}));
 }
 
 TEST(FwdValidation, TooFewCacheRowsWithoutCacheBatchIdx) {
@@ -315,7 +315,7 @@ TEST(FwdValidation, NewKeysShapeAndDtype) {
   FwdCall c2(F16);
   c2.add_new_tokens(1);
   c2.p.k.dtype = BF16;
-  EXPECT_TRUE(invalid(c2.p, {"k: dtype bf16 does not match q (f16)"}));
+  EXPECT_TRUE(invalid(c2.p, {"k: dtype bfloat16 does not match q (float16)"}));
 }
 
 TEST(FwdValidation, VarlenNewKeys) {
@@ -358,9 +358,9 @@ TEST(FwdValidation, RotaryDtypeIsF32OrQs) {
   c.attach(&P::rotary_sin, F32, {32, 2});
   EXPECT_TRUE(ok(check(c.p)));
   c.p.rotary_cos.dtype = BF16;
-  EXPECT_TRUE(invalid(c.p, {"rotary_cos: expected dtype f32 or f16, got bf16"}));
+  EXPECT_TRUE(invalid(c.p, {"rotary_cos: expected dtype float32 or float16, got bfloat16"}));
   c.p.rotary_cos.dtype = F16;
-  EXPECT_TRUE(invalid(c.p, {"rotary_sin: dtype f32 does not match rotary_cos (f16)"}));
+  EXPECT_TRUE(invalid(c.p, {"rotary_sin: dtype float32 does not match rotary_cos (float16)"}));
 }
 
 TEST(FwdValidation, RotarySeqlensNeedsRotary) {
@@ -428,7 +428,7 @@ TEST(FwdValidation, AlibiSlopes) {
   c.attach(&P::alibi_slopes, F32, {3});
   EXPECT_TRUE(invalid(c.p, {"alibi_slopes: expected shape (hq,) = (4,), got (3,)"}));
   c.attach(&P::alibi_slopes, F16, {4});
-  EXPECT_TRUE(invalid(c.p, {"alibi_slopes: expected dtype f32, got f16"}));
+  EXPECT_TRUE(invalid(c.p, {"alibi_slopes: expected dtype float32, got float16"}));
 }
 
 TEST(FwdValidation, Sinks) {
@@ -438,7 +438,7 @@ TEST(FwdValidation, Sinks) {
   c.attach(&P::sinks, F32, {2});
   EXPECT_TRUE(invalid(c.p, {"sinks: expected shape (hq,) = (4,), got (2,)"}));
   c.attach(&P::sinks, BF16, {4});
-  EXPECT_TRUE(invalid(c.p, {"sinks: expected dtype f32, got bf16"}));
+  EXPECT_TRUE(invalid(c.p, {"sinks: expected dtype float32, got bfloat16"}));
 }
 
 TEST(FwdValidation, EmptyBatchIsValid) {

@@ -159,7 +159,26 @@ def test_not_an_array():
 def test_unsupported_dtype_float64():
     kw = base()
     kw["q"] = kw["q"].astype(np.float64)
-    expect_error("q", **kw)
+    msg = expect_error("q", **kw)
+    # A float tensor is told the float dtypes, not the index ones.
+    assert "float64" in msg and "bfloat16" in msg and "int32" not in msg and "int64" not in msg, msg
+    kw = base()
+    kw["cache_seqlens"] = kw["cache_seqlens"].astype(np.float32)
+    msg = expect_error("cache_seqlens", **kw)
+    assert "float32" in msg and "int32" in msg, msg
+
+
+def test_dtype_names_are_numpys():
+    """The library names dtypes as numpy does (float32, not f32 or fp32), each allowed one once."""
+    kw = base()
+    kw["k_cache"] = kw["k_cache"].astype(np.float16)
+    msg = expect_error("k_cache", **kw)
+    assert "float16" in msg and "float32" in msg and "f32" not in msg.replace("float32", ""), msg
+    kw = base(sq=1)
+    cos, sin = rotary_tables(np.random.default_rng(1), 32, 8, np.float16)
+    kw.update(rotary_cos=cos, rotary_sin=sin, k=kw["q"][:, :, :2].copy(), v=kw["q"][:, :, :2].copy())
+    msg = expect_error("rotary_cos", **kw)
+    assert msg.count("float32") == 1 and "float32 or float32" not in msg, msg
 
 
 def test_too_many_dims():
