@@ -2,6 +2,8 @@
 // tensor shapes have fixed the sizes in `p` (b, hq, hk, d, dv). Also the CUDA workspace check.
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <limits>
 #include <string>
 
 #include "api/backend.hpp"
@@ -55,11 +57,27 @@ void check_rotary(const kvattn_fwd_params& a, FwdProblem& p) {
 
 // softmax_scale (<= 0: 1/sqrt(d), or 1/sqrt(d + dv) with qv), softcap, causal, window, attention_chunk.
 void check_scores_and_mask(const kvattn_fwd_params& a, FwdProblem& p) {
-  if (!std::isfinite(a.softmax_scale)) {
-    invalid("softmax_scale: must be finite, got " + std::to_string(a.softmax_scale));
+  // The kernels compute scores in float32 (both backends): a positive scale or softcap outside float32's
+  // normal range would be inf or 0 there, and the answer would not be the contract's.
+  constexpr double kMin = std::numeric_limits<float>::min(), kMax = std::numeric_limits<float>::max();
+  auto shown = [](double x) {  // std::to_string would print 1e-308 as 0.000000
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", x);
+    return std::string(buf);
+  };
+  const bool scale_ok = a.softmax_scale <= 0 || (a.softmax_scale >= kMin && a.softmax_scale <= kMax);
+  if (!std::isfinite(a.softmax_scale) || !scale_ok) {
+    invalid(
+        "softmax_scale: must be finite: <= 0 (the default) or a normal float32 in [1.17549435e-38, "
+        "3.40282347e38], got " +
+        shown(a.softmax_scale));
   }
-  if (!(a.softcap >= 0) || !std::isfinite(a.softcap)) {
-    invalid("softcap: must be finite and >= 0 (0 = off), got " + std::to_string(a.softcap));
+  const bool softcap_ok = a.softcap == 0 || (a.softcap >= kMin && a.softcap <= kMax);
+  if (!(a.softcap >= 0) || !std::isfinite(a.softcap) || !softcap_ok) {
+    invalid(
+        "softcap: must be finite and >= 0: 0 (off) or a normal float32 in [1.17549435e-38, 3.40282347e38], "
+        "got " +
+        shown(a.softcap));
   }
   expect_at_least("window_left", a.window_left, -1, " (-1 = unbounded)");
   expect_at_least("window_right", a.window_right, -1, " (-1 = unbounded)");

@@ -181,7 +181,7 @@ class ItemAttention {
       }
       std::fill(o_tile_.begin(), o_tile_.end(), 0.f);
       for (int gg = 0; gg < heads; ++gg) {
-        // S = Q K^T (+ QV V^T) of this head's rows, scaled already through q and qv
+        // S = scale (Q K^T (+ QV V^T)) of this head's rows (descales folded into q and qv)
         const size_t r0 = size_t(gg) * per_head_;
         float* s = &s_[r0 * n];
         const size_t key_rows = size_t(gg) * tile_;
@@ -190,12 +190,16 @@ class ItemAttention {
           dot_rows(&qv_[r0 * dv], per_head_, dv, &v_raw_[key_rows], &v_rows_[key_rows], n, s_qv_.data());
           for (size_t e = 0; e < size_t(per_head_) * n; ++e) s[e] += s_qv_[e];
         }
+        const float scale = float(p_.softmax_scale);
+        for (size_t e = 0; e < size_t(per_head_) * n; ++e) s[e] *= scale;
         for (int r = 0; r < per_head_; ++r) softmax_tile(int(r0) + r, key0, n);
         if (p_.kv_dtype == DType::bf16) {  // s holds P now
           cpu::accumulate_pv_bf16(s, per_head_, n, bf16_rows(&v_raw_[key_rows]), dv, &o_tile_[r0 * dv]);
         } else {
           cpu::accumulate_pv(s, per_head_, n, &v_rows_[key_rows], dv, &o_tile_[r0 * dv]);
         }
+        for (int r = 0; r < per_head_; ++r)
+          keep_zero_weights_out(s + size_t(r) * n, n, key_rows, &o_tile_[(r0 + r) * dv]);
       }
       cpu::add_rows(o_.data(), o_tile_.data(), rows_ * dv);
     }
@@ -203,8 +207,10 @@ class ItemAttention {
   }
 
  private:
-  // q (rows, d) and qv (rows, dv) in fp32: descaled, rotated (in double), times softmax_scale and the k
-  // (v) descale, so that a dot product with a stored key row is the score x of step 5 before softcap.
+  // q (rows, d) and qv (rows, dv) in fp32: descaled, rotated (in double), times the k (v) descale, so that
+  // a dot product with a stored key row, times softmax_scale, is the score x of step 5 before softcap. The
+  // scale is applied after the dot product, as the GPU kernels do: a score overflows to +-inf only when
+  // it is beyond float32's range itself (docs/DESIGN.md, non-finite scores).
   void load_queries() {
     const int group = p_.num_q_heads / p_.num_kv_heads;
     const int d = p_.head_dim;
@@ -222,10 +228,9 @@ class ItemAttention {
       item_.token_and_head(r, group, &t, &h);
       const int g = h / group;
       const double q_descale = descale(p_.q_descale, p_.q_descale_strides, item_.i, g);
-      const double k_scale = double(float(p_.softmax_scale)) * q_descale *
-                             descale(p_.k_descale, p_.k_descale_strides, item_.i, g);
+      const double k_scale = q_descale * descale(p_.k_descale, p_.k_descale_strides, item_.i, g);
       v_descale_[g - item_.g0] = descale(p_.v_descale, p_.v_descale_strides, item_.i, g);
-      const double v_scale = double(float(p_.softmax_scale)) * q_descale * v_descale_[g - item_.g0];
+      const double v_scale = q_descale * v_descale_[g - item_.g0];
       qp_[r] = t + seq_.kv_len - seq_.q_used;  // bottom-right aligned (step 4)
       KeyRange keys = visible_keys(p_, qp_[r], seq_.kv_len);
       keys.lo = std::max(keys.lo, item_.key0);
@@ -363,7 +368,7 @@ class ItemAttention {
     const KeyRange keys = visible_[r];
     const int lo = int(std::clamp<int64_t>(keys.lo - key0, 0, n));
     const int hi = int(std::clamp<int64_t>(keys.hi - key0, lo, n));
-    if (lo >= hi) {
+    if (lo >= hi || std::isnan(m_[r])) {  // no visible key here, or the row is NaN already
       std::fill(x, x + n, 0.f);
       return;
     }
@@ -376,8 +381,16 @@ class ItemAttention {
     }
     std::fill(x, x + lo, -std::numeric_limits<float>::infinity());
     std::fill(x + hi, x + n, -std::numeric_limits<float>::infinity());
-    float tile_max = cpu::max_of(x + lo, hi - lo);
-    if (std::isnan(tile_max)) tile_max = 0.f;  // NaN scores poison l and o through P, not through m
+    // A NaN score poisons the row (docs/DESIGN.md): l becomes NaN. Checked here, not left to max and exp,
+    // since the vector max drops NaN and the vector exp clamps its argument.
+    bool nan = false;
+    for (int j = lo; j < hi; ++j) nan = nan || std::isnan(x[j]);
+    if (nan) {
+      m_[r] = l_[r] = std::numeric_limits<double>::quiet_NaN();  // NaN through every later tile and the merge
+      std::fill(x, x + n, 0.f);
+      return;
+    }
+    const float tile_max = cpu::max_of(x + lo, hi - lo);
     const double m_new = std::max(m_[r], double(tile_max));
     if (m_new == -kInf) {  // every visible score is -inf (ALiBi or softcap cannot make one; data can)
       std::fill(x, x + n, 0.f);
@@ -394,6 +407,28 @@ class ItemAttention {
       m_[r] = m_new;
     }
     l_[r] += tile_sum;
+  }
+
+  // A zero weight never multiplies a value (docs/DESIGN.md): 0 x inf is NaN. The vector P V multiplies
+  // every key, so a row that came out non-finite (only a non-finite V can do that) is summed again here,
+  // skipping the zero weights. p: (n) the row's P; o: (dv) its P V, in the pair order for bf16 caches.
+  void keep_zero_weights_out(const float* p, int n, size_t key_rows, float* o) {
+    const int dv = p_.head_dim_v;
+    bool finite = true;
+    for (int c = 0; c < dv; ++c) finite = finite && std::isfinite(o[c]);
+    if (finite) return;
+    std::vector<double> sum(dv, 0.0), v(dv);
+    for (int j = 0; j < n; ++j) {
+      if (p[j] == 0.f) continue;
+      if (p_.kv_dtype == DType::bf16) {
+        cpu::load_row(DType::bf16, v_raw_[key_rows + j], 0, dv, v.data());
+      } else {
+        for (int c = 0; c < dv; ++c) v[c] = v_rows_[key_rows + j][c];
+      }
+      for (int c = 0; c < dv; ++c) sum[c] += double(p[j]) * v[c];
+    }
+    for (int c = 0; c < dv; ++c) o[c] = float(sum[c]);
+    if (p_.kv_dtype == DType::bf16) cpu::to_pair_order(o, dv);
   }
 
   static double inf_keys_as_ones(float* x, int n) {

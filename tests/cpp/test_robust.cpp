@@ -272,10 +272,20 @@ TEST(Finding6, NanScoresPoisonTheRowForEveryNumSplits) {
 }
 
 TEST(Finding6, HugeSoftmaxScaleOverflowsToInfScoresForEveryNumSplits) {
-  // 1e308 * 2 and 1e308 * 3 overflow to +inf; 1e308 * 1 stays finite and weighs 0 next to them.
-  sweep(1, {2, 3, 1}, 1e308, nullptr, {1.5, 15, float(kInf)});
-  // 1e308 * -2 = -inf, 1e308 * 1 = 1e308 finite: all the weight on key 1.
-  sweep(1, {-2, 1}, 1e308, nullptr, {2, 20, float(kInf)});
+  // Scores are float32 (docs/DESIGN.md): 3e38 * 2 and 3e38 * 3 overflow to +inf; 3e38 * 1 stays finite
+  // and weighs 0 next to them.
+  sweep(1, {2, 3, 1}, 3e38, nullptr, {1.5, 15, float(kInf)});
+  // 3e38 * -2 = -inf, 3e38 * 1 finite: all the weight on key 1.
+  sweep(1, {-2, 1}, 3e38, nullptr, {2, 20, 3e38f});
+}
+
+TEST(Finding6, SoftmaxScaleBeyondFloat32IsRejected) {
+  for (double scale : {1e308, 3.5e38}) {
+    ScoreCall c(1, {1, 2}, scale, nullptr);
+    const Result r = fwd(c.p);
+    EXPECT_EQ(r.status, KVATTN_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(r.message.find("softmax_scale"), std::string::npos) << r.message;
+  }
 }
 
 TEST(Finding6, InfiniteQueryWithASinkForEveryNumSplits) {
