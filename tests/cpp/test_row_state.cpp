@@ -95,4 +95,19 @@ TEST(RowState, LsePartialsMergeToTheirLogSumExp) {
   EXPECT_NEAR(st.lse(), 10.5 + std::log(sum), 1e-5);
 }
 
+TEST(RowState, AnEmptyRowFoldsToTheSinkExactly) {
+  // Through log2 units and back the sink would be off by an ulp: the contract wants it exact.
+  for (const float sink : {-15.5599918f, -7.78999424f, 0.1f, 123.456f}) {  // the first two do not round-trip
+    RowState empty;
+    const kvattn::cuda::SinkFold fold = kvattn::cuda::fold_sink(empty, sink);
+    EXPECT_EQ(fold.lse, sink);
+    EXPECT_EQ(fold.o_scale, 0.f);
+  }
+  RowState seen;
+  seen.merge(2.f * kLog2e, 1.f);
+  const kvattn::cuda::SinkFold fold = kvattn::cuda::fold_sink(seen, 0.5f);
+  EXPECT_NEAR(fold.lse, std::log(std::exp(2.0) + std::exp(0.5)), 1e-6);
+  EXPECT_EQ(fold.o_scale, 1.f);  // the max (2) did not move
+}
+
 }  // namespace

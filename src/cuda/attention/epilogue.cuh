@@ -37,10 +37,9 @@ __device__ __forceinline__ void write_row(const AttnParams& p, const Piece& w, c
   float lse = st.lse(), rescale = 1.f;
   const int64_t prow = piece_partial_row(p, w, seq, r);
   if (prow < 0 && p.sinks && q.attends) {
-    const float sink = p.sinks[q.head];
-    const bool empty = st.l == 0.f;
-    rescale = st.merge(sink * kLog2e, 1.f).a;
-    lse = empty ? sink : st.lse();  // an empty row's lse is the sink, exactly
+    const SinkFold fold = fold_sink(st, p.sinks[q.head]);
+    rescale = fold.o_scale;
+    lse = fold.lse;
   }
   const float inv_l = st.l > 0.f ? rescale / st.l * o_scale : 0.f;
   if (prow >= 0) {

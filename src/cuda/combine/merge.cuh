@@ -51,8 +51,9 @@ __device__ inline void merge_row_warp(const PartialRow& in, int n, int dv, bool 
     st.merge(m_b, l_b);
   }
   nan = __any_sync(0xffffffffu, nan);
-  if (has_sink) st.merge(sink * kLog2e, 1.f);
-  const float total = nan ? NAN : st.lse();  // natural log; -inf when nothing (no key, no sink) contributed
+  // Natural log; -inf when nothing (no key, no sink) contributed.
+  float total = has_sink ? fold_sink(st, sink).lse : st.lse();
+  if (nan) total = NAN;
   // Weight of a partial with lse_s; zero-weight partials are skipped, so their O may be anything.
   // +inf partials share the weight (st.l counts them; inf - inf would be NaN), the others weigh 0.
   auto weight = [&](float lse_s) {

@@ -53,4 +53,17 @@ struct RowState {
   KVATTN_STATE_FN float lse() const { return l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY; }
 };
 
+// The sink (natural log: the logit of a key whose value is zero) folded into a row's state, counted once
+// per row: by the attention epilogue for a whole unit, else by the split combine.
+struct SinkFold {
+  float lse;      // natural log; a row that saw no key gets the sink exactly, not through log2 units and back
+  float o_scale;  // the factor of the row's O (0 for a row that saw no key)
+};
+
+KVATTN_STATE_FN SinkFold fold_sink(RowState& st, float sink) {
+  const bool empty = st.l == 0.f;
+  const float o_scale = st.merge(sink * kLog2e, 1.f).a;
+  return {empty ? sink : st.lse(), o_scale};
+}
+
 }  // namespace kvattn::cuda
