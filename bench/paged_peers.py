@@ -33,42 +33,48 @@ def _workspace(torch, device):
     return _WS[device]
 
 
+def page_view(plan):
+    """The valid keys of every sequence after kvattn's append, as pages of the caches kvattn reads (numpy).
+
+    Returns dict(page, rows (b, pages per row) int32: the page ids of each sequence's row, lens (b,): keys,
+    npages (b,), indptr (b + 1,), indices (sum npages,), last_len (b,)): FlashInfer's indptr / indices /
+    last-page lengths and FA4's page table + seqused_k. Pages of a contiguous cache: that cache viewed as
+    (rows * capacity / page, page, heads, d), row r's pages r * capacity / page + j."""
+    c = plan.case
+    if c.leftpad:
+        raise Unavailable("left padding (cache_leftpad): no per-sequence start offset in its API")
+    lens = plan.seqlen_k.astype(np.int64)  # slots [0, len) of each sequence's row after the append
+    if c.page:
+        page = c.page
+        rows = plan.page_table[plan.rows]
+    else:
+        page = math.gcd(plan.capacity, CONTIG_PAGE)
+        per_row = plan.capacity // page
+        rows = plan.rows[:, None] * per_row + np.arange(per_row)[None, :]
+    npages = -(-lens // page)
+    return dict(page=page, rows=np.ascontiguousarray(rows, np.int32), lens=lens, npages=npages,
+                indptr=np.concatenate([[0], np.cumsum(npages)]).astype(np.int32),
+                indices=np.concatenate([rows[i, :n] for i, n in enumerate(npages)]).astype(np.int32),
+                last_len=(lens - (npages - 1) * page).astype(np.int32))
+
+
 class PageView:
-    """The valid keys of every sequence as pages of the caches kvattn reads (same tensors)."""
+    """page_view() on the device of an input set, and each set's caches as pages (views, no copy)."""
 
     def __init__(self, plan, kw, torch):
-        c = plan.case
-        if c.leftpad:
-            raise Unavailable("left padding (cache_leftpad): no per-sequence start offset in its API")
-        self.lens = plan.seqlen_k.astype(np.int64)  # slots [0, len) of each sequence's row after the append
-        if c.page:
-            self.page = c.page
-            rows = plan.page_table[plan.rows]
-            self.k, self.v = kw["k_cache"], kw["v_cache"]
-        else:
-            cap = plan.capacity
-            self.page = math.gcd(cap, CONTIG_PAGE)
-            per_row = cap // self.page
-            rows = plan.rows[:, None] * per_row + np.arange(per_row)[None, :]
-            self.k = kw["k_cache"].view(-1, self.page, *kw["k_cache"].shape[2:])
-            self.v = kw["v_cache"].view(-1, self.page, *kw["v_cache"].shape[2:])
-        self.rows = np.ascontiguousarray(rows, np.int32)  # (b, pages per row)
-        self.npages = -(-self.lens // self.page)
-        dev = kw["k_cache"].device
-        self.device = dev
-        self.table = torch.from_numpy(self.rows).to(dev)
-        self.seqused = torch.from_numpy(self.lens.astype(np.int32)).to(dev)
-        self.indptr = torch.from_numpy(np.concatenate([[0], np.cumsum(self.npages)]).astype(np.int32)).to(dev)
-        self.indices = torch.from_numpy(np.concatenate(
-            [self.rows[i, :n] for i, n in enumerate(self.npages)]).astype(np.int32)).to(dev)
-        self.last_len = torch.from_numpy((self.lens - (self.npages - 1) * self.page).astype(np.int32)).to(dev)
+        pv = page_view(plan)
+        self.page, self.lens = pv["page"], pv["lens"]
+        self.device = dev = kw["k_cache"].device
+
+        def t(a):
+            return torch.from_numpy(np.ascontiguousarray(a, np.int32)).to(dev)
+        self.table, self.seqused = t(pv["rows"]), t(pv["lens"])
+        self.indptr, self.indices, self.last_len = t(pv["indptr"]), t(pv["indices"]), t(pv["last_len"])
 
     def caches(self, kw):
-        """This input set's (K pages, V pages): views of its own caches."""
-        if kw["k_cache"].dim() == 4 and kw["k_cache"].shape[1] == self.page:
-            return kw["k_cache"], kw["v_cache"]
-        return (kw["k_cache"].view(-1, self.page, *kw["k_cache"].shape[2:]),
-                kw["v_cache"].view(-1, self.page, *kw["v_cache"].shape[2:]))
+        """This input set's (K pages, V pages): its own caches, viewed as pages when contiguous."""
+        k, v = kw["k_cache"], kw["v_cache"]
+        return k.view(-1, self.page, *k.shape[2:]), v.view(-1, self.page, *v.shape[2:])
 
 
 def _packed_q(plan, q):
@@ -128,6 +134,18 @@ def make_flashinfer(plan, sets, qs, torch):
     if backend is None:
         raise Unavailable(f"FlashInfer's prefill modules for {c.dtype or 'bf16'} d{c.d} are not in the kit")
     qo = _qo_indptr(plan, torch, dev)
+    if not c.page and not c.scattered and (view.lens == plan.capacity).all():
+        # A contiguous cache that each sequence fills: the keys are packed as they are, which is FlashInfer's
+        # ragged layout (what an engine uses for a prompt without a cached prefix).
+        w = fi.BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD", backend=backend)
+        kv_indptr = torch.from_numpy(np.arange(plan.b + 1, dtype=np.int32) * plan.capacity).to(dev)
+        w.plan(qo, kv_indptr, c.hq, c.hk, c.d, causal=bool(c.causal), q_data_type=dtype, kv_data_type=dtype)
+        for kw, q in zip(sets, qs):
+            k, v = (kw[n].view(-1, *kw[n].shape[2:]) for n in ("k_cache", "v_cache"))
+            qp = _packed_q(plan, q)
+            out = torch.empty_like(qp)
+            fns.append(lambda w=w, qp=qp, k=k, v=v, out=out, shape=q.shape: w.run(qp, k, v, out=out).view(shape))
+        return fns, f"ragged prefill wrapper (the contiguous cache as packed keys), {backend} backend"
     w = fi.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend=backend)
     w.plan(qo, view.indptr, view.indices, view.last_len, c.hq, c.hk, c.d, view.page, causal=bool(c.causal),
            q_data_type=dtype, kv_data_type=dtype)
