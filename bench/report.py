@@ -1,8 +1,9 @@
 """Records out: JSON lines, a markdown table, a per-suite summary, and PNG plots (when matplotlib is importable).
 
-    python3 -m bench.report RESULTS.jsonl [--out DIR] [--results-md bench/RESULTS.md]
+    python3 -m bench.report RESULTS.jsonl [MORE.jsonl ...] [--out DIR] [--results-md bench/RESULTS.md]
 
-regenerates, from a run's JSON lines, summary.md, results.md and the plots in DIR (default: the JSON's folder),
+regenerates, from a run's JSON lines (one run cut into several device calls: all their files, in order),
+summary.md, results.md, results.jsonl (all records) and the plots in DIR (default: the first JSON's folder),
 and with --results-md replaces the summary block of RESULTS.md (between its SUMMARY markers) with the run's.
 """
 import argparse
@@ -333,16 +334,18 @@ def env_of(records):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python3 -m bench.report", description=__doc__.split("\n\n")[0])
-    ap.add_argument("jsonl", help="a run's results.jsonl")
+    ap.add_argument("jsonl", nargs="+", help="a run's results.jsonl (several: one run in several calls)")
     ap.add_argument("--out", default="", help="folder for summary.md, results.md and the plots (default: the JSON's)")
     ap.add_argument("--results-md", default="", help="replace this file's summary block (bench/RESULTS.md)")
     ap.add_argument("--plot-prefix", default="", help="path of the plots as RESULTS.md links them")
     args = ap.parse_args(argv)
-    records = load_jsonl(args.jsonl)
+    records = [r for path in args.jsonl for r in load_jsonl(path)]
     if not records:
-        raise SystemExit(f"{args.jsonl}: no records")
-    out = args.out or os.path.dirname(os.path.abspath(args.jsonl))
+        raise SystemExit(f"{' '.join(args.jsonl)}: no records")
+    out = args.out or os.path.dirname(os.path.abspath(args.jsonl[0]))
     os.makedirs(out, exist_ok=True)
+    if len(args.jsonl) > 1 or os.path.abspath(args.jsonl[0]) != os.path.join(os.path.abspath(out), "results.jsonl"):
+        write_jsonl(os.path.join(out, "results.jsonl"), records)
     env = env_of(records)
     summary = summary_markdown(records, env)
     made, msg = suite_plots(records, out)
