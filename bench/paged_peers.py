@@ -28,8 +28,9 @@ _WS = {}
 
 
 def _workspace(torch, device):
+    """FlashInfer's float workspace (split-KV partial results), zeroed before its first use as it asks."""
     if device not in _WS:
-        _WS[device] = torch.empty(FI_WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        _WS[device] = torch.zeros(FI_WORKSPACE_BYTES, dtype=torch.uint8, device=device)
     return _WS[device]
 
 
@@ -121,7 +122,9 @@ def make_flashinfer(plan, sets, qs, torch):
     if decode:
         if not _fi_module_ready(fi, "fa2", dtype, c.d, torch):
             raise Unavailable(f"FlashInfer's FA2 module for {c.dtype or 'bf16'} d{c.d} is not in the kit")
-        w = fi.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True)
+        # backend="fa2": the tensor-core kernel that "auto" picks for bf16/fp16, named so that no cuDNN
+        # auto-selection can stand in for it.
+        w = fi.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True, backend="fa2")
         w.plan(view.indptr, view.indices, view.last_len, c.hq, c.hk, c.d, view.page,
                q_data_type=dtype, kv_data_type=dtype)
         for kw, q in zip(sets, qs):
@@ -129,7 +132,7 @@ def make_flashinfer(plan, sets, qs, torch):
             qd = q.reshape(q.shape[0], c.hq, c.d)
             out = torch.empty_like(qd)
             fns.append(lambda w=w, qd=qd, kv=kv, out=out: w.run(qd, kv, out=out).view(out.shape[0], 1, *out.shape[1:]))
-        return fns, f"decode wrapper, tensor cores, page {view.page}"
+        return fns, f"decode wrapper, tensor cores (fa2), page {view.page}"
     backend = next((b for b in ("fa3", "fa2") if _fi_module_ready(fi, b, dtype, c.d, torch)), None)
     if backend is None:
         raise Unavailable(f"FlashInfer's prefill modules for {c.dtype or 'bf16'} d{c.d} are not in the kit")
