@@ -7,8 +7,10 @@
 #   3. python3 -m bench.run on the suites of $1 (default W1,W2,W4,W6,W3,W5) with every peer, output in
 #      $OUT/bench_<suites>/ (results.jsonl, results.md, summary.md, plots), packed as one .tgz (the device
 #      tool returns at most 8 files); with KVATTN_MAIN=1 also the MAIN JOB.
-# Knobs: KVATTN_LIBRARY (build-ci/libkvattn.so), KVATTN_BENCH_MINUTES (--max-minutes, 7.5),
-# KVATTN_BENCH_ARGS (more bench.run arguments, e.g. "--peers flashinfer,fa4" or "--filter b16").
+# Knobs: KVATTN_LIBRARY (build-ci/libkvattn.so), KVATTN_BENCH_MINUTES (--max-minutes, 7.5; no case starts
+# after it), KVATTN_BENCH_TIMEOUT (540 s: the whole bench.run, inside the 600 s of a device call),
+# KVATTN_BENCH_ARGS (more bench.run arguments, e.g. "--peers flashinfer,fa4 --flex none"),
+# KVATTN_BENCH_FILTER (case names: substrings separated by '|', spaces allowed).
 # Locally, afterwards: python3 -m bench.report <run>/results.jsonl [more .jsonl] --results-md bench/RESULTS.md
 set +e
 cd "$(dirname "$0")/.." || exit 2
@@ -27,8 +29,9 @@ t0=$(date +%s)
 python3 -m bench.peerkit 2>&1 | tee "$OUT/peerkit.log"
 echo "peer kit: $(($(date +%s) - t0)) s"
 name=bench_$(echo "$suites" | tr ',' '_')
-timeout -k 10 590 python3 -m bench.run --suite "$suites" --max-minutes "${KVATTN_BENCH_MINUTES:-7.5}" \
-  --out "$OUT/$name" ${KVATTN_BENCH_ARGS:-} > "$OUT/$name.log" 2>&1
+timeout -k 10 "${KVATTN_BENCH_TIMEOUT:-540}" python3 -m bench.run --suite "$suites" --max-minutes "${KVATTN_BENCH_MINUTES:-7.5}" \
+  --out "$OUT/$name" ${KVATTN_BENCH_FILTER:+--filter "$KVATTN_BENCH_FILTER"} ${KVATTN_BENCH_ARGS:-} \
+  > "$OUT/$name.log" 2>&1
 rc=$?
 if [ -n "${KVATTN_MAIN:-}" ]; then
   timeout -k 10 120 python3 -m bench.run --main --out "$OUT/$name/main" >> "$OUT/$name.log" 2>&1
