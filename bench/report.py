@@ -241,6 +241,10 @@ def _unit(metric):
     return "TFLOP/s" if metric == "flops" else "TB/s"
 
 
+def _kit(kit):
+    return "; ".join(f"{v}" for v in kit.values()) if isinstance(kit, dict) else str(kit)
+
+
 def summary_markdown(records, env=None):
     """The table RESULTS.md opens with: per suite, kvattn, each peer, the ceiling, kvattn/peer."""
     rows = suite_rows(records)
@@ -267,7 +271,7 @@ def summary_markdown(records, env=None):
              "stream 4.54 TB/s, dense bf16 807 TFLOP/s."]
     if env:
         notes.insert(0, f"Run: {env.get('card')}, commit {env.get('git')}, {env.get('date')}, torch {env.get('torch')}"
-                     + (f", peer kit {env.get('peer_kit')}" if env.get("peer_kit") else "") + ".")
+                     + (f", peer kit: {_kit(env['peer_kit'])}" if env.get("peer_kit") else "") + ".")
     return "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n"
 
 

@@ -6,7 +6,9 @@
 #      the stash there (the machine stays up ~30 s after a call: chain the calls);
 #   3. python3 -m bench.run on the suites of $1 (default W1,W2,W4,W6,W3,W5) with every peer, output in
 #      $OUT/bench_<suites>/ (results.jsonl, results.md, summary.md, plots), packed as one .tgz (the device
-#      tool returns at most 8 files); with KVATTN_MAIN=1 also the MAIN JOB.
+#      tool returns at most 8 files); with KVATTN_MAIN=1 also the MAIN JOB;
+#   4. the summary and plots of every call's records on this machine so far (a run cut into several
+#      calls): <name>/all_calls/ in the same archive.
 # Knobs: KVATTN_LIBRARY (build-ci/libkvattn.so), KVATTN_BENCH_MINUTES (--max-minutes, 7.5; no case starts
 # after it), KVATTN_BENCH_TIMEOUT (540 s: the whole bench.run, inside the 600 s of a device call),
 # KVATTN_BENCH_ARGS (more bench.run arguments, e.g. "--peers flashinfer,fa4 --flex none"),
@@ -36,6 +38,11 @@ rc=$?
 if [ -n "${KVATTN_MAIN:-}" ]; then
   timeout -k 10 120 python3 -m bench.run --main --out "$OUT/$name/main" >> "$OUT/$name.log" 2>&1
 fi
+# Every call's records stay on the machine (while it stays up): the summary and plots of all of them.
+runs=/tmp/kvattn-bench-runs
+mkdir -p "$runs"
+[ -s "$OUT/$name/results.jsonl" ] && cp "$OUT/$name/results.jsonl" "$runs/$name.jsonl"
+python3 -m bench.report "$runs"/*.jsonl --out "$OUT/$name/all_calls" > "$OUT/$name/all_calls.log" 2>&1
 tar -czf "$OUT/$name.tgz" -C "$OUT" "$name" && rm -rf "${OUT:?}/$name"
 echo "bench rc=$rc after $(($(date +%s) - t0)) s"
 grep -E "^W[0-9]|^repeat|cases in|MAIN|check:" "$OUT/$name.log" | tail -30
