@@ -133,9 +133,23 @@ def make_flashinfer(plan, sets, qs, torch):
             out = torch.empty_like(qd)
             fns.append(lambda w=w, qd=qd, kv=kv, out=out: w.run(qd, kv, out=out).view(out.shape[0], 1, *out.shape[1:]))
         return fns, f"decode wrapper, tensor cores (fa2), page {view.page}"
-    backend = next((b for b in ("fa3", "fa2") if _fi_module_ready(fi, b, dtype, c.d, torch)), None)
-    if backend is None:
+    backends = [b for b in ("fa3", "fa2") if _fi_module_ready(fi, b, dtype, c.d, torch)]
+    if not backends:
         raise Unavailable(f"FlashInfer's prefill modules for {c.dtype or 'bf16'} d{c.d} are not in the kit")
+    failed = ""
+    for backend in backends:  # FA3 (what engines run on Hopper); FA2 if the kit lacks FA3 or FA3 fails here
+        try:
+            fns, note = _fi_prefill(fi, backend, plan, sets, qs, view, ws, dtype, torch)
+            fns[0]()
+            return fns, note + failed
+        except Exception as exc:  # noqa: BLE001 - the next backend, the failure named in the note
+            if backend == backends[-1]:
+                raise
+            failed = f"; {backend} failed ({exc.__class__.__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''})"
+
+
+def _fi_prefill(fi, backend, plan, sets, qs, view, ws, dtype, torch):
+    c, dev, fns = plan.case, view.device, []
     qo = _qo_indptr(plan, torch, dev)
     if not c.page and not c.scattered and (view.lens == plan.capacity).all():
         # A contiguous cache that each sequence fills: the keys are packed as they are, which is FlashInfer's
