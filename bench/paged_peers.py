@@ -131,7 +131,8 @@ def make_flashinfer(plan, sets, qs, torch):
             kv = view.caches(kw)
             qd = q.reshape(q.shape[0], c.hq, c.d)
             out = torch.empty_like(qd)
-            fns.append(lambda w=w, qd=qd, kv=kv, out=out: w.run(qd, kv, out=out).view(out.shape[0], 1, *out.shape[1:]))
+            fns.append(lambda w=w, qd=qd, kv=kv, out=out:
+                       w.run(qd, kv, out=out).view(out.shape[0], 1, *out.shape[1:]))
         return fns, f"decode wrapper, tensor cores (fa2), page {view.page}"
     backends = [b for b in ("fa3", "fa2") if _fi_module_ready(fi, b, dtype, c.d, torch)]
     if not backends:
@@ -145,7 +146,8 @@ def make_flashinfer(plan, sets, qs, torch):
         except Exception as exc:  # noqa: BLE001 - the next backend, the failure named in the note
             if backend == backends[-1]:
                 raise
-            failed = f"; {backend} failed ({exc.__class__.__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''})"
+            first = str(exc).splitlines()[0][:80] if str(exc) else ""
+            failed = f"; {backend} failed ({exc.__class__.__name__}: {first})"
 
 
 def _fi_prefill(fi, backend, plan, sets, qs, view, ws, dtype, torch):
