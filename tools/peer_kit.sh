@@ -6,6 +6,7 @@
 #   tools/peer_kit.sh            # everything: wheels, build Python, FlashInfer modules, archives
 #   FI_GROUPS="fa2" tools/peer_kit.sh     # only some FlashInfer module groups (tools/peers/fi_modules.py)
 #   PEERKIT_SKIP_BUILD=1 tools/peer_kit.sh   # pack with the modules built so far
+#   PEERKIT_JIT_HEADERS=1 tools/peer_kit.sh  # + FlashInfer's headers, to compile missing modules there
 #
 # What it holds (pinned; the GPU machine: x86-64, Python 3.12, torch 2.11 + CUDA 13.0, sm_90a):
 #   fi.tar.xz   FlashInfer 0.7.2.post1 trimmed to its paged attention wrappers, its modules compiled here for
@@ -88,13 +89,18 @@ if [ -z "${PEERKIT_SKIP_BUILD:-}" ]; then
   done
 fi
 
-# 5. Pack FlashInfer: the trimmed tree (no include trees: every module it runs is prebuilt), the modules
-#    where FlashInfer looks for AOT artifacts (flashinfer/data/aot/<uri>/<uri>.so), tvm-ffi for cp312.
+# 5. Pack FlashInfer: the trimmed tree, the modules where FlashInfer looks for AOT artifacts
+#    (flashinfer/data/aot/<uri>/<uri>.so), tvm-ffi for cp312. The header trees (~6 MiB of xz) only with
+#    PEERKIT_JIT_HEADERS=1: then FlashInfer can compile a module the kit lacks on the GPU machine
+#    (KVATTN_PEER_JIT=1; nvcc and ninja are there; an FA3 module takes minutes on its 16 cores).
 PK=$WORK/pack_fi
 rm -rf "$PK" && mkdir -p "$PK"
-(cd "$ST" && tar -cf - --exclude='flashinfer/data/include' --exclude='flashinfer/data/cutlass' \
-  --exclude='flashinfer/data/spdlog' --exclude='flashinfer/data/cccl' --exclude='__pycache__' flashinfer) \
-  | (cd "$PK" && tar -xf -)
+EXCL=(--exclude='__pycache__')
+if [ -z "${PEERKIT_JIT_HEADERS:-}" ]; then
+  EXCL+=(--exclude='flashinfer/data/include' --exclude='flashinfer/data/cutlass'
+         --exclude='flashinfer/data/spdlog' --exclude='flashinfer/data/cccl')
+fi
+(cd "$ST" && tar -cf - "${EXCL[@]}" flashinfer) | (cd "$PK" && tar -xf -)
 TVM_WHEEL=$(ls "$W"/gpu/apache_tvm_ffi-*-cp312-*.whl)
 (cd "$PK" && unzip -q "$TVM_WHEEL" -x 'tvm_ffi/src/*' 'tvm_ffi/3rdparty/*')
 n_mod=0
