@@ -16,6 +16,8 @@ import numpy as np
 
 from . import peerkit
 
+# Environment: KVATTN_FI_PREFILL (FlashInfer's prefill backends in the order tried, default "fa3,fa2"),
+# KVATTN_PEER_JIT=1 (let FlashInfer compile a module the kit lacks; needs a kit with its headers).
 CONTIG_PAGE = 128  # FA4 loads whole pages by TMA when a page is one key tile (128 keys at d 128)
 FI_WORKSPACE_BYTES = 512 << 20
 
@@ -134,7 +136,8 @@ def make_flashinfer(plan, sets, qs, torch):
             fns.append(lambda w=w, qd=qd, kv=kv, out=out:
                        w.run(qd, kv, out=out).view(out.shape[0], 1, *out.shape[1:]))
         return fns, f"decode wrapper, tensor cores (fa2), page {view.page}"
-    backends = [b for b in ("fa3", "fa2") if _fi_module_ready(fi, b, dtype, c.d, torch)]
+    order = os.environ.get("KVATTN_FI_PREFILL", "fa3,fa2").split(",")  # e.g. "fa2": FA2 backend only
+    backends = [b for b in order if b in ("fa3", "fa2") and _fi_module_ready(fi, b, dtype, c.d, torch)]
     if not backends:
         raise Unavailable(f"FlashInfer's prefill modules for {c.dtype or 'bf16'} d{c.d} are not in the kit")
     failed = ""
