@@ -1,13 +1,17 @@
 """Peers run side by side with kvattn on the same inputs (a gathered contiguous copy where they cannot take
 the layout): torch SDPA with the cuDNN backend, the FlashAttention-2 kernel of torch (SDPA's flash backend,
 or its op directly for bottom-right causal and ragged lengths, which SDPA cannot express), flex_attention.
+FlashInfer and FlashAttention-4 take kvattn's paged inputs themselves: bench/paged_peers.py (from the
+offline peer kit, bench/peerkit.py).
 
 make_peer() returns (fn, note) with fn() -> output in kvattn's layout, or raises Unavailable(reason).
 """
 import time
 
-PEERS = ["cudnn", "flash", "flex"]
-LABELS = {"cudnn": "SDPA cuDNN", "flash": "SDPA flash (FA2)", "flex": "flex_attention"}
+PEERS = ["flashinfer", "fa4", "cudnn", "flash", "flex"]
+PAGED = {"flashinfer", "fa4"}  # run on kvattn's own caches and page tables (bench/paged_peers.py)
+LABELS = {"flashinfer": "FlashInfer", "fa4": "FA4", "cudnn": "SDPA cuDNN", "flash": "SDPA flash (FA2)",
+          "flex": "flex_attention"}
 
 
 class Unavailable(Exception):

@@ -1,6 +1,16 @@
-"""Records out: JSON lines, a markdown table, and PNG plots (when matplotlib is importable)."""
+"""Records out: JSON lines, a markdown table, a per-suite summary, and PNG plots (when matplotlib is importable).
+
+    python3 -m bench.report RESULTS.jsonl [MORE.jsonl ...] [--out DIR] [--results-md bench/RESULTS.md]
+
+regenerates, from a run's JSON lines (one run cut into several device calls: all their files, in order),
+summary.md, results.md, results.jsonl (all records) and the plots in DIR (default: the first JSON's folder),
+and with --results-md replaces the summary block of RESULTS.md (between its SUMMARY markers) with the run's.
+"""
+import argparse
 import json
+import math
 import os
+import sys
 
 from .peers import LABELS, PEERS
 
@@ -73,8 +83,10 @@ def markdown(records, env):
              "kvattn/peer < 1 means kvattn is faster; host us: per call without graphs, through Python / the C ABI.\n",
              "Bytes: K and V of the valid cached slots, new K/V read and written once, Q (+qv) and O once. "
              "FLOPs: 2 * heads * (d_qk + dv) * visible keys (= 4 * ... * d when d = dv), causal counted exactly. "
-             "Peers take no page table, batch index, left padding, append or rotary: they run on a gathered "
-             "contiguous copy of the valid keys (after kvattn's append), with q pre-rotated.\n"]
+             "FlashInfer and FA4 run on kvattn's own caches and page tables (a contiguous cache viewed as pages; "
+             "q pre-rotated; no left padding in their APIs). The torch peers (cuDNN, FA2, flex) take no page "
+             "table, batch index, left padding, append or rotary: they run on a gathered contiguous copy of the "
+             "valid keys (after kvattn's append), with q pre-rotated.\n"]
     if any(r.get("shapes", {}).get("scaled_for_cpu") for r in records):
         lines.append("CPU backend: shapes scaled down (tokens / 64, batch <= 4, <= 2 KV heads); names keep the GPU "
                      "shapes, `shapes` in results.jsonl has the real ones. Ceiling fractions are the GPU's.\n")
@@ -178,3 +190,192 @@ def main_table(r, device):
             note = "; ".join(x for x in (pr.get("note"), r.get("peer_note")) if x)
             add(label, pr, f"kvattn/peer {pr['ratio']:.2f}x" + (f" ({note})" if note else ""))
     return "\n".join(lines)
+
+
+# ---- the summary: per suite, kvattn next to each peer and the ceiling
+
+SUITE_TITLES = {"W1": "decode, long contexts, every layout", "W2": "decode, large ragged batches",
+                "W3": "chunked prefill over a paged prefix", "W4": "speculative decode (q 1-8, causal)",
+                "W5": "MLA decode (d 64 + 512, paged 64)", "W6": "prefill 16k, contiguous",
+                "MAIN": "the MAIN JOB (one decode step)"}
+SUITE_ORDER = ["W1", "W2", "W3", "W4", "W5", "W6", "MAIN"]
+
+
+def achieved(r, t_us):
+    """The suite's metric for a time on this record's bytes / FLOPs: TB/s (bw) or TFLOP/s (flops)."""
+    if r.get("metric") == "flops":
+        return r["flops"] / (t_us * 1e-6) / 1e12
+    return r["bytes"] / (t_us * 1e-6) / 1e12
+
+
+def ceiling(metric):
+    return FLOP_CEILING_TFLOPS if metric == "flops" else READ_CEILING_TBPS
+
+
+def _geomean(xs):
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def _median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return None if not n else (xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2]))
+
+
+def suite_rows(records):
+    """{(suite, metric): dict(n, n_ok, kvattn geomean, peers {name: dict(geomean, ratio, n, na)})}.
+
+    A suite whose cases have two headline metrics (W5: TFLOP/s at 128 heads, TB/s at 16) gets a row each."""
+    out = {}
+    for s in SUITE_ORDER:
+        rs = [r for r in records if r.get("suite") == s]
+        for metric in [m for m in ("bw", "flops") if any(r.get("metric", "bw") == m for r in rs)]:
+            rm = [r for r in rs if r.get("metric", "bw") == metric]
+            ok = [r for r in rm if r.get("status") == "ok" and "kvattn" in r]
+            row = dict(n=len(rm), n_ok=len(ok),
+                       kvattn=_geomean([achieved(r, r["kvattn"]["median_us"]) for r in ok]), peers={})
+            for p in PEERS:
+                ran = [r for r in ok if "ratio" in r.get("peers", {}).get(p, {})]
+                nas = [r["peers"][p]["na"] for r in ok if "na" in r.get("peers", {}).get(p, {})]
+                if not ran and not nas:
+                    continue
+                row["peers"][p] = dict(geomean=_geomean([achieved(r, r["peers"][p]["median_us"]) for r in ran]),
+                                       ratio=_median([r["peers"][p]["ratio"] for r in ran]), n=len(ran),
+                                       na=max(set(nas), key=nas.count) if nas else "")
+            out[(s, metric)] = row
+    return out
+
+
+def _unit(metric):
+    return "TFLOP/s" if metric == "flops" else "TB/s"
+
+
+def _kit(kit):
+    return "; ".join(f"{v}" for v in kit.values()) if isinstance(kit, dict) else str(kit)
+
+
+def summary_markdown(records, env=None):
+    """The table RESULTS.md opens with: per suite, kvattn, each peer, the ceiling, kvattn/peer."""
+    rows = suite_rows(records)
+    peers = [p for p in PEERS if any(p in r["peers"] for r in rows.values())]
+    head = ("| suite | metric | ceiling | kvattn (of ceiling) | " + " | ".join(LABELS[p] for p in peers) + " |")
+    lines = [head, "|---" * (4 + len(peers)) + "|"]
+    for (s, metric), row in rows.items():
+        unit, ceil = _unit(metric), ceiling(metric)
+        kv = row["kvattn"]
+        cells = [f"{s} {SUITE_TITLES.get(s, '')}", unit, f"{ceil:g}",
+                 f"**{_num(kv)}** ({100 * kv / ceil:.0f}%)" if kv else f"no case ok ({row['n']} cases)"]
+        for p in peers:
+            pr = row["peers"].get(p)
+            if pr is None:
+                cells.append("-")
+            elif pr["n"] == 0:
+                cells.append("n/a: " + pr["na"].replace("|", "/")[:70])
+            else:
+                cells.append(f"{_num(pr['geomean'])} ({pr['ratio']:.2f}x, {pr['n']}/{row['n_ok']})")
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = ["Each cell: the geomean over the suite's cases of the metric (the case's bytes or FLOPs / median "
+             "time); for a peer, over the cases it ran, and in brackets the median over those cases of kvattn "
+             "time / peer time (above 1: kvattn is slower) and how many cases it ran (k/n). Ceilings: H200 read "
+             "stream 4.54 TB/s, dense bf16 807 TFLOP/s."]
+    if env:
+        notes.insert(0, f"Run: {env.get('card')}, commit {env.get('git')}, {env.get('date')}, torch {env.get('torch')}"
+                     + (f", peer kit: {_kit(env['peer_kit'])}" if env.get("peer_kit") else "") + ".")
+    return "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n"
+
+
+def suite_plots(records, out_dir):
+    """One PNG per suite: kvattn and each peer, achieved metric per case, against the ceiling."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as exc:  # noqa: BLE001
+        return [], f"suite plots skipped: matplotlib not importable ({exc})"
+    made = []
+    for s in SUITE_ORDER:
+        ok = [r for r in records if r.get("suite") == s and r.get("status") == "ok" and "kvattn" in r]
+        if not ok:
+            continue
+        metric = ok[0].get("metric", "bw")
+        fig, ax = plt.subplots(figsize=(max(8, 0.2 * len(ok) + 4), 5))
+        xs = range(len(ok))
+        ax.bar(xs, [achieved(r, r["kvattn"]["median_us"]) for r in ok], color="C0", label="kvattn")
+        for j, p in enumerate(PEERS):
+            pts = [(i, achieved(r, r["peers"][p]["median_us"])) for i, r in enumerate(ok)
+                   if "median_us" in r.get("peers", {}).get(p, {})]
+            if pts:
+                ax.plot([x for x, _ in pts], [y for _, y in pts], ls="none", marker="os^vD"[j % 5],
+                        color=f"C{j + 1}", label=LABELS[p])
+        ceil = ceiling(metric)
+        ax.axhline(ceil, color="k", ls="--", label=f"ceiling {ceil:g} {_unit(metric)}")
+        ax.set_xticks(list(xs), [r["case"] for r in ok], rotation=90, fontsize=5)
+        ax.set_ylabel(f"achieved {_unit(metric)} (the case's {'FLOPs' if metric == 'flops' else 'bytes'} / time)")
+        ax.set_title(f"{s} {SUITE_TITLES.get(s, '')}: kvattn and peers against the ceiling")
+        ax.legend(fontsize=7, ncol=3)
+        fig.tight_layout()
+        name = f"suite_{s}.png"
+        fig.savefig(os.path.join(out_dir, name), dpi=110)
+        plt.close(fig)
+        made.append(name)
+    return made, "suite plots: " + (", ".join(made) if made else "nothing to plot")
+
+
+SUMMARY_BEGIN = "<!-- SUMMARY:BEGIN (generated by python3 -m bench.report ... --results-md) -->"
+SUMMARY_END = "<!-- SUMMARY:END -->"
+
+
+def replace_summary(md_path, block):
+    text = open(md_path).read()
+    if SUMMARY_BEGIN not in text or SUMMARY_END not in text:
+        raise SystemExit(f"{md_path}: the markers {SUMMARY_BEGIN!r} and {SUMMARY_END!r} are missing")
+    head, rest = text.split(SUMMARY_BEGIN, 1)
+    _, tail = rest.split(SUMMARY_END, 1)
+    with open(md_path, "w") as f:
+        f.write(head + SUMMARY_BEGIN + "\n" + block + SUMMARY_END + tail)
+
+
+def load_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def env_of(records):
+    r = next((r for r in records if r.get("card")), records[0] if records else {})
+    return {k: r.get(k) for k in ("card", "driver", "torch", "git", "date", "device", "peer_kit")}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python3 -m bench.report", description=__doc__.split("\n\n")[0])
+    ap.add_argument("jsonl", nargs="+", help="a run's results.jsonl (several: one run in several calls)")
+    ap.add_argument("--out", default="", help="folder for summary.md, results.md and the plots (default: the JSON's)")
+    ap.add_argument("--results-md", default="", help="replace this file's summary block (bench/RESULTS.md)")
+    ap.add_argument("--plot-prefix", default="", help="path of the plots as RESULTS.md links them")
+    args = ap.parse_args(argv)
+    records = [r for path in args.jsonl for r in load_jsonl(path)]
+    if not records:
+        raise SystemExit(f"{' '.join(args.jsonl)}: no records")
+    out = args.out or os.path.dirname(os.path.abspath(args.jsonl[0]))
+    os.makedirs(out, exist_ok=True)
+    if len(args.jsonl) > 1 or os.path.abspath(args.jsonl[0]) != os.path.join(os.path.abspath(out), "results.jsonl"):
+        write_jsonl(os.path.join(out, "results.jsonl"), records)
+    env = env_of(records)
+    summary = summary_markdown(records, env)
+    made, msg = suite_plots(records, out)
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write(summary)
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(markdown(records, env))
+    print(msg + "; " + plots(records, out))
+    if args.results_md:
+        prefix = args.plot_prefix or os.path.relpath(out, os.path.dirname(os.path.abspath(args.results_md)))
+        links = ", ".join(f"[{m[len('suite_'):-len('.png')]}]({prefix}/{m})" for m in made)
+        replace_summary(args.results_md, summary + (f"\nPlots, kvattn and each peer against the ceiling per "
+                                                    f"case: {links}.\n" if links else ""))
+        print(f"{args.results_md}: summary replaced")
+    print(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

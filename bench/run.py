@@ -22,6 +22,8 @@ import time
 import numpy as np
 
 from . import layouts as L
+from . import paged_peers as PP
+from . import peerkit as PK
 from . import peers as P
 from . import report as R
 from . import suites as S
@@ -50,6 +52,7 @@ def environment(device, torch):
     dirty = bool(_cmd(["git", "status", "--porcelain", "--untracked-files=no"]))
     env["git"] = (commit[:12] + ("+dirty" if dirty else "")) if commit else "none (not a git checkout, or no commit yet)"
     env["torch"] = getattr(torch, "__version__", None) if torch else None
+    env["peer_kit"] = PK.versions() or None  # FlashInfer / FA4 versions of the kit, when there is one
     if device == "cuda":
         env["card"] = torch.cuda.get_device_name()
         env["driver"] = _cmd(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]).split("\n")[0]
@@ -180,7 +183,7 @@ def run_case(case, ctx, env):
                dtype=ctx.dtype_of(case), bytes=nbytes, flops=flops,
                floor_us=max(nbytes / (R.READ_CEILING_TBPS * 1e12), flops / (R.FLOP_CEILING_TFLOPS * 1e12)) * 1e6,
                baseline=case.baseline or None, status="ok", peers={})
-    rec.update({k: env.get(k) for k in ("card", "driver", "torch", "git", "date", "device")})
+    rec.update({k: env.get(k) for k in ("card", "driver", "torch", "git", "date", "device", "peer_kit")})
     KvattnError = ctx.kvattn.KvattnError
     try:
         be, sets, fns, timing, est = measure_kvattn(plan, ctx, L.seed_of(case.name))
@@ -231,39 +234,74 @@ def _mixed_parts(case, ctx, rec):
         rec["parts_error"] = str(exc).splitlines()[0][:200] if str(exc) else exc.__class__.__name__
 
 
+def _selected_peers(ctx):
+    names = [n.strip() for n in (getattr(ctx.args, "peers", "") or "").split(",") if n.strip()]
+    return [p for p in P.PEERS if not names or p in names]
+
+
+def _time_peer(name, rec, fns, note, inputs, ref_out, ctx, be):
+    out0 = fns[0]()
+    be.sync()
+    err = P.relerr(out0, ref_out, ctx.torch)
+    timing, _ = _time(fns, ctx)
+    timing.update(note=note, inputs=inputs, relerr=err, ratio=rec["kvattn"]["median_us"] / timing["median_us"])
+    rec["peers"][name] = timing
+
+
+def _na(exc):
+    msg = str(exc).strip().splitlines()
+    return f"{exc.__class__.__name__}: {msg[0][:150] if msg else ''}"
+
+
 def _run_peers(plan, ctx, be, sets, rec):
     torch = ctx.torch
+    names = _selected_peers(ctx)
     if torch is None or (ctx.device != "cuda" and not ctx.dry):
-        for name in P.PEERS:
+        for name in names:
             rec["peers"][name] = {"na": "no CUDA device" if torch is not None else "torch not importable"}
+        return
+    ref_out = sets[0]["out"]
+    # FlashInfer and FA4 first, on kvattn's own caches and page tables (q pre-rotated when rotary: neither
+    # rotates), before the gathered copy that the other peers need takes its memory.
+    paged = [n for n in names if n in P.PAGED]
+    if paged:
+        qs = [L.rotate_q(plan, kw, be) for kw in sets]
+        for name in paged:
+            if ctx.device != "cuda":
+                rec["peers"][name] = {"na": "no CUDA device"}
+                continue
+            try:
+                fns, note = PP.MAKERS[name](plan, sets, qs, torch)
+                inputs = "kvattn's caches and page table" + (", q pre-rotated" if plan.case.rotary else "")
+                _time_peer(name, rec, fns, note, inputs, ref_out, ctx, be)
+            except PP.Unavailable as exc:
+                rec["peers"][name] = {"na": str(exc)}
+            except Exception as exc:  # noqa: BLE001 - a failing peer is reported, never fatal
+                rec["peers"][name] = {"na": _na(exc)}
+            torch.cuda.synchronize()
+        del qs
+    gathered_peers = [n for n in names if n not in P.PAGED]
+    if not gathered_peers:
         return
     try:
         gathered = [L.gather(plan, kw, be) for kw in sets]
     except Exception as exc:  # noqa: BLE001
-        for name in P.PEERS:
+        for name in gathered_peers:
             rec["peers"][name] = {"na": f"gather failed: {exc.__class__.__name__}: {str(exc)[:80]}"}
         return
     rec["peer_note"] = gathered[0].note
-    ref_out = sets[0]["out"]
-    for name in P.PEERS:
+    for name in gathered_peers:
         if name == "flex" and ctx.args.flex == "quick" and not plan.case.quick:
             rec["peers"][name] = {"na": "skipped: flex runs on the --quick cases (--flex all for every case)"}
             continue
         try:
             built = [P.make_peer(name, plan, g, ctx.flex_state, dry_run=ctx.dry) for g in gathered]
-            fns = [fn for fn, _ in built]
-            out0 = fns[0]()
-            be.sync()
-            err = P.relerr(out0, ref_out, torch)
-            timing, _ = _time(fns, ctx)
-            timing.update(note=built[0][1], inputs=gathered[0].note or "same tensors as kvattn", relerr=err,
-                          ratio=rec["kvattn"]["median_us"] / timing["median_us"])
-            rec["peers"][name] = timing
+            _time_peer(name, rec, [fn for fn, _ in built], built[0][1],
+                       gathered[0].note or "same tensors as kvattn", ref_out, ctx, be)
         except P.Unavailable as exc:
             rec["peers"][name] = {"na": str(exc)}
         except Exception as exc:  # noqa: BLE001 - a failing peer is reported, never fatal
-            msg = str(exc).strip().splitlines()
-            rec["peers"][name] = {"na": f"{exc.__class__.__name__}: {msg[0][:150] if msg else ''}"}
+            rec["peers"][name] = {"na": _na(exc)}
         if ctx.device == "cuda":
             torch.cuda.synchronize()
     del gathered
@@ -327,9 +365,11 @@ def write_outputs(records, env, out_dir, quiet=False):
     R.write_jsonl(os.path.join(out_dir, "results.jsonl"), records)
     with open(os.path.join(out_dir, "results.md"), "w") as f:
         f.write(R.markdown(records, env))
-    msg = R.plots(records, out_dir)
+    with open(os.path.join(out_dir, "summary.md"), "w") as f:
+        f.write(R.summary_markdown(records, env))
+    msg = R.plots(records, out_dir) + "; " + R.suite_plots(records, out_dir)[1]
     if not quiet:
-        log(f"wrote {out_dir}/results.jsonl, results.md; {msg}")
+        log(f"wrote {out_dir}/results.jsonl, results.md, summary.md; {msg}")
 
 
 # ---- the MAIN JOB
@@ -445,12 +485,14 @@ def parse(argv):
     ap.add_argument("--main", action="store_true", help="the MAIN JOB: one checked, timed decode step")
     ap.add_argument("--suite", default="", help="comma list of W1..W6 (default: all, in the order W1 W2 W4 W6 W3 W5)")
     ap.add_argument("--quick", action="store_true", help="a few cases per suite")
-    ap.add_argument("--filter", default="", help="only cases whose name contains this")
+    ap.add_argument("--filter", default="", help="only cases whose name contains this (several: separated by '|')")
     ap.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto")
     ap.add_argument("--out", default="", help="output folder (default bench/out/<date> in a source checkout, "
                     "else ./kvattn-bench-out/<date>)")
     ap.add_argument("--list", action="store_true", help="list the cases (bytes, FLOPs, floor) and exit")
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument("--peers", default="", help="comma list of peers to run (default: all of "
+                    + ",".join(P.PEERS) + "); flashinfer and fa4 need the peer kit (tools/peer_kit.sh)")
     ap.add_argument("--flex", choices=["quick", "all", "none"], default="quick",
                     help="cases that run flex_attention, which compiles per shape (default: the --quick cases)")
     ap.add_argument("--no-flex", action="store_true", help="same as --flex none")
@@ -515,6 +557,9 @@ def main(argv=None):
             print(f"kvattn-bench: kvattn is not usable ({exc.__class__.__name__}: {exc}); "
                   "set PYTHONPATH=python (and KVATTN_LIBRARY=build/libkvattn.so) or pip install .", file=sys.stderr)
             return 2
+    unknown = [n for n in args.peers.split(",") if n.strip() and n.strip() not in P.PEERS]
+    if unknown:
+        raise SystemExit(f"--peers: unknown peer(s) {','.join(unknown)}; expected a comma list of {','.join(P.PEERS)}")
     if args.main or not argv:
         return run_main(args)
     names = [s.strip().upper() for s in args.suite.split(",") if s.strip()] or list(S.ORDER)

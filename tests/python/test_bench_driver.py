@@ -40,3 +40,39 @@ def test_skewed_batch_compares_with_uniform(tmp_path):
     zipf = [r for r in records if "zipf" in r["case"]]
     assert zipf and all(r["baseline"] and "uniform" in r["baseline"] for r in zipf)
     assert all(r["status"] == "ok" for r in records)
+
+
+def test_flashinfer_and_fa4_read_exactly_kvattns_keys():
+    """The page view handed to FlashInfer (indptr / indices / last page) and FA4 (page table + seqused_k) covers,
+    for every sequence of every case, exactly the cache slots that kvattn attends to, in order; left padding,
+    which neither library can express, is refused by name."""
+    sys.path.insert(0, ROOT)
+    import numpy as np
+    from bench import layouts as L
+    from bench import paged_peers as PP
+    from bench import suites as S
+
+    checked = refused = 0
+    for case in S.select(list(S.ORDER), cpu=True):
+        plan = L.make_plan(case)
+        if case.leftpad:
+            try:
+                PP.page_view(plan)
+            except PP.Unavailable as exc:
+                assert "cache_leftpad" in str(exc)
+                refused += 1
+                continue
+            raise AssertionError(f"{case.name}: left padding accepted")
+        pv = PP.page_view(plan)
+        page = pv["page"]
+        width = page if case.page else plan.capacity  # slots per page / per contiguous row
+        for i in range(plan.b):
+            idx0, idx1 = L.slot_index(plan, i)
+            want = idx0 * width + idx1  # kvattn's slots of sequence i, as flat slot numbers
+            pages = pv["indices"][pv["indptr"][i]:pv["indptr"][i + 1]]
+            assert np.array_equal(pages, pv["rows"][i, :len(pages)]), case.name  # FA4's table row
+            got = (pages[:, None].astype(np.int64) * page + np.arange(page)[None, :]).reshape(-1)[:pv["lens"][i]]
+            assert pv["last_len"][i] == pv["lens"][i] - (len(pages) - 1) * page
+            assert np.array_equal(got, want), f"{case.name}: sequence {i} reads other slots than kvattn"
+        checked += 1
+    assert checked > 100 and refused > 0
