@@ -15,6 +15,7 @@
 #include "cuda/attention/launch.hpp"
 #include "cuda/common/host.hpp"
 #include "cuda/heuristics.hpp"
+#include "cuda/prefill_sm90/launch.hpp"
 
 namespace kvattn::cuda {
 namespace {
@@ -182,6 +183,8 @@ kvattn_status cuda_fwd(const FwdProblem& p) {
   if (p.k_new.ptr != nullptr && (status = launch_append(p, errors, stream)) != KVATTN_OK) return status;
   if (plan.m_blocks == 0 || p.batch == 0) return KVATTN_OK;
   const AttnParams params = make_attn_params(p, plan, errors);
+  // Hopper prefill shapes run on the sm_90a kernel when it covers the problem (prefill_sm90/launch.hpp).
+  if (sm90::prefill_takes(p, params, limits)) return sm90::launch_prefill(p, params, stream);
   if ((status = entry->launch(params, plan, stream)) != KVATTN_OK) return status;
   if (plan.splits > 1 || plan.balanced) {
     return launch_split_combine(params, p.head_dim_v, p.out_dtype, limits.cc_major >= 9, stream);

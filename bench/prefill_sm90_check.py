@@ -1,0 +1,148 @@
+"""The sm_90a prefill kernel in one device call: correctness on fresh random inputs against torch fp32, and
+the timing of b4 x 8192 page 16 d128 bf16 (causal and not) next to the portable kernel, same run.
+
+    PYTHONPATH=python KVATTN_LIBRARY=build/libkvattn.so python3 bench/prefill_sm90_check.py [--small]
+
+--small: the correctness part only, at small shapes (for compute-sanitizer). Prints a table last.
+"""
+import math
+import os
+import sys
+import time
+
+import torch
+
+import kvattn
+
+
+def paged_cache(b, sk, hk, d, page, dtype, gen):
+    """K/V of b sequences of sk tokens in shuffled pages; the unused slots of the pool are NaN."""
+    pages_per_seq = (sk + page - 1) // page
+    n_pages = b * pages_per_seq + 3
+    k = torch.randn(n_pages, page, hk, d, generator=gen, device="cuda").to(dtype)
+    v = torch.randn(n_pages, page, hk, d, generator=gen, device="cuda").to(dtype)
+    perm = torch.randperm(n_pages, generator=gen, device="cuda")[: b * pages_per_seq]
+    table = perm.view(b, pages_per_seq).to(torch.int32)
+    # slots past sk in each sequence's last page: NaN (must never reach the output)
+    tail = pages_per_seq * page - sk
+    if tail:
+        last = table[:, -1].long()
+        k[last, page - tail:] = float("nan")
+        v[last, page - tail:] = float("nan")
+    return k, v, table
+
+
+def gather(cache, table, sk):
+    b = table.shape[0]
+    x = cache[table.long()]  # (b, pages, page, hk, d)
+    return x.reshape(b, -1, *cache.shape[2:])[:, :sk]
+
+
+def reference(q, k, v, causal, window=(-1, -1), softcap=0.0):
+    """fp32 attention, q (b, sq, hq, d), k/v (b, sk, hk, d); query t at position sk - sq + t."""
+    b, sq, hq, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    g = hq // hk
+    qf = q.float().permute(0, 2, 1, 3)
+    kf = k.float().repeat_interleave(g, dim=2).permute(0, 2, 1, 3)
+    vf = v.float().repeat_interleave(g, dim=2).permute(0, 2, 1, 3)
+    s = qf @ kf.transpose(-1, -2) / math.sqrt(d)
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    qp = torch.arange(sq, device="cuda")[:, None] + sk - sq
+    kp = torch.arange(sk, device="cuda")[None, :]
+    visible = torch.ones(sq, sk, dtype=torch.bool, device="cuda")
+    if causal:
+        visible &= kp <= qp
+    if window[0] >= 0:
+        visible &= kp >= qp - window[0]
+    if window[1] >= 0:
+        visible &= kp <= qp + window[1]
+    s = s.masked_fill(~visible, float("-inf"))
+    p = torch.softmax(s, dim=-1)
+    p = torch.nan_to_num(p, nan=0.0)
+    return (p @ vf).permute(0, 2, 1, 3)
+
+
+def run(q, k, v, table, sk, causal, portable, **kw):
+    os.environ["KVATTN_FORCE_PORTABLE"] = "1" if portable else "0"
+    return kvattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=sk, page_table=table, causal=causal, **kw)
+
+
+def correctness(rows, small):
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(int(time.time()) % 100000)  # fresh inputs every run
+    os.environ["KVATTN_FORCE_SM90_PREFILL"] = "1"
+    shapes = [(2, 300, 700, 8, 2, 16)] if small else [(2, 1000, 1500, 8, 2, 16), (1, 333, 333, 4, 4, 1),
+                                                      (3, 257, 900, 16, 2, 64)]
+    ok = True
+    for (b, sq, sk, hq, hk, page) in shapes:
+        for causal, window, softcap in [(True, (-1, -1), 0.0), (False, (-1, -1), 0.0), (False, (100, 20), 0.0),
+                                        (True, (-1, -1), 15.0)]:
+            if small and (window != (-1, -1) or softcap):
+                continue
+            q = torch.randn(b, sq, hq, 128, generator=gen, device="cuda").to(torch.bfloat16)
+            k, v, table = paged_cache(b, sk, hk, 128, page, torch.bfloat16, gen)
+            out = run(q, k, v, table, sk, causal, False, window_size=window, softcap=softcap)
+            torch.cuda.synchronize()
+            kvattn.device_errors("cuda")
+            ref = reference(q, gather(k, table, sk), gather(v, table, sk), causal, window, softcap)
+            err = ((out.float() - ref).norm() / ref.norm()).item()
+            finite = bool(torch.isfinite(out).all())
+            good = finite and err < 1e-2
+            ok &= good
+            rows.append(f"check b{b} sq{sq} sk{sk} {hq}/{hk} p{page} causal={causal} win={window} cap={softcap}: "
+                        f"rel err {err:.2e} finite={finite} {'OK' if good else 'FAIL'}")
+    os.environ["KVATTN_FORCE_SM90_PREFILL"] = "0"
+    return ok
+
+
+def median_time(fn, iters=20):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2], times[len(times) // 10], times[(9 * len(times)) // 10]
+
+
+def timing(rows):
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(1234)
+    b, s, hq, hk, d, page = 4, 8192, 32, 8, 128, 16
+    q = torch.randn(b, s, hq, d, generator=gen, device="cuda").to(torch.bfloat16)
+    k, v, table = paged_cache(b, s, hk, d, page, torch.bfloat16, gen)
+    for causal in (True, False):
+        flops = 4 * b * hq * d * (s * (s + 1) // 2 if causal else s * s)
+        outs = {}
+        for portable in (False, True):
+            fn = lambda: run(q, k, v, table, s, causal, portable)  # noqa: E731
+            outs[portable] = fn()
+            ms, p10, p90 = median_time(fn)
+            rows.append(f"time b{b} x {s} {hq}/{hk} d{d} p{page} causal={causal} "
+                        f"{'portable' if portable else 'sm90    '}: {ms * 1e3:8.1f} us [{p10 * 1e3:.1f}-{p90 * 1e3:.1f}] "
+                        f"{flops / ms / 1e9:6.1f} TFLOP/s")
+        diff = ((outs[False].float() - outs[True].float()).norm() / outs[True].float().norm()).item()
+        rows.append(f"  sm90 vs portable rel diff {diff:.2e}")
+    os.environ["KVATTN_FORCE_PORTABLE"] = "0"
+
+
+def main():
+    small = "--small" in sys.argv
+    rows = [f"device {torch.cuda.get_device_name()}"]
+    ok = correctness(rows, small)
+    if not small:
+        timing(rows)
+    print("\n".join(rows))
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

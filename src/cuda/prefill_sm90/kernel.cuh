@@ -1,0 +1,470 @@
+// The Hopper (sm_90a) prefill kernel: wgmma on a warp-specialized CTA.
+//
+// One CTA computes kBlockM = 128 packed query rows (GQA rows packed as in the portable kernel: packed row r
+// is token r / g of query head kv_head * g + r % g) of one (sequence, kv head) against every key they can
+// see, without splits (prefill shapes fill the machine with m-blocks). Three warpgroups:
+//   producer (warpgroup 0, few registers): gathers each K/V tile of kBlockN keys through the page table
+//     with 16-byte cp.async, one row pointer per key (any page size, paged / contiguous / packed caches,
+//     cache_batch_idx, leftpad: the addressing rule of common/sequence.cuh), into a ring of kStages shared
+//     stages in the wgmma 128B-swizzled layout; slots outside [leftpad, end) are zero-filled. Each stage
+//     has a "full" mbarrier (the producer threads arrive once its copies have landed and are fenced for
+//     the async proxy) and an "empty" one (every consumer thread arrives after its last wgmma read).
+//   consumers (warpgroups 1, 2, 64 rows each, many registers): S = Q K^T by wgmma from shared memory (Q
+//     loaded once, rotary applied), the score modifications and the mask on the accumulator layout
+//     (score_mods, the one place), online softmax in registers, O += P V by wgmma with P from registers.
+// Scores are in log2 units (exp2 is one instruction), as in the portable kernel.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/attention/params.cuh"
+#include "cuda/common/dtype.cuh"
+#include "cuda/common/mma.cuh"
+#include "cuda/common/rotary.cuh"
+#include "cuda/common/sequence.cuh"
+#include "cuda/common/softmax.cuh"
+#include "cuda/prefill_sm90/config.hpp"
+#include "cuda/prefill_sm90/ptx.cuh"
+#include "cuda/prefill_sm90/wgmma.cuh"
+
+namespace kvattn::cuda::sm90 {
+
+template <typename T_, int kHeadDim_>
+struct PrefillConfig {
+  using T = T_;
+  static constexpr int kHeadDim = kHeadDim_;  // d = dv
+  static constexpr PrefillTile kTile = prefill_tile(kHeadDim);
+  static constexpr int kConsumers = kTile.consumers;  // warpgroups of 64 rows
+  static constexpr int kBlockM = 64 * kConsumers;
+  static constexpr int kBlockN = kTile.block_n;
+  static constexpr int kStages = kTile.stages;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kPanels = kHeadDim / 64;           // 64-channel panels of a row
+  static constexpr int kQPanelBytes = 64 * 128;           // one consumer's 64 rows of one panel
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;  // (consumer, panel, 64 rows, 128 B)
+  static constexpr int kKvPanelBytes = kBlockN * 128;     // kBlockN keys of one panel
+  static constexpr int kKvStageBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks of a row
+  static constexpr int kRegsProducer = kTile.regs_producer;
+  static constexpr int kRegsConsumer = kTile.regs_consumer;
+  static_assert(kHeadDim % 64 == 0, "whole 128-byte panels");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 128, "a key row per producer thread");
+  static_assert((kBlockN / 4) * kChunks % 32 == 0, "whole warp copy steps");
+  static_assert(prefill_smem_bytes(kHeadDim) == 1024 + kQBytes + 2 * kStages * kKvStageBytes + 16 * kStages,
+                "the launcher's shared memory is the kernel's");
+};
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// What a consumer thread knows about each of its two rows (wgmma accumulator rows lane / 4 and + 8).
+struct RowCtx {
+  int32_t qp;    // logical query position (keys are 0..kv_len - 1)
+  float slope;   // ALiBi slope, log2 units (0 without ALiBi)
+  int head;      // query head
+  bool attends;  // row < seqused rows
+};
+
+// THE score modifications (CONTRACT.md steps 5-6) as a function of (query position, key position, head),
+// on one consumer's (64, kN) accumulator tile of raw dot products q.k: scale or softcap, ALiBi, then the
+// mask (causal / window / chunk, and keys past kv_len) when the tile is not inside every row's visible
+// keys. Element e of s: the thread's row (e % 4) / 2, key column 8 (e / 4) + 2 quad + e % 2, i.e. key
+// position kp0 + that column. Result in log2 units, -inf where the key is not visible.
+template <int kN>
+__device__ __forceinline__ void score_mods(float (&s)[kN / 2], const AttnParams& p, const RowCtx (&row)[2],
+                                           int32_t kp0, bool masked, int32_t kv_len, int quad) {
+  if (p.softcap > 0.f) {
+    const float inner = p.scale / p.softcap, outer = p.softcap * kLog2e;
+#pragma unroll
+    for (int e = 0; e < kN / 2; ++e) s[e] = outer * tanhf(s[e] * inner);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kN / 2; ++e) s[e] *= p.scale_log2;
+  }
+  if (p.alibi_slopes) {
+#pragma unroll
+    for (int e = 0; e < kN / 2; ++e) {
+      const int32_t kp = kp0 + 8 * (e / 4) + 2 * quad + (e & 1);
+      const RowCtx& r = row[(e % 4) / 2];
+      s[e] -= r.slope * fabsf(static_cast<float>(r.qp - kp));
+    }
+  }
+  if (masked) {
+#pragma unroll
+    for (int e = 0; e < kN / 2; ++e) {
+      const int32_t kp = kp0 + 8 * (e / 4) + 2 * quad + (e & 1);
+      const RowCtx& r = row[(e % 4) / 2];
+      if (!(kp < kv_len && p.mask.visible(r.qp, kp))) s[e] = -INFINITY;
+    }
+  }
+}
+
+// Byte offset of 16-byte chunk c of row r in a tile of 64-channel panels (panel_bytes apart), 128B
+// swizzle: the chunk's position within its 128-byte row is XORed with r % 8.
+__device__ __forceinline__ uint32_t swizzled(int r, int c, int panel_bytes) {
+  return (c / 8) * panel_bytes + r * 128 + (((c % 8) ^ (r % 8)) << 4);
+}
+
+// The CTA's rows, and the key positions they see.
+struct CtaRows {
+  int i, kv_head;
+  int64_t m0;
+};
+
+template <class Cfg>
+__device__ __forceinline__ CtaRows cta_rows(const AttnParams& p) {
+  // Longest first: the grid walks m-blocks from the last (causal: the most keys) to the first, every
+  // (sequence, kv head) of an m-block together.
+  const int units = p.seq.batch * p.num_kv_heads;
+  const int m_block = p.m_blocks - 1 - static_cast<int>(blockIdx.x / units);
+  const int u = static_cast<int>(blockIdx.x % units);
+  return {u / p.num_kv_heads, u % p.num_kv_heads, static_cast<int64_t>(m_block) * Cfg::kBlockM};
+}
+
+// Visible keys [first, last] of packed rows [m0, m0 + rows) (attending rows only) and the keys every one
+// of them sees [all_first, all_last]; positions in [0, kv_len). The mask is monotone in qp, so the first and
+// last attending rows bound both.
+struct Keys {
+  int64_t first = 0, last = -1, all_first = 0, all_last = -1;
+};
+__device__ __forceinline__ Keys visible_keys(const AttnParams& p, const Sequence& seq, int64_t m0, int rows) {
+  Keys k;
+  const int64_t kv_len = seq.end - seq.leftpad;
+  const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
+  if (m0 < used_rows) {
+    const int64_t qp_first = m0 / p.group + kv_len - seq.q_used;
+    const int64_t qp_last = (min(m0 + rows, used_rows) - 1) / p.group + kv_len - seq.q_used;
+    k.first = p.mask.first_key(qp_first);
+    k.last = p.mask.last_key(qp_last, kv_len);
+    k.all_first = p.mask.first_key(qp_last);
+    k.all_last = p.mask.last_key(qp_first, kv_len);
+  }
+  return k;
+}
+
+// An offending sequence: NaN in out (and lse) for the CTA's rows. All threads.
+template <class Cfg>
+__device__ void write_nan_rows(const AttnParams& p, const CtaRows& c, const Sequence& seq) {
+  using T = typename Cfg::T;
+  const int64_t rows = static_cast<int64_t>(seq.q_len) * p.group;
+  for (int idx = threadIdx.x; idx < Cfg::kBlockM * p.head_dim_v; idx += Cfg::kThreads) {
+    const int64_t r = c.m0 + idx / p.head_dim_v;
+    const int ch = idx % p.head_dim_v;
+    if (r >= rows) continue;
+    const int64_t t = r / p.group;
+    const int h = c.kv_head * p.group + static_cast<int>(r % p.group);
+    T* o = static_cast<T*>(p.out.ptr) + c.i * p.out.batch_stride + (seq.q_row0 + t) * p.out.token_stride +
+           h * p.out.head_stride;
+    o[ch] = from_float<T>(NAN);
+    if (ch == 0 && p.lse) {
+      p.lse[c.i * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_row0 + t) * p.lse_token_stride] = NAN;
+    }
+  }
+}
+
+// ---- producer: K/V tiles into the stage ring
+
+template <class Cfg>
+__device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq, int kv_head, int64_t slot0,
+                                        int64_t n_tiles, uint32_t s_k, uint32_t s_v, uint32_t full_bar,
+                                        uint32_t empty_bar) {
+  constexpr int kRowsPerWarp = Cfg::kBlockN / 4;
+  const int ptid = threadIdx.x;  // 0..127
+  const int warp = ptid / 32, lane = ptid % 32;
+  const bool owns_row =
+      lane < kRowsPerWarp;  // thread (warp, lane) addresses key row warp * kRowsPerWarp + lane
+  const int key_row = warp * kRowsPerWarp + lane;
+  const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache.ptr);
+  const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache.ptr);
+  const bool paged = p.seq.page_table != nullptr && p.seq.cu_seqlens_k == nullptr;
+  // The page-table entry of this thread's key row, loaded one tile ahead of its use.
+  auto entry_of = [&](int64_t tile) -> int32_t {
+    const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
+    return paged && owns_row && tile < n_tiles && s < seq.end ? page_entry(p.seq, seq, s) : 0;
+  };
+  int32_t entry = entry_of(0);
+  for (int64_t tile = 0; tile < n_tiles; ++tile) {
+    const int stage = static_cast<int>(tile % Cfg::kStages);
+    // This thread's key row: where it starts in each cache, or nothing (zero-filled).
+    const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
+    int64_t k_off = 0, v_off = 0;
+    bool valid = false;
+    if (owns_row && s < seq.end) {
+      const SlotAddress a = slot_address_at(p.seq, seq, s, entry);
+      if (a.page >= 0) {
+        valid = true;
+        k_off = (a.page * p.k_cache.page_stride + a.in_page * p.k_cache.slot_stride +
+                 kv_head * p.k_cache.head_stride) *
+                2;
+        v_off = (a.page * p.v_cache.page_stride + a.in_page * p.v_cache.slot_stride +
+                 kv_head * p.v_cache.head_stride) *
+                2;
+      }
+    }
+    entry = entry_of(tile + 1);
+    mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1) ^ 1u);
+    const uint32_t k_dst = s_k + stage * Cfg::kKvStageBytes, v_dst = s_v + stage * Cfg::kKvStageBytes;
+    // Warp-wide steps of 32 chunks: lane l copies chunk (j * 32 + l) % kChunks of row (j * 32 + l) /
+    // kChunks of the warp's rows, so consecutive lanes read consecutive 16 bytes of a row.
+#pragma unroll
+    for (int j = 0; j < kRowsPerWarp * Cfg::kChunks / 32; ++j) {
+      const int idx = j * 32 + lane;
+      const int row_in_warp = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
+      const int64_t k_row = __shfl_sync(0xffffffffu, k_off, row_in_warp);
+      const int64_t v_row = __shfl_sync(0xffffffffu, v_off, row_in_warp);
+      const bool ok = __shfl_sync(0xffffffffu, valid, row_in_warp);
+      const int r = warp * kRowsPerWarp + row_in_warp;
+      const uint32_t at = swizzled(r, c, Cfg::kKvPanelBytes);
+      cp_async_16(k_dst + at, k_base + (ok ? k_row + c * 16 : 0), ok);
+      cp_async_16(v_dst + at, v_base + (ok ? v_row + c * 16 : 0), ok);
+    }
+    cp_async_commit();
+    // The previous tile has landed (one group stays in flight): fence it for the tensor cores, publish.
+    if (tile > 0) {
+      cp_async_wait<1>();
+      fence_proxy_async();
+      mbar_arrive(full_bar + 8 * static_cast<int>((tile - 1) % Cfg::kStages));
+    }
+  }
+  if (n_tiles > 0) {
+    cp_async_wait<0>();
+    fence_proxy_async();
+    mbar_arrive(full_bar + 8 * static_cast<int>((n_tiles - 1) % Cfg::kStages));
+  }
+}
+
+// ---- consumer: 64 rows
+
+// The consumer's 64 Q rows into s_q (panels of 64 rows): rotary (positions already checked) in fp32,
+// rounded to T once; rows that do not attend are zero.
+template <class Cfg>
+__device__ __forceinline__ void load_q(const AttnParams& p, const Sequence& seq, int i, int kv_head,
+                                       int64_t m0, unsigned char* s_q) {
+  using T = typename Cfg::T;
+  const int ctid = threadIdx.x % 128;
+  const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
+  for (int idx = ctid; idx < 64 * Cfg::kChunks; idx += 128) {
+    const int row = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
+    const int64_t r = m0 + row;
+    alignas(16) T vals[8];
+    if (r < used_rows) {
+      const int64_t t = r / p.group;
+      const int h = kv_head * p.group + static_cast<int>(r % p.group);
+      const T* src = static_cast<const T*>(p.q.ptr) + i * p.q.batch_stride +
+                     (seq.q_row0 + t) * p.q.token_stride + h * p.q.head_stride;
+      const int64_t pos = seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int ch = c * 8 + e;
+        vals[e] = ch < p.rotary.rotary_dim ? from_float<T>(rotated_channel(src, ch, pos, p.rotary)) : src[ch];
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) vals[e] = from_float<T>(0.f);
+    }
+    *reinterpret_cast<uint4*>(s_q + swizzled(row, c, Cfg::kQPanelBytes)) =
+        *reinterpret_cast<const uint4*>(vals);
+  }
+}
+
+template <class Cfg>
+__device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
+                                        const Keys& cta_keys, int64_t n_tiles, unsigned char* s_q_all,
+                                        uint32_t s_k, uint32_t s_v, uint32_t full_bar, uint32_t empty_bar) {
+  using T = typename Cfg::T;
+  constexpr int kBlockN = Cfg::kBlockN, kD = Cfg::kHeadDim;
+  const int consumer = threadIdx.x / 128 - 1;
+  const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32, quad = lane % 4;
+  const int64_t m0 = cta.m0 + 64 * consumer;  // this warpgroup's first packed row
+  unsigned char* s_q = s_q_all + consumer * (Cfg::kQBytes / Cfg::kConsumers);
+
+  load_q<Cfg>(p, seq, cta.i, cta.kv_head, m0, s_q);
+  fence_proxy_async();  // Q is read by wgmma (async proxy)
+  named_barrier_sync(1 + consumer, 128);
+
+  const int64_t kv_len = seq.end - seq.leftpad;
+  const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
+  // Tiles inside the keys every row of this warpgroup sees skip the mask.
+  const Keys mine = visible_keys(p, seq, m0, 64);
+  RowCtx row[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int64_t r = m0 + 16 * warp + lane / 4 + 8 * k;
+    row[k].attends = r < used_rows;
+    row[k].qp = static_cast<int32_t>(r / p.group + kv_len - seq.q_used);
+    row[k].head = cta.kv_head * p.group + static_cast<int>(r % p.group);
+    row[k].slope = p.alibi_slopes && row[k].attends
+                       ? p.alibi_slopes[cta.i * p.alibi_batch_stride + row[k].head] * kLog2e
+                       : 0.f;
+  }
+
+  float o[kD / 2];
+#pragma unroll
+  for (int e = 0; e < kD / 2; ++e) o[e] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY};  // log2 units
+  float row_sum[2] = {0.f, 0.f};              // this thread's share; quad-reduced at the end
+  const uint32_t q_addr = smem_addr(s_q);
+
+  for (int64_t tile = 0; tile < n_tiles; ++tile) {
+    const int stage = static_cast<int>(tile % Cfg::kStages);
+    mbar_wait(full_bar + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1));
+    const uint32_t k_tile = s_k + stage * Cfg::kKvStageBytes, v_tile = s_v + stage * Cfg::kKvStageBytes;
+
+    // S = Q K^T: kD / 16 k-steps, 32 bytes apart within a 128-byte panel row.
+    float s[kBlockN / 2];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const uint32_t step = (kk / 4) * Cfg::kQPanelBytes + (kk % 4) * 32;
+      const uint32_t k_step = (kk / 4) * Cfg::kKvPanelBytes + (kk % 4) * 32;
+      wgmma_ss<T, kBlockN>(s, desc_k_major(q_addr + step), desc_k_major(k_tile + k_step), kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(s);
+
+    const int64_t tile_kp0 = cta_keys.first + tile * kBlockN;
+    const bool inside = tile_kp0 >= mine.all_first && tile_kp0 + kBlockN - 1 <= mine.all_last;
+    score_mods<kBlockN>(s, p, row, static_cast<int32_t>(tile_kp0), !inside, static_cast<int32_t>(kv_len),
+                        quad);
+
+    // Online softmax (rows are spread over the 4 threads of a quad).
+    float correction[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      float mx = row_max[k];
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * k], s[4 * j + 2 * k + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float base = safe_max_base(mx);
+      correction[k] = mx == row_max[k] ? 1.f : fast_exp2(row_max[k] - base);
+      row_max[k] = mx;
+      row_sum[k] *= correction[k];
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+        s[4 * j + 2 * k] = fast_exp2(s[4 * j + 2 * k] - base);
+        s[4 * j + 2 * k + 1] = fast_exp2(s[4 * j + 2 * k + 1] - base);
+        row_sum[k] += s[4 * j + 2 * k] + s[4 * j + 2 * k + 1];
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < kD / 2; ++e) o[e] *= correction[(e % 4) / 2];
+
+    // O += P V: P leaves the S accumulators as the A fragments (two 8-key blocks = one 16-key k-step);
+    // V's 16-key k-steps are 16 rows = 2048 bytes apart.
+    uint32_t pa[kBlockN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      pa[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+      pa[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+    fence_registers(o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      wgmma_rs<T, kD>(o, pa[kk], desc_mn_major(v_tile + kk * 2048, Cfg::kKvPanelBytes), 1);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(o);
+    mbar_arrive(empty_bar + 8 * stage);  // this thread no longer reads the stage
+  }
+
+  // Epilogue: out = O / l and lse, the sink counted here.
+  const int64_t rows = static_cast<int64_t>(seq.q_len) * p.group;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], 1);
+    row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], 2);
+  }
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int64_t r = m0 + 16 * warp + lane / 4 + 8 * k;
+    if (r >= rows) continue;
+    const int64_t t = r / p.group;
+    const int h = row[k].head;
+    float m = row_max[k], l = row[k].attends ? row_sum[k] : 0.f, rescale = 1.f;
+    float lse = l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
+    if (p.sinks && row[k].attends) {
+      const float sink_nat = p.sinks[h], sink = sink_nat * kLog2e;
+      const float m_new = fmaxf(m, sink);
+      rescale = exp2f(m - m_new);
+      const bool empty = l == 0.f;
+      l = l * rescale + exp2f(sink - m_new);
+      m = m_new;
+      lse = empty ? sink_nat : (m + log2f(l)) * kLn2;  // an empty row's lse is the sink, exactly
+    }
+    const float inv_l = l > 0.f ? rescale / l : 0.f;
+    T* out = static_cast<T*>(p.out.ptr) + cta.i * p.out.batch_stride + (seq.q_row0 + t) * p.out.token_stride +
+             h * p.out.head_stride;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      const int c = 8 * j + 2 * quad;
+      out[c] = from_float<T>(o[4 * j + 2 * k] * inv_l);
+      out[c + 1] = from_float<T>(o[4 * j + 2 * k + 1] * inv_l);
+    }
+    if (p.lse && quad == 0) {
+      p.lse[cta.i * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_row0 + t) * p.lse_token_stride] = lse;
+    }
+  }
+}
+
+template <class Cfg>
+__device__ __forceinline__ void prefill_cta(const AttnParams& p) {
+  extern __shared__ unsigned char smem_raw[];
+  // 1024-byte aligned base: the swizzle pattern is a function of the address bits.
+  const uint32_t raw = smem_addr(smem_raw);
+  unsigned char* smem = smem_raw + ((1024 - raw % 1024) % 1024);
+  unsigned char* s_q = smem;
+  const uint32_t s_k = smem_addr(smem + Cfg::kQBytes);
+  const uint32_t s_v = s_k + Cfg::kStages * Cfg::kKvStageBytes;
+  const uint32_t full_bar = s_v + Cfg::kStages * Cfg::kKvStageBytes;
+  const uint32_t empty_bar = full_bar + 8 * Cfg::kStages;
+
+  const CtaRows cta = cta_rows<Cfg>(p);
+  const Sequence seq = load_sequence(p.seq, cta.i, p.errors, threadIdx.x == 0);
+  if (!seq.rows_known) return;  // cu_seqlens_q is broken: no row of out is known to be ours
+  if (cta.m0 >= static_cast<int64_t>(seq.q_len) * p.group) return;
+  // Page ids of the whole sequence [leftpad, end): an offending sequence is NaN in every row.
+  bool ok = check_unique_row(p.seq, cta.i, p.errors) && seq.ok;
+  if (ok && p.seq.page_table) ok = check_pages(p.seq, seq, seq.leftpad, seq.end, p.errors);
+  if (!ok) {
+    write_nan_rows<Cfg>(p, cta, seq);
+    return;
+  }
+  const Keys keys = visible_keys(p, seq, cta.m0, Cfg::kBlockM);
+  const int64_t n_tiles =
+      keys.last >= keys.first ? (keys.last - keys.first + Cfg::kBlockN) / Cfg::kBlockN : 0;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      mbar_init(full_bar + 8 * s, 128);                     // the producer threads
+      mbar_init(empty_bar + 8 * s, 128 * Cfg::kConsumers);  // the consumer threads
+    }
+  }
+  __syncthreads();
+
+  if (threadIdx.x < 128) {
+    regs_dealloc<Cfg::kRegsProducer>();
+    produce<Cfg>(p, seq, cta.kv_head, seq.leftpad + keys.first, n_tiles, s_k, s_v, full_bar, empty_bar);
+  } else {
+    regs_alloc<Cfg::kRegsConsumer>();
+    consume<Cfg>(p, seq, cta, keys, n_tiles, s_q, s_k, s_v, full_bar, empty_bar);
+  }
+}
+
+#endif  // sm_90a
+
+// The kernel; empty in passes other than sm_90a (the launcher checks that the sm_90a binary is the one
+// loaded before it launches).
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1) prefill_kernel(const __grid_constant__ AttnParams p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  prefill_cta<Cfg>(p);
+#endif
+}
+
+}  // namespace kvattn::cuda::sm90

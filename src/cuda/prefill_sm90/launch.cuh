@@ -1,0 +1,57 @@
+// The body of launch_prefill_kernel, included by the instantiation files only (it pulls in the kernel).
+#pragma once
+
+#include <string>
+#include <type_traits>
+
+#include "cuda/common/host.hpp"
+#include "cuda/prefill_sm90/kernel.cuh"
+#include "cuda/prefill_sm90/launch.hpp"
+
+namespace kvattn::cuda::sm90 {
+
+template <typename T>
+constexpr DType dtype_of_storage() {
+  return std::is_same_v<T, half> ? DType::f16 : DType::bf16;
+}
+
+template <typename T, int kHeadDim>
+bool prefill_kernel_loaded() {
+  if constexpr (!prefill_built(dtype_of_storage<T>(), kHeadDim)) {
+    return false;
+  } else {
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr, prefill_kernel<PrefillConfig<T, kHeadDim>>) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return attr.binaryVersion == 90;
+  }
+}
+
+template <typename T, int kHeadDim>
+kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t stream) {
+  if constexpr (!prefill_built(dtype_of_storage<T>(), kHeadDim)) {
+    return fail(KVATTN_ERROR_UNSUPPORTED, "the sm_90a prefill kernel for head_dim=" +
+                                              std::to_string(kHeadDim) + " is not compiled in this build");
+  } else {
+    using Cfg = PrefillConfig<T, kHeadDim>;
+    const int64_t rows = static_cast<int64_t>(params.seq.max_seqlen_q) * params.group;
+    AttnParams p = params;
+    p.m_blocks = static_cast<int32_t>((rows + Cfg::kBlockM - 1) / Cfg::kBlockM);
+    p.num_splits = 1;
+    const int64_t ctas = static_cast<int64_t>(p.m_blocks) * p.seq.batch * p.num_kv_heads;
+    if (ctas > 0x7fffffff) {
+      return fail(KVATTN_ERROR_UNSUPPORTED, "q: batch * kv heads * row blocks = " + std::to_string(ctas) +
+                                                " CTAs exceeds the grid limit");
+    }
+    const int smem = static_cast<int>(prefill_smem_bytes(kHeadDim));
+    cudaError_t err =
+        cudaFuncSetAttribute(prefill_kernel<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return cuda_fail(err, "prefill_kernel shared memory");
+    prefill_kernel<Cfg><<<static_cast<unsigned>(ctas), Cfg::kThreads, smem, stream>>>(p);
+    return check_launch("prefill_kernel (sm_90a)");
+  }
+}
+
+}  // namespace kvattn::cuda::sm90
