@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One device call for the sm_90a prefill kernel (bench/NOTES.md): the correctness check and the timing of
+# bench/prefill_sm90_check.py, the prefill pytest file (plus an optional subset of the CUDA suites, with
+# the kernel forced on every problem it covers), and compute-sanitizer memcheck on a small case. Run from a
+# directory holding python/, tests/python/, bench/ and the library:
+#   KVATTN_LIBRARY=$PWD/libkvattn.so bash tools/prefill_sm90_device.sh ["pytest -k expression for the suites"]
+# Logs under $OUT; a short table last.
+set +e
+OUT=${OUT:-/tmp/prefill_sm90}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD/python:$PWD/tests/python PYTHONUNBUFFERED=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv > "$OUT/smi.txt" 2>&1
+timeout -k 5 150 python3 bench/prefill_sm90_check.py > "$OUT/check.log" 2>&1
+echo "check rc=$?" >> "$OUT/summary.txt"
+timeout -k 5 120 python3 -m pytest -q tests/python/test_cuda_prefill_sm90.py -p no:cacheprovider -rs \
+  > "$OUT/pytest_prefill.log" 2>&1
+echo "pytest prefill rc=$? $(tail -1 "$OUT/pytest_prefill.log")" >> "$OUT/summary.txt"
+if [ -n "$1" ]; then
+  KVATTN_FORCE_SM90_PREFILL=1 timeout -k 5 120 python3 -m pytest -q tests/python/test_cuda_kernels.py \
+    tests/python/test_cuda_torch.py -k "$1" -p no:cacheprovider > "$OUT/pytest_suites.log" 2>&1
+  echo "pytest suites (forced) rc=$? $(tail -1 "$OUT/pytest_suites.log")" >> "$OUT/summary.txt"
+fi
+timeout -k 5 100 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 86 \
+  python3 bench/prefill_sm90_check.py --small > "$OUT/memcheck.log" 2>&1
+echo "memcheck rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log")" >> "$OUT/summary.txt"
+grep -E "FAIL|Error|error" "$OUT/pytest_prefill.log" | head -20
+cat "$OUT/smi.txt"
+tail -25 "$OUT/check.log"
+cat "$OUT/summary.txt"
