@@ -15,10 +15,11 @@ struct PrefillTile {
   int regs_consumer;
 };
 
-// d = dv = 128: a 128 x 128 S and O per CTA, 64 fp32 accumulators each a consumer thread, two 64 KiB K/V
-// stages (160 KiB of shared memory with Q).
+// d = dv = 128: a 128 x 128 S and O per CTA, 64 fp32 accumulators each a consumer thread (plus S of the
+// next tile and P of the previous one while they overlap), three 64 KiB K/V stages (225 KiB of shared
+// memory with Q: the most that fits in 227 KiB).
 constexpr PrefillTile prefill_tile(int head_dim) {
-  return head_dim <= 128 ? PrefillTile{2, 128, 2, 40, 232} : PrefillTile{2, 64, 2, 40, 232};
+  return head_dim <= 128 ? PrefillTile{2, 128, 3, 56, 224} : PrefillTile{2, 64, 2, 40, 232};
 }
 
 // Dynamic shared memory: 1024 bytes of alignment slack, Q, the K and V stages, two mbarriers a stage.

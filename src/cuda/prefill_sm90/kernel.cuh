@@ -7,11 +7,13 @@
 //     with 16-byte cp.async, one row pointer per key (any page size, paged / contiguous / packed caches,
 //     cache_batch_idx, leftpad: the addressing rule of common/sequence.cuh), into a ring of kStages shared
 //     stages in the wgmma 128B-swizzled layout; slots outside [leftpad, end) are zero-filled. Each stage
-//     has a "full" mbarrier (the producer threads arrive once its copies have landed and are fenced for
-//     the async proxy) and an "empty" one (every consumer thread arrives after its last wgmma read).
+//     has a "full" mbarrier (every producer thread's copies arrive on it as they land:
+//     cp.async.mbarrier.arrive) and an "empty" one (every consumer thread arrives after its last wgmma
+//     read of the stage).
 //   consumers (warpgroups 1, 2, 64 rows each, many registers): S = Q K^T by wgmma from shared memory (Q
 //     loaded once, rotary applied), the score modifications and the mask on the accumulator layout
-//     (score_mods, the one place), online softmax in registers, O += P V by wgmma with P from registers.
+//     (score_mods, the one place), online softmax in registers, O += P V by wgmma with P from registers;
+//     the softmax of tile t runs while the tensor cores do P V of tile t - 1.
 // Scores are in log2 units (exp2 is one instruction), as in the portable kernel.
 #pragma once
 
@@ -30,10 +32,11 @@
 
 namespace kvattn::cuda::sm90 {
 
-template <typename T_, int kHeadDim_>
+template <typename T_, int kHeadDim_, bool kPingPong_>
 struct PrefillConfig {
   using T = T_;
-  static constexpr int kHeadDim = kHeadDim_;  // d = dv
+  static constexpr int kHeadDim = kHeadDim_;     // d = dv
+  static constexpr bool kPingPong = kPingPong_;  // the consumers take turns on the tensor cores
   static constexpr PrefillTile kTile = prefill_tile(kHeadDim);
   static constexpr int kConsumers = kTile.consumers;  // warpgroups of 64 rows
   static constexpr int kBlockM = 64 * kConsumers;
@@ -185,20 +188,20 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
   int32_t entry = entry_of(0);
   for (int64_t tile = 0; tile < n_tiles; ++tile) {
     const int stage = static_cast<int>(tile % Cfg::kStages);
-    // This thread's key row: where it starts in each cache, or nothing (zero-filled).
+    // This thread's key row: where it starts in each cache, in 16-byte units (32 bits: the launcher checks
+    // that the caches span less than 64 GiB), or kNoRow (zero-filled).
+    constexpr uint32_t kNoRow = 0xffffffffu;
     const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
-    int64_t k_off = 0, v_off = 0;
-    bool valid = false;
+    uint32_t k_off = kNoRow, v_off = kNoRow;
     if (owns_row && s < seq.end) {
       const SlotAddress a = slot_address_at(p.seq, seq, s, entry);
       if (a.page >= 0) {
-        valid = true;
-        k_off = (a.page * p.k_cache.page_stride + a.in_page * p.k_cache.slot_stride +
-                 kv_head * p.k_cache.head_stride) *
-                2;
-        v_off = (a.page * p.v_cache.page_stride + a.in_page * p.v_cache.slot_stride +
-                 kv_head * p.v_cache.head_stride) *
-                2;
+        k_off = static_cast<uint32_t>((a.page * p.k_cache.page_stride + a.in_page * p.k_cache.slot_stride +
+                                       kv_head * p.k_cache.head_stride) /
+                                      8);
+        v_off = static_cast<uint32_t>((a.page * p.v_cache.page_stride + a.in_page * p.v_cache.slot_stride +
+                                       kv_head * p.v_cache.head_stride) /
+                                      8);
       }
     }
     entry = entry_of(tile + 1);
@@ -210,27 +213,19 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
     for (int j = 0; j < kRowsPerWarp * Cfg::kChunks / 32; ++j) {
       const int idx = j * 32 + lane;
       const int row_in_warp = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
-      const int64_t k_row = __shfl_sync(0xffffffffu, k_off, row_in_warp);
-      const int64_t v_row = __shfl_sync(0xffffffffu, v_off, row_in_warp);
-      const bool ok = __shfl_sync(0xffffffffu, valid, row_in_warp);
+      const uint32_t k_row = __shfl_sync(0xffffffffu, k_off, row_in_warp);
+      const uint32_t v_row = __shfl_sync(0xffffffffu, v_off, row_in_warp);
+      const bool ok = k_row != kNoRow;
       const int r = warp * kRowsPerWarp + row_in_warp;
       const uint32_t at = swizzled(r, c, Cfg::kKvPanelBytes);
-      cp_async_16(k_dst + at, k_base + (ok ? k_row + c * 16 : 0), ok);
-      cp_async_16(v_dst + at, v_base + (ok ? v_row + c * 16 : 0), ok);
+      const uint32_t k_unit = ok ? k_row + c : 0, v_unit = ok ? v_row + c : 0;  // in range when ok
+      cp_async_16(k_dst + at, k_base + static_cast<uint64_t>(k_unit) * 16, ok);
+      cp_async_16(v_dst + at, v_base + static_cast<uint64_t>(v_unit) * 16, ok);
     }
-    cp_async_commit();
-    // The previous tile has landed (one group stays in flight): fence it for the tensor cores, publish.
-    if (tile > 0) {
-      cp_async_wait<1>();
-      fence_proxy_async();
-      mbar_arrive(full_bar + 8 * static_cast<int>((tile - 1) % Cfg::kStages));
-    }
+    // The stage is full once every producer thread's copies of it have landed (no wait here).
+    cp_async_arrive(full_bar + 8 * stage);
   }
-  if (n_tiles > 0) {
-    cp_async_wait<0>();
-    fence_proxy_async();
-    mbar_arrive(full_bar + 8 * static_cast<int>((n_tiles - 1) % Cfg::kStages));
-  }
+  cp_async_wait_all();  // nothing in flight when the producer leaves
 }
 
 // ---- consumer: 64 rows
@@ -305,31 +300,32 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   float row_sum[2] = {0.f, 0.f};              // this thread's share; quad-reduced at the end
   const uint32_t q_addr = smem_addr(s_q);
 
-  for (int64_t tile = 0; tile < n_tiles; ++tile) {
-    const int stage = static_cast<int>(tile % Cfg::kStages);
-    mbar_wait(full_bar + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1));
-    const uint32_t k_tile = s_k + stage * Cfg::kKvStageBytes, v_tile = s_v + stage * Cfg::kKvStageBytes;
-
-    // S = Q K^T: kD / 16 k-steps, 32 bytes apart within a 128-byte panel row.
-    float s[kBlockN / 2];
-    wgmma_fence();
+  // S = Q K^T of a tile into s (issued, not waited for): kD / 16 k-steps, 32 bytes apart within a
+  // 128-byte panel row.
+  auto issue_qk = [&](float(&s)[kBlockN / 2], uint32_t k_tile) {
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      const uint32_t step = (kk / 4) * Cfg::kQPanelBytes + (kk % 4) * 32;
+      const uint32_t q_step = (kk / 4) * Cfg::kQPanelBytes + (kk % 4) * 32;
       const uint32_t k_step = (kk / 4) * Cfg::kKvPanelBytes + (kk % 4) * 32;
-      wgmma_ss<T, kBlockN>(s, desc_k_major(q_addr + step), desc_k_major(k_tile + k_step), kk > 0);
+      wgmma_ss<T, kBlockN>(s, desc_k_major(q_addr + q_step), desc_k_major(k_tile + k_step), kk > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_registers(s);
-
+  };
+  // O += P V of a tile (issued, not waited for): V's 16-key k-steps are 16 rows = 2048 bytes apart.
+  auto issue_pv = [&](const uint32_t(&pa)[kBlockN / 16][4], uint32_t v_tile) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      wgmma_rs<T, kD>(o, pa[kk], desc_mn_major(v_tile + kk * 2048, Cfg::kKvPanelBytes), 1);
+    }
+    wgmma_commit();
+  };
+  // Score mods and online softmax of a tile's S (rows spread over the 4 threads of a quad): s becomes P,
+  // correction = how much the row's running max moved (what O must be scaled by).
+  auto softmax = [&](float(&s)[kBlockN / 2], int64_t tile, float(&correction)[2]) {
     const int64_t tile_kp0 = cta_keys.first + tile * kBlockN;
     const bool inside = tile_kp0 >= mine.all_first && tile_kp0 + kBlockN - 1 <= mine.all_last;
     score_mods<kBlockN>(s, p, row, static_cast<int32_t>(tile_kp0), !inside, static_cast<int32_t>(kv_len),
                         quad);
-
-    // Online softmax (rows are spread over the 4 threads of a quad).
-    float correction[2];
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       float mx = row_max[k];
@@ -348,29 +344,104 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
         row_sum[k] += s[4 * j + 2 * k] + s[4 * j + 2 * k + 1];
       }
     }
-#pragma unroll
-    for (int e = 0; e < kD / 2; ++e) o[e] *= correction[(e % 4) / 2];
-
-    // O += P V: P leaves the S accumulators as the A fragments (two 8-key blocks = one 16-key k-step);
-    // V's 16-key k-steps are 16 rows = 2048 bytes apart.
-    uint32_t pa[kBlockN / 16][4];
+  };
+  // P leaves the S accumulators as the A fragments of P V (two 8-key blocks = one 16-key k-step).
+  auto pack_p = [&](const float(&s)[kBlockN / 2], uint32_t(&pa)[kBlockN / 16][4]) {
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      pa[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
-      pa[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) pa[kk][e] = pack2<T>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+    }
+  };
+  auto wait_full = [&](int64_t tile) {
+    const int stage = static_cast<int>(tile % Cfg::kStages);
+    mbar_wait(full_bar + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1));
+    fence_proxy_async();  // the cp.async writes of the stage, seen by this thread, ordered before wgmma
+    return stage;
+  };
+
+  // Ping-pong (Cfg::kPingPong): the two consumers take turns issuing their wgmma groups, so that one's
+  // softmax runs while the other's matrix products occupy the tensor cores. Consumer c waits on barrier
+  // 3 + c before issuing and then lets the other go (bar.arrive on 3 + (1 - c)); both have n_tiles + 1
+  // issue points, consumer 1 starts by letting consumer 0 go and skips its last hand-over, so every
+  // barrier phase completes before the CTA ends.
+  int64_t turns_left = n_tiles + 1;
+  auto my_turn = [&]() {
+    if constexpr (Cfg::kPingPong) named_barrier_sync(3 + consumer, 256);
+  };
+  auto your_turn = [&]() {
+    if constexpr (Cfg::kPingPong) {
+      --turns_left;
+      if (consumer == 0 || turns_left > 0) named_barrier_arrive(3 + (1 - consumer), 256);
+    }
+  };
+  if (Cfg::kPingPong && consumer == 1 && n_tiles > 0) named_barrier_arrive(3, 256);
+
+  // The softmax of tile t overlaps the P V of tile t - 1 on the tensor cores: per iteration, issue
+  // S_t = Q K_t and O += P_{t-1} V_{t-1}, wait for S_t, softmax it, wait for P V, release stage t - 1,
+  // rescale O by tile t's correction.
+  uint32_t pa[kBlockN / 16][4];
+  int prev_stage = 0;
+  if (n_tiles > 0) {
+    float s[kBlockN / 2];
+    prev_stage = wait_full(0);
+    my_turn();
+    wgmma_fence();
+    issue_qk(s, s_k + prev_stage * Cfg::kKvStageBytes);
+    your_turn();
+    wgmma_wait<0>();
+    fence_registers(s);
+    float correction[2];
+    softmax(s, 0, correction);  // O is still zero: nothing to rescale
+    pack_p(s, pa);
+  }
+  for (int64_t tile = 1; tile < n_tiles; ++tile) {
+    float s[kBlockN / 2];
+    const int stage = wait_full(tile);
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) fence_registers(pa[kk][e]);
     }
     fence_registers(o);
+    my_turn();
     wgmma_fence();
+    issue_qk(s, s_k + stage * Cfg::kKvStageBytes);
+    issue_pv(pa, s_v + prev_stage * Cfg::kKvStageBytes);
+    your_turn();
+    wgmma_wait<1>();  // S_t is done (P V may still run)
+    fence_registers(s);
+    float correction[2];
+    softmax(s, tile, correction);
+    wgmma_wait<0>();  // P_{t-1} V_{t-1} is done: its registers and its stage are free
+    fence_registers(o);
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      wgmma_rs<T, kD>(o, pa[kk], desc_mn_major(v_tile + kk * 2048, Cfg::kKvPanelBytes), 1);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) fence_registers(pa[kk][e]);
     }
-    wgmma_commit();
+    mbar_arrive(empty_bar + 8 * prev_stage);
+    if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {  // once maxima settle: rare
+#pragma unroll
+      for (int e = 0; e < kD / 2; ++e) o[e] *= correction[(e % 4) / 2];
+    }
+    pack_p(s, pa);
+    prev_stage = stage;
+  }
+  if (n_tiles > 0) {
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) fence_registers(pa[kk][e]);
+    }
+    fence_registers(o);
+    my_turn();
+    wgmma_fence();
+    issue_pv(pa, s_v + prev_stage * Cfg::kKvStageBytes);
+    your_turn();
     wgmma_wait<0>();
     fence_registers(o);
-    mbar_arrive(empty_bar + 8 * stage);  // this thread no longer reads the stage
+    mbar_arrive(empty_bar + 8 * prev_stage);
   }
 
   // Epilogue: out = O / l and lse, the sink counted here.

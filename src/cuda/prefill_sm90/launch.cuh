@@ -1,6 +1,8 @@
 // The body of launch_prefill_kernel, included by the instantiation files only (it pulls in the kernel).
 #pragma once
 
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -21,12 +23,31 @@ bool prefill_kernel_loaded() {
     return false;
   } else {
     cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, prefill_kernel<PrefillConfig<T, kHeadDim>>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&attr, prefill_kernel<PrefillConfig<T, kHeadDim, true>>) != cudaSuccess) {
       cudaGetLastError();
       return false;
     }
     return attr.binaryVersion == 90;
   }
+}
+
+template <class Cfg>
+kvattn_status launch_config(const AttnParams& params, cudaStream_t stream) {
+  const int64_t rows = static_cast<int64_t>(params.seq.max_seqlen_q) * params.group;
+  AttnParams p = params;
+  p.m_blocks = static_cast<int32_t>((rows + Cfg::kBlockM - 1) / Cfg::kBlockM);
+  p.num_splits = 1;
+  const int64_t ctas = static_cast<int64_t>(p.m_blocks) * p.seq.batch * p.num_kv_heads;
+  if (ctas > 0x7fffffff) {
+    return fail(KVATTN_ERROR_UNSUPPORTED, "q: batch * kv heads * row blocks = " + std::to_string(ctas) +
+                                              " CTAs exceeds the grid limit");
+  }
+  const int smem = static_cast<int>(prefill_smem_bytes(Cfg::kHeadDim));
+  cudaError_t err =
+      cudaFuncSetAttribute(prefill_kernel<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err != cudaSuccess) return cuda_fail(err, "prefill_kernel shared memory");
+  prefill_kernel<Cfg><<<static_cast<unsigned>(ctas), Cfg::kThreads, smem, stream>>>(p);
+  return check_launch("prefill_kernel (sm_90a)");
 }
 
 template <typename T, int kHeadDim>
@@ -35,22 +56,12 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
     return fail(KVATTN_ERROR_UNSUPPORTED, "the sm_90a prefill kernel for head_dim=" +
                                               std::to_string(kHeadDim) + " is not compiled in this build");
   } else {
-    using Cfg = PrefillConfig<T, kHeadDim>;
-    const int64_t rows = static_cast<int64_t>(params.seq.max_seqlen_q) * params.group;
-    AttnParams p = params;
-    p.m_blocks = static_cast<int32_t>((rows + Cfg::kBlockM - 1) / Cfg::kBlockM);
-    p.num_splits = 1;
-    const int64_t ctas = static_cast<int64_t>(p.m_blocks) * p.seq.batch * p.num_kv_heads;
-    if (ctas > 0x7fffffff) {
-      return fail(KVATTN_ERROR_UNSUPPORTED, "q: batch * kv heads * row blocks = " + std::to_string(ctas) +
-                                                " CTAs exceeds the grid limit");
+    // KVATTN_SM90_PINGPONG=0: the consumers issue their wgmma groups independently (for A/B timing).
+    const char* pingpong = std::getenv("KVATTN_SM90_PINGPONG");
+    if (pingpong != nullptr && std::strcmp(pingpong, "0") == 0) {
+      return launch_config<PrefillConfig<T, kHeadDim, false>>(params, stream);
     }
-    const int smem = static_cast<int>(prefill_smem_bytes(kHeadDim));
-    cudaError_t err =
-        cudaFuncSetAttribute(prefill_kernel<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (err != cudaSuccess) return cuda_fail(err, "prefill_kernel shared memory");
-    prefill_kernel<Cfg><<<static_cast<unsigned>(ctas), Cfg::kThreads, smem, stream>>>(p);
-    return check_launch("prefill_kernel (sm_90a)");
+    return launch_config<PrefillConfig<T, kHeadDim, true>>(params, stream);
   }
 }
 

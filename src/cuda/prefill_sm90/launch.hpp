@@ -15,9 +15,10 @@ namespace kvattn::cuda::sm90 {
 
 // True when the sm_90a prefill kernel runs p (README "CUDA kernels" lists the conditions): an sm_90 device
 // and a library built for 90a, KVATTN_FORCE_PORTABLE unset (or not "1"), fp16/bf16 q = cache = out,
-// d = dv among the compiled head dims, no qv, 16-byte aligned cache rows, no explicit num_splits > 1, and
-// a prefill shape: at least 128 packed query rows (max_seqlen_q x hq / hk) per kv head and at least half
-// a wave of 128-row CTAs (KVATTN_FORCE_SM90_PREFILL=1 drops this shape rule, for tests).
+// d = dv among the compiled head dims, no qv, 16-byte aligned cache rows, caches under 64 GiB each, no
+// explicit num_splits > 1, and a prefill shape: at least 128 packed query rows (max_seqlen_q x hq / hk) per
+// kv head and at least half a wave of 128-row CTAs (KVATTN_FORCE_SM90_PREFILL=1 drops this shape rule, for
+// tests).
 bool prefill_takes(const FwdProblem& p, const AttnParams& params, const DeviceLimits& limits);
 
 kvattn_status launch_prefill(const FwdProblem& p, const AttnParams& params, cudaStream_t stream);

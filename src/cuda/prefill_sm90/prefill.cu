@@ -31,6 +31,13 @@ bool prefill_takes(const FwdProblem& p, const AttnParams& params, const DeviceLi
   if (p.q_dtype != p.kv_dtype || p.out_dtype != p.q_dtype || !prefill_built(p.q_dtype, p.head_dim))
     return false;
   if (p.head_dim_v != p.head_dim || p.qv.ptr != nullptr || !params.kv_vec16 || p.num_splits > 1) return false;
+  // The producer addresses cache rows by 32-bit offsets in 16-byte units: each cache spans < 64 GiB.
+  const auto span16 = [&](const CacheTensor& c) {
+    const int64_t rows = p.cu_seqlens_k ? p.num_pages * c.slot_stride : p.num_pages * c.page_stride;
+    return (rows + p.page_size * c.slot_stride + p.num_kv_heads * c.head_stride + p.head_dim) / 8;
+  };
+  if (span16(p.k_cache) >= (int64_t{1} << 32) - 1 || span16(p.v_cache) >= (int64_t{1} << 32) - 1)
+    return false;
   // Prefill shapes only: below 128 packed rows a 128-row CTA would be mostly padding, and with fewer than
   // half a wave of CTAs the portable kernel's split-KV schedule fills the machine instead.
   const int64_t rows = static_cast<int64_t>(p.max_seqlen_q) * (p.num_q_heads / p.num_kv_heads);

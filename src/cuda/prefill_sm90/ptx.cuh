@@ -31,6 +31,16 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       : "memory");
 }
 
+// Arrives on the barrier (without raising its expected count) once every cp.async this thread issued
+// before has landed: the "full" signal of a stage needs no wait by the copying thread.
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
 // ---- wgmma ordering
 
 // Before the first wgmma of a group: orders this warpgroup's register writes (accumulators, A fragments)
@@ -50,6 +60,10 @@ template <int N>
 __device__ __forceinline__ void fence_registers(float (&r)[N]) {
 #pragma unroll
   for (int k = 0; k < N; ++k) asm volatile("" : "+f"(r[k])::"memory");
+}
+
+__device__ __forceinline__ void fence_registers(uint32_t& r) {
+  asm volatile("" : "+r"(r)::"memory");
 }
 
 // ---- shared-memory matrix descriptors, 128-byte swizzle
@@ -82,6 +96,9 @@ __device__ __forceinline__ void fence_proxy_async() {
 }
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 template <int kRegs>
 __device__ __forceinline__ void regs_dealloc() {
