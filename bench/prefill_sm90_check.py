@@ -83,7 +83,9 @@ def correctness(rows, small):
                 continue
             q = torch.randn(b, sq, hq, 128, generator=gen, device="cuda").to(torch.bfloat16)
             k, v, table = paged_cache(b, sk, hk, 128, page, torch.bfloat16, gen)
+            os.environ["KVATTN_SM90_PINGPONG"] = "0" if (sq + int(causal)) % 2 else "1"  # both kernels
             out = run(q, k, v, table, sk, causal, False, window_size=window, softcap=softcap)
+            os.environ["KVATTN_SM90_PINGPONG"] = "1"
             torch.cuda.synchronize()
             kvattn.device_errors("cuda")
             ref = reference(q, gather(k, table, sk), gather(v, table, sk), causal, window, softcap)
@@ -122,16 +124,20 @@ def timing(rows):
     for causal in (True, False):
         flops = 4 * b * hq * d * (s * (s + 1) // 2 if causal else s * s)
         outs = {}
-        for portable in (False, True):
+        # (name, portable, ping-pong); sm90 twice: the spread of one version
+        for name, portable, pingpong in [("sm90", False, "1"), ("sm90 no-pingpong", False, "0"),
+                                         ("portable", True, "1"), ("sm90 again", False, "1")]:
+            os.environ["KVATTN_SM90_PINGPONG"] = pingpong
             fn = lambda: run(q, k, v, table, s, causal, portable)  # noqa: E731
-            outs[portable] = fn()
+            outs[name] = fn()
             ms, p10, p90 = median_time(fn)
-            rows.append(f"time b{b} x {s} {hq}/{hk} d{d} p{page} causal={causal} "
-                        f"{'portable' if portable else 'sm90    '}: {ms * 1e3:8.1f} us [{p10 * 1e3:.1f}-{p90 * 1e3:.1f}] "
-                        f"{flops / ms / 1e9:6.1f} TFLOP/s")
-        diff = ((outs[False].float() - outs[True].float()).norm() / outs[True].float().norm()).item()
-        rows.append(f"  sm90 vs portable rel diff {diff:.2e}")
+            rows.append(f"time b{b} x {s} {hq}/{hk} d{d} p{page} causal={causal} {name:17s}: "
+                        f"{ms * 1e3:8.1f} us [{p10 * 1e3:.1f}-{p90 * 1e3:.1f}] {flops / ms / 1e9:6.1f} TFLOP/s")
+        for name in ("sm90", "sm90 no-pingpong"):
+            diff = ((outs[name].float() - outs["portable"].float()).norm() / outs["portable"].float().norm()).item()
+            rows.append(f"  {name} vs portable rel diff {diff:.2e}")
     os.environ["KVATTN_FORCE_PORTABLE"] = "0"
+    os.environ["KVATTN_SM90_PINGPONG"] = "1"
 
 
 def main():

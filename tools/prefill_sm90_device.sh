@@ -10,6 +10,11 @@ OUT=${OUT:-/tmp/prefill_sm90}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/python:$PWD/tests/python PYTHONUNBUFFERED=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv > "$OUT/smi.txt" 2>&1
+# A short smoke first: a hang (a barrier protocol bug) costs 45 s, not the whole call.
+timeout -k 5 45 python3 bench/prefill_sm90_check.py --small > "$OUT/smoke.log" 2>&1
+rc=$?
+echo "smoke rc=$rc" >> "$OUT/summary.txt"
+if [ "$rc" -ne 0 ]; then tail -20 "$OUT/smoke.log"; cat "$OUT/summary.txt"; exit 1; fi
 timeout -k 5 150 python3 bench/prefill_sm90_check.py > "$OUT/check.log" 2>&1
 echo "check rc=$?" >> "$OUT/summary.txt"
 timeout -k 5 120 python3 -m pytest -q tests/python/test_cuda_prefill_sm90.py -p no:cacheprovider -rs \
