@@ -15,6 +15,9 @@ import torch
 import kvattn
 
 
+KNOBS = ("KVATTN_SM90_ORDER", "KVATTN_SM90_NOFENCE", "KVATTN_SM90_PINGPONG", "KVATTN_SM90_DIAG")
+
+
 def paged_cache(b, sk, hk, d, page, dtype, gen):
     """K/V of b sequences of sk tokens in shuffled pages; the unused slots of the pool are NaN."""
     pages_per_seq = (sk + page - 1) // page
@@ -83,9 +86,11 @@ def correctness(rows, small):
                 continue
             q = torch.randn(b, sq, hq, 128, generator=gen, device="cuda").to(torch.bfloat16)
             k, v, table = paged_cache(b, sk, hk, 128, page, torch.bfloat16, gen)
-            os.environ["KVATTN_SM90_PINGPONG"] = "0" if (sq + int(causal)) % 2 else "1"  # both kernels
+            # the A/B variants on some of the cases
+            os.environ["KVATTN_SM90_PINGPONG"] = "0" if (sq + int(causal)) % 2 else "1"
+            os.environ["KVATTN_SM90_ORDER"] = "0" if sk % 2 else "1"
             out = run(q, k, v, table, sk, causal, False, window_size=window, softcap=softcap)
-            os.environ["KVATTN_SM90_PINGPONG"] = "1"
+            os.environ["KVATTN_SM90_PINGPONG"] = os.environ["KVATTN_SM90_ORDER"] = ""
             torch.cuda.synchronize()
             kvattn.device_errors("cuda")
             ref = reference(q, gather(k, table, sk), gather(v, table, sk), causal, window, softcap)
@@ -125,22 +130,45 @@ def timing(rows):
         flops = 4 * b * hq * d * (s * (s + 1) // 2 if causal else s * s)
         outs = {}
         # (name, portable, ping-pong); sm90 twice: the spread of one version
-        for name, portable, pingpong in [("sm90", False, "1"), ("sm90 no-pingpong", False, "0"),
-                                         ("portable", True, "1"), ("sm90 again", False, "1")]:
-            os.environ["KVATTN_SM90_PINGPONG"] = pingpong
+        variants = [("sm90", False, {}), ("sm90 m-block order", False, {"KVATTN_SM90_ORDER": "0"}),
+                    ("sm90 no reader fence", False, {"KVATTN_SM90_NOFENCE": "1"}),
+                    ("sm90 no ping-pong", False, {"KVATTN_SM90_PINGPONG": "0"}),
+                    ("portable", True, {}), ("sm90 again", False, {}),
+                    # diagnostics, wrong output: what the consumers alone / the GEMMs alone reach
+                    ("diag: no K/V loads", False, {"KVATTN_SM90_DIAG": "4"}),
+                    ("diag: no softmax", False, {"KVATTN_SM90_DIAG": "8"}),
+                    ("diag: neither", False, {"KVATTN_SM90_DIAG": "12"})]
+        for name, portable, env in variants:
+            for key in KNOBS:
+                os.environ[key] = env.get(key, "")
             fn = lambda: run(q, k, v, table, s, causal, portable)  # noqa: E731
             outs[name] = fn()
             ms, p10, p90 = median_time(fn)
-            rows.append(f"time b{b} x {s} {hq}/{hk} d{d} p{page} causal={causal} {name:17s}: "
+            rows.append(f"time b{b} x {s} {hq}/{hk} d{d} p{page} causal={causal} {name:21s}: "
                         f"{ms * 1e3:8.1f} us [{p10 * 1e3:.1f}-{p90 * 1e3:.1f}] {flops / ms / 1e9:6.1f} TFLOP/s")
-        for name in ("sm90", "sm90 no-pingpong"):
+        for name in [v[0] for v in variants if not v[1] and not v[0].startswith("diag")]:
             diff = ((outs[name].float() - outs["portable"].float()).norm() / outs["portable"].float().norm()).item()
             rows.append(f"  {name} vs portable rel diff {diff:.2e}")
     os.environ["KVATTN_FORCE_PORTABLE"] = "0"
-    os.environ["KVATTN_SM90_PINGPONG"] = "1"
+    for key in KNOBS:
+        os.environ[key] = ""
+
+
+def profile_once():
+    """One non-causal b4 x 8192 call (after a warm-up), for ncu --launch-skip 1 --launch-count 1."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(7)
+    q = torch.randn(4, 8192, 32, 128, generator=gen, device="cuda").to(torch.bfloat16)
+    k, v, table = paged_cache(4, 8192, 8, 128, 16, torch.bfloat16, gen)
+    for _ in range(2):
+        run(q, k, v, table, 8192, False, False)
+    torch.cuda.synchronize()
 
 
 def main():
+    if "--profile" in sys.argv:
+        profile_once()
+        return
     small = "--small" in sys.argv
     rows = [f"device {torch.cuda.get_device_name()}"]
     ok = correctness(rows, small)

@@ -28,6 +28,20 @@ fi
 timeout -k 5 100 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 86 \
   python3 bench/prefill_sm90_check.py --small > "$OUT/memcheck.log" 2>&1
 echo "memcheck rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log")" >> "$OUT/summary.txt"
+if [ -n "${KVATTN_NCU:-}" ]; then  # the stall breakdown of one non-causal b4 x 8192 launch
+  stalls=""
+  for r in barrier long_scoreboard short_scoreboard lg_throttle mio_throttle wait math_pipe_throttle \
+    not_selected selected dispatch_stall no_instruction branch_resolving membar sleeping; do
+    stalls="$stalls,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
+  done
+  timeout -k 5 120 ncu --clock-control none --kernel-name regex:prefill_kernel --launch-skip 1 --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+    --metrics "smsp__inst_executed.sum,sm__cycles_elapsed.avg,dram__bytes_read.sum,lts__t_bytes.sum$stalls" \
+    python3 bench/prefill_sm90_check.py --profile > "$OUT/ncu.txt" 2>&1
+  echo "ncu rc=$?" >> "$OUT/summary.txt"
+  grep -E "issue_stalled|inst_executed|cycles_elapsed|bytes|Throughput|Duration|Issued Ipc|Warp Cycles Per Issued|No Eligible|Pipe" \
+    "$OUT/ncu.txt" | head -60
+fi
 grep -E "FAIL|Error|error" "$OUT/pytest_prefill.log" | head -20
 cat "$OUT/smi.txt"
 tail -25 "$OUT/check.log"

@@ -32,6 +32,21 @@
 
 namespace kvattn::cuda::sm90 {
 
+// The kernel's argument: the attention parameters, the grid's m-blocks of kBlockM rows, and flags.
+enum PrefillFlags : uint32_t {
+  kUnitMajor = 1,      // grid order: the m-blocks of a (sequence, kv head) together (else m-block major)
+  kNoReaderFence = 2,  // A/B only: consumers skip fence.proxy.async after a stage's full barrier
+  // Diagnostics (timing only, the output is wrong): the producer copies only the first kStages tiles
+  // (then signals stale stages), or the consumers skip the score mods and the softmax.
+  kDiagNoLoad = 4,
+  kDiagNoSoftmax = 8,
+};
+struct PrefillArgs {
+  AttnParams p;
+  int32_t m_blocks;
+  uint32_t flags;
+};
+
 template <typename T_, int kHeadDim_, bool kPingPong_>
 struct PrefillConfig {
   using T = T_;
@@ -68,11 +83,19 @@ struct RowCtx {
   bool attends;  // row < seqused rows
 };
 
+// What takes the scores left by score_mods to log2 units: scale * log2(e) when score_mods leaves the raw
+// dot products alone (no softcap, no ALiBi: the softmax then folds the scale into its exp2 argument, one
+// FFMA a score), else 1 (score_mods already produced log2 units). Uniform over a call.
+__device__ __forceinline__ float score_factor(const AttnParams& p) {
+  return p.softcap > 0.f || p.alibi_slopes ? 1.f : p.scale_log2;
+}
+
 // THE score modifications (CONTRACT.md steps 5-6) as a function of (query position, key position, head),
-// on one consumer's (64, kN) accumulator tile of raw dot products q.k: scale or softcap, ALiBi, then the
-// mask (causal / window / chunk, and keys past kv_len) when the tile is not inside every row's visible
-// keys. Element e of s: the thread's row (e % 4) / 2, key column 8 (e / 4) + 2 quad + e % 2, i.e. key
-// position kp0 + that column. Result in log2 units, -inf where the key is not visible.
+// on one consumer's (64, kN) accumulator tile of raw dot products q.k: softcap or scale (only where a
+// modification needs log2 units, see score_factor), ALiBi, then the mask (causal / window / chunk, and
+// keys past kv_len) when the tile is not inside every row's visible keys. Element e of s: the thread's row
+// (e % 4) / 2, key column 8 (e / 4) + 2 quad + e % 2, i.e. key position kp0 + that column. Invisible keys
+// become -inf.
 template <int kN>
 __device__ __forceinline__ void score_mods(float (&s)[kN / 2], const AttnParams& p, const RowCtx (&row)[2],
                                            int32_t kp0, bool masked, int32_t kv_len, int quad) {
@@ -80,7 +103,7 @@ __device__ __forceinline__ void score_mods(float (&s)[kN / 2], const AttnParams&
     const float inner = p.scale / p.softcap, outer = p.softcap * kLog2e;
 #pragma unroll
     for (int e = 0; e < kN / 2; ++e) s[e] = outer * tanhf(s[e] * inner);
-  } else {
+  } else if (p.alibi_slopes) {
 #pragma unroll
     for (int e = 0; e < kN / 2; ++e) s[e] *= p.scale_log2;
   }
@@ -115,12 +138,20 @@ struct CtaRows {
 };
 
 template <class Cfg>
-__device__ __forceinline__ CtaRows cta_rows(const AttnParams& p) {
-  // Longest first: the grid walks m-blocks from the last (causal: the most keys) to the first, every
-  // (sequence, kv head) of an m-block together.
+__device__ __forceinline__ CtaRows cta_rows(const PrefillArgs& a) {
+  const AttnParams& p = a.p;
   const int units = p.seq.batch * p.num_kv_heads;
-  const int m_block = p.m_blocks - 1 - static_cast<int>(blockIdx.x / units);
-  const int u = static_cast<int>(blockIdx.x % units);
+  int m_block, u;
+  if (a.flags & kUnitMajor) {
+    // The m-blocks of one (sequence, kv head) back to back, last (causal: the most keys) first: the CTAs
+    // in flight share their K/V in L2, and the short causal blocks fill the end.
+    u = static_cast<int>(blockIdx.x / a.m_blocks);
+    m_block = a.m_blocks - 1 - static_cast<int>(blockIdx.x % a.m_blocks);
+  } else {
+    // Longest first across the grid: every (sequence, kv head) of an m-block together.
+    m_block = a.m_blocks - 1 - static_cast<int>(blockIdx.x / units);
+    u = static_cast<int>(blockIdx.x % units);
+  }
   return {u / p.num_kv_heads, u % p.num_kv_heads, static_cast<int64_t>(m_block) * Cfg::kBlockM};
 }
 
@@ -170,7 +201,7 @@ __device__ void write_nan_rows(const AttnParams& p, const CtaRows& c, const Sequ
 template <class Cfg>
 __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq, int kv_head, int64_t slot0,
                                         int64_t n_tiles, uint32_t s_k, uint32_t s_v, uint32_t full_bar,
-                                        uint32_t empty_bar) {
+                                        uint32_t empty_bar, bool diag_no_load) {
   constexpr int kRowsPerWarp = Cfg::kBlockN / 4;
   const int ptid = threadIdx.x;  // 0..127
   const int warp = ptid / 32, lane = ptid % 32;
@@ -211,6 +242,7 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
     // kChunks of the warp's rows, so consecutive lanes read consecutive 16 bytes of a row.
 #pragma unroll
     for (int j = 0; j < kRowsPerWarp * Cfg::kChunks / 32; ++j) {
+      if (diag_no_load && tile >= Cfg::kStages) break;
       const int idx = j * 32 + lane;
       const int row_in_warp = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
       const uint32_t k_row = __shfl_sync(0xffffffffu, k_off, row_in_warp);
@@ -248,10 +280,15 @@ __device__ __forceinline__ void load_q(const AttnParams& p, const Sequence& seq,
       const T* src = static_cast<const T*>(p.q.ptr) + i * p.q.batch_stride +
                      (seq.q_row0 + t) * p.q.token_stride + h * p.q.head_stride;
       const int64_t pos = seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0);
+      if (c * 8 >= p.rotary.rotary_dim && reinterpret_cast<uintptr_t>(src + c * 8) % 16 == 0) {
+        *reinterpret_cast<uint4*>(vals) = *reinterpret_cast<const uint4*>(src + c * 8);
+      } else {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int ch = c * 8 + e;
-        vals[e] = ch < p.rotary.rotary_dim ? from_float<T>(rotated_channel(src, ch, pos, p.rotary)) : src[ch];
+        for (int e = 0; e < 8; ++e) {
+          const int ch = c * 8 + e;
+          vals[e] =
+              ch < p.rotary.rotary_dim ? from_float<T>(rotated_channel(src, ch, pos, p.rotary)) : src[ch];
+        }
       }
     } else {
 #pragma unroll
@@ -265,7 +302,8 @@ __device__ __forceinline__ void load_q(const AttnParams& p, const Sequence& seq,
 template <class Cfg>
 __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
                                         const Keys& cta_keys, int64_t n_tiles, unsigned char* s_q_all,
-                                        uint32_t s_k, uint32_t s_v, uint32_t full_bar, uint32_t empty_bar) {
+                                        uint32_t s_k, uint32_t s_v, uint32_t full_bar, uint32_t empty_bar,
+                                        bool reader_fence, bool diag_no_softmax) {
   using T = typename Cfg::T;
   constexpr int kBlockN = Cfg::kBlockN, kD = Cfg::kHeadDim;
   const int consumer = threadIdx.x / 128 - 1;
@@ -296,7 +334,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   float o[kD / 2];
 #pragma unroll
   for (int e = 0; e < kD / 2; ++e) o[e] = 0.f;
-  float row_max[2] = {-INFINITY, -INFINITY};  // log2 units
+  const float factor = score_factor(p);
+  float row_max[2] = {-INFINITY, -INFINITY};  // in the units of score_mods' output (x factor: log2)
   float row_sum[2] = {0.f, 0.f};              // this thread's share; quad-reduced at the end
   const uint32_t q_addr = smem_addr(s_q);
 
@@ -322,6 +361,10 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   // Score mods and online softmax of a tile's S (rows spread over the 4 threads of a quad): s becomes P,
   // correction = how much the row's running max moved (what O must be scaled by).
   auto softmax = [&](float(&s)[kBlockN / 2], int64_t tile, float(&correction)[2]) {
+    if (diag_no_softmax) {
+      correction[0] = correction[1] = 1.f;
+      return;
+    }
     const int64_t tile_kp0 = cta_keys.first + tile * kBlockN;
     const bool inside = tile_kp0 >= mine.all_first && tile_kp0 + kBlockN - 1 <= mine.all_last;
     score_mods<kBlockN>(s, p, row, static_cast<int32_t>(tile_kp0), !inside, static_cast<int32_t>(kv_len),
@@ -333,14 +376,14 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
       for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * k], s[4 * j + 2 * k + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float base = safe_max_base(mx);
-      correction[k] = mx == row_max[k] ? 1.f : fast_exp2(row_max[k] - base);
+      const float base = safe_max_base(mx) * factor;  // log2 units
+      correction[k] = mx == row_max[k] ? 1.f : fast_exp2(row_max[k] * factor - base);
       row_max[k] = mx;
       row_sum[k] *= correction[k];
 #pragma unroll
       for (int j = 0; j < kBlockN / 8; ++j) {
-        s[4 * j + 2 * k] = fast_exp2(s[4 * j + 2 * k] - base);
-        s[4 * j + 2 * k + 1] = fast_exp2(s[4 * j + 2 * k + 1] - base);
+        s[4 * j + 2 * k] = fast_exp2(fmaf(s[4 * j + 2 * k], factor, -base));
+        s[4 * j + 2 * k + 1] = fast_exp2(fmaf(s[4 * j + 2 * k + 1], factor, -base));
         row_sum[k] += s[4 * j + 2 * k] + s[4 * j + 2 * k + 1];
       }
     }
@@ -356,7 +399,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   auto wait_full = [&](int64_t tile) {
     const int stage = static_cast<int>(tile % Cfg::kStages);
     mbar_wait(full_bar + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1));
-    fence_proxy_async();  // the cp.async writes of the stage, seen by this thread, ordered before wgmma
+    if (reader_fence) fence_proxy_async();  // the stage's cp.async writes, seen here, before wgmma reads
     return stage;
   };
 
@@ -457,7 +500,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     if (r >= rows) continue;
     const int64_t t = r / p.group;
     const int h = row[k].head;
-    float m = row_max[k], l = row[k].attends ? row_sum[k] : 0.f, rescale = 1.f;
+    float m = row_max[k] * factor, l = row[k].attends ? row_sum[k] : 0.f, rescale = 1.f;  // log2 units
     float lse = l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
     if (p.sinks && row[k].attends) {
       const float sink_nat = p.sinks[h], sink = sink_nat * kLog2e;
@@ -484,7 +527,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
 }
 
 template <class Cfg>
-__device__ __forceinline__ void prefill_cta(const AttnParams& p) {
+__device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
+  const AttnParams& p = a.p;
   extern __shared__ unsigned char smem_raw[];
   // 1024-byte aligned base: the swizzle pattern is a function of the address bits.
   const uint32_t raw = smem_addr(smem_raw);
@@ -495,7 +539,7 @@ __device__ __forceinline__ void prefill_cta(const AttnParams& p) {
   const uint32_t full_bar = s_v + Cfg::kStages * Cfg::kKvStageBytes;
   const uint32_t empty_bar = full_bar + 8 * Cfg::kStages;
 
-  const CtaRows cta = cta_rows<Cfg>(p);
+  const CtaRows cta = cta_rows<Cfg>(a);
   const Sequence seq = load_sequence(p.seq, cta.i, p.errors, threadIdx.x == 0);
   if (!seq.rows_known) return;  // cu_seqlens_q is broken: no row of out is known to be ours
   if (cta.m0 >= static_cast<int64_t>(seq.q_len) * p.group) return;
@@ -520,10 +564,12 @@ __device__ __forceinline__ void prefill_cta(const AttnParams& p) {
 
   if (threadIdx.x < 128) {
     regs_dealloc<Cfg::kRegsProducer>();
-    produce<Cfg>(p, seq, cta.kv_head, seq.leftpad + keys.first, n_tiles, s_k, s_v, full_bar, empty_bar);
+    produce<Cfg>(p, seq, cta.kv_head, seq.leftpad + keys.first, n_tiles, s_k, s_v, full_bar, empty_bar,
+                 (a.flags & kDiagNoLoad) != 0);
   } else {
     regs_alloc<Cfg::kRegsConsumer>();
-    consume<Cfg>(p, seq, cta, keys, n_tiles, s_q, s_k, s_v, full_bar, empty_bar);
+    consume<Cfg>(p, seq, cta, keys, n_tiles, s_q, s_k, s_v, full_bar, empty_bar,
+                 (a.flags & kNoReaderFence) == 0, (a.flags & kDiagNoSoftmax) != 0);
   }
 }
 
@@ -532,9 +578,9 @@ __device__ __forceinline__ void prefill_cta(const AttnParams& p) {
 // The kernel; empty in passes other than sm_90a (the launcher checks that the sm_90a binary is the one
 // loaded before it launches).
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, 1) prefill_kernel(const __grid_constant__ AttnParams p) {
+__global__ void __launch_bounds__(Cfg::kThreads, 1) prefill_kernel(const __grid_constant__ PrefillArgs a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  prefill_cta<Cfg>(p);
+  prefill_cta<Cfg>(a);
 #endif
 }
 

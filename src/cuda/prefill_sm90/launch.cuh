@@ -34,10 +34,15 @@ bool prefill_kernel_loaded() {
 template <class Cfg>
 kvattn_status launch_config(const AttnParams& params, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(params.seq.max_seqlen_q) * params.group;
-  AttnParams p = params;
-  p.m_blocks = static_cast<int32_t>((rows + Cfg::kBlockM - 1) / Cfg::kBlockM);
-  p.num_splits = 1;
-  const int64_t ctas = static_cast<int64_t>(p.m_blocks) * p.seq.batch * p.num_kv_heads;
+  PrefillArgs a{params, static_cast<int32_t>((rows + Cfg::kBlockM - 1) / Cfg::kBlockM), kUnitMajor};
+  // A/B knobs (bench/prefill_sm90_check.py): KVATTN_SM90_ORDER=0 m-block-major grid; KVATTN_SM90_NOFENCE=1.
+  if (const char* v = std::getenv("KVATTN_SM90_ORDER"); v != nullptr && std::strcmp(v, "0") == 0) a.flags = 0;
+  if (const char* v = std::getenv("KVATTN_SM90_NOFENCE"); v != nullptr && std::strcmp(v, "1") == 0) {
+    a.flags |= kNoReaderFence;
+  }
+  if (const char* v = std::getenv("KVATTN_SM90_DIAG"); v != nullptr)
+    a.flags |= std::atoi(v) & (kDiagNoLoad | kDiagNoSoftmax);
+  const int64_t ctas = static_cast<int64_t>(a.m_blocks) * params.seq.batch * params.num_kv_heads;
   if (ctas > 0x7fffffff) {
     return fail(KVATTN_ERROR_UNSUPPORTED, "q: batch * kv heads * row blocks = " + std::to_string(ctas) +
                                               " CTAs exceeds the grid limit");
@@ -46,7 +51,7 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream) {
   cudaError_t err =
       cudaFuncSetAttribute(prefill_kernel<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess) return cuda_fail(err, "prefill_kernel shared memory");
-  prefill_kernel<Cfg><<<static_cast<unsigned>(ctas), Cfg::kThreads, smem, stream>>>(p);
+  prefill_kernel<Cfg><<<static_cast<unsigned>(ctas), Cfg::kThreads, smem, stream>>>(a);
   return check_launch("prefill_kernel (sm_90a)");
 }
 
