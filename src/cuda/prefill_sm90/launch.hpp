@@ -10,18 +10,34 @@
 #include "api/status.hpp"
 #include "cuda/attention/params.cuh"
 #include "cuda/common/host.hpp"
+#include "cuda/heuristics.hpp"
 
 namespace kvattn::cuda::sm90 {
 
-// True when the sm_90a prefill kernel runs p (README "CUDA kernels" lists the conditions): an sm_90 device
-// and a library built for 90a, KVATTN_FORCE_PORTABLE unset (or not "1"), fp16/bf16 q = cache = out,
-// d = dv among the compiled head dims, no qv, 16-byte aligned cache rows, caches under 64 GiB each, no
-// explicit num_splits > 1, and a prefill shape: at least 128 packed query rows (max_seqlen_q x hq / hk) per
-// kv head and at least half a wave of 128-row CTAs (KVATTN_FORCE_SM90_PREFILL=1 drops this shape rule, for
-// tests).
+// The problem-level half of the rule (no device): fp16/bf16 q = cache = out, d = dv among the compiled head
+// dims (none without a 90a target), no qv, 16-byte aligned cache rows, caches under 64 GiB each, no
+// explicit num_splits > 1, and a prefill shape: >= 128 packed query rows (max_seqlen_q x hq / hk) per kv
+// head and >= 64 CTAs of 128 rows (KVATTN_FORCE_SM90_PREFILL=1 drops the shape rule, for tests). The
+// signature of a `supports` predicate of a kernel-table row.
+bool prefill_sm90_supports(const FwdProblem& p);
+
+// True when the sm_90a prefill kernel runs p: an sm_90 device running the library's sm_90a binary,
+// KVATTN_FORCE_PORTABLE unset (or not "1"), and prefill_sm90_supports(p). Everything else runs on the
+// portable kernel.
 bool prefill_takes(const FwdProblem& p, const AttnParams& params, const DeviceLimits& limits);
 
 kvattn_status launch_prefill(const FwdProblem& p, const AttnParams& params, cudaStream_t stream);
+
+// For a kernel-table dispatcher whose rows carry a plan: the portable plan made one pass (the kernel never
+// splits K/V, so nothing may launch a combine after it, and it needs no workspace). The kernel reads
+// only params; its own grid and shared memory come from prefill_sm90/config.hpp.
+inline AttentionPlan prefill_sm90_single_pass(AttentionPlan plan) {
+  plan.key_split = plan.balanced = plan.early_launch = false;
+  plan.splits = 1;
+  plan.chunk_keys = 0;
+  plan.workspace_bytes = 0;
+  return plan;
+}
 
 // One (dtype, head dim): the instantiation files define them.
 template <typename T, int kHeadDim>
