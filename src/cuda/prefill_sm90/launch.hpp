@@ -42,6 +42,13 @@ inline AttentionPlan prefill_sm90_single_pass(AttentionPlan plan) {
 // One (dtype, head dim): the instantiation files define them.
 template <typename T, int kHeadDim>
 kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t stream);
+
+// The launcher of a kernel-table row (the plan is not read: see prefill_sm90_single_pass).
+template <typename T, int kHeadDim>
+kvattn_status launch_prefill_row(const AttnParams& params, const AttentionPlan& /*plan*/,
+                                 cudaStream_t stream) {
+  return launch_prefill_kernel<T, kHeadDim>(params, stream);
+}
 template <typename T, int kHeadDim>
 bool prefill_kernel_loaded();  // the sm_90a binary of the kernel is the one the device runs
 
