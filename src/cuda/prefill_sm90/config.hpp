@@ -18,6 +18,7 @@ struct PrefillTile {
 // d = dv = 128: a 128 x 128 S and O per CTA, 64 fp32 accumulators each a consumer thread (plus S of the
 // next tile and P of the previous one while they overlap), three 64 KiB K/V stages (225 KiB of shared
 // memory with Q: the most that fits in 227 KiB).
+// (Only d = 128 is compiled so far, prefill_built; the other branch is a placeholder for d = 256.)
 constexpr PrefillTile prefill_tile(int head_dim) {
   return head_dim <= 128 ? PrefillTile{2, 128, 3, 56, 224} : PrefillTile{2, 64, 2, 40, 232};
 }
