@@ -3,7 +3,10 @@ the timing of b4 x 8192 page 16 d128 bf16 (causal and not) next to the portable 
 
     PYTHONPATH=python KVATTN_LIBRARY=build/libkvattn.so python3 bench/prefill_sm90_check.py [--small]
 
---small: the correctness part only, at small shapes (for compute-sanitizer). Prints a table last.
+--small: the correctness part only, at small shapes (for compute-sanitizer). --time-only: the timing only.
+--short: the timing of the main variants only (sm90, its cp.async producer, portable, sm90 again, no
+softmax), for a short device call; with KVATTN_PREV_LIBRARY set, a second process times the previous
+library's sm90 kernel (--prev). Prints a table last.
 """
 import math
 import os
@@ -15,7 +18,7 @@ import torch
 import kvattn
 
 
-KNOBS = ("KVATTN_SM90_ORDER", "KVATTN_SM90_NOFENCE", "KVATTN_SM90_PINGPONG", "KVATTN_SM90_DIAG")
+KNOBS = ("KVATTN_SM90_ORDER", "KVATTN_SM90_NOFENCE", "KVATTN_SM90_PINGPONG", "KVATTN_SM90_DIAG", "KVATTN_SM90_TMA")
 
 
 def paged_cache(b, sk, hk, d, page, dtype, gen):
@@ -77,7 +80,8 @@ def correctness(rows, small):
     gen.manual_seed(int(time.time()) % 100000)  # fresh inputs every run
     os.environ["KVATTN_FORCE_SM90_PREFILL"] = "1"
     shapes = [(2, 300, 700, 8, 2, 16)] if small else [(2, 1000, 1500, 8, 2, 16), (1, 333, 333, 4, 4, 1),
-                                                      (3, 257, 900, 16, 2, 64)]
+                                                      (3, 257, 900, 16, 2, 64),
+                                                      (2, 200, 700, 8, 2, 256), (2, 300, 555, 8, 1, 8)]
     ok = True
     for (b, sq, sk, hq, hk, page) in shapes:
         for causal, window, softcap in [(True, (-1, -1), 0.0), (False, (-1, -1), 0.0), (False, (100, 20), 0.0),
@@ -89,8 +93,9 @@ def correctness(rows, small):
             # the A/B variants on some of the cases
             os.environ["KVATTN_SM90_PINGPONG"] = "0" if (sq + int(causal)) % 2 else "1"
             os.environ["KVATTN_SM90_ORDER"] = "0" if sk % 2 else "1"
+            os.environ["KVATTN_SM90_TMA"] = "0" if softcap else ""  # the cp.async producer on some cases
             out = run(q, k, v, table, sk, causal, False, window_size=window, softcap=softcap)
-            os.environ["KVATTN_SM90_PINGPONG"] = os.environ["KVATTN_SM90_ORDER"] = ""
+            os.environ["KVATTN_SM90_PINGPONG"] = os.environ["KVATTN_SM90_ORDER"] = os.environ["KVATTN_SM90_TMA"] = ""
             torch.cuda.synchronize()
             kvattn.device_errors("cuda")
             ref = reference(q, gather(k, table, sk), gather(v, table, sk), causal, window, softcap)
@@ -120,7 +125,7 @@ def median_time(fn, iters=20):
     return times[len(times) // 2], times[len(times) // 10], times[(9 * len(times)) // 10]
 
 
-def timing(rows):
+def timing(rows, short=False, prev=False):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1234)
     b, s, hq, hk, d, page = 4, 8192, 32, 8, 128, 16
@@ -137,7 +142,13 @@ def timing(rows):
                     # diagnostics, wrong output: what the consumers alone / the GEMMs alone reach
                     ("diag: no K/V loads", False, {"KVATTN_SM90_DIAG": "4"}),
                     ("diag: no softmax", False, {"KVATTN_SM90_DIAG": "8"}),
-                    ("diag: neither", False, {"KVATTN_SM90_DIAG": "12"})]
+                    ("diag: neither", False, {"KVATTN_SM90_DIAG": "12"}),
+                    ("sm90 cp.async producer", False, {"KVATTN_SM90_TMA": "0"})]
+        if short:
+            keep = ("sm90", "sm90 cp.async producer", "portable", "sm90 again", "diag: no softmax")
+            variants = [v for v in variants if v[0] in keep]
+        if prev:  # the previous library (its own process): its sm90 kernel twice
+            variants = [("prev lib sm90", False, {}), ("prev lib sm90 again", False, {})]
         for name, portable, env in variants:
             for key in KNOBS:
                 os.environ[key] = env.get(key, "")
@@ -146,7 +157,7 @@ def timing(rows):
             ms, p10, p90 = median_time(fn)
             rows.append(f"time b{b} x {s} {hq}/{hk} d{d} p{page} causal={causal} {name:21s}: "
                         f"{ms * 1e3:8.1f} us [{p10 * 1e3:.1f}-{p90 * 1e3:.1f}] {flops / ms / 1e9:6.1f} TFLOP/s")
-        for name in [v[0] for v in variants if not v[1] and not v[0].startswith("diag")]:
+        for name in [v[0] for v in variants if not v[1] and not v[0].startswith("diag") and "portable" in outs]:
             diff = ((outs[name].float() - outs["portable"].float()).norm() / outs["portable"].float().norm()).item()
             rows.append(f"  {name} vs portable rel diff {diff:.2e}")
     os.environ["KVATTN_FORCE_PORTABLE"] = "0"
@@ -170,10 +181,11 @@ def main():
         profile_once()
         return
     small = "--small" in sys.argv
+    prev = "--prev" in sys.argv
     rows = [f"device {torch.cuda.get_device_name()}"]
-    ok = correctness(rows, small)
+    ok = True if "--time-only" in sys.argv or prev else correctness(rows, small)
     if not small:
-        timing(rows)
+        timing(rows, "--short" in sys.argv, prev)
     print("\n".join(rows))
     sys.exit(0 if ok else 1)
 

@@ -4,30 +4,50 @@
 # the kernel forced on every problem it covers), and compute-sanitizer memcheck on a small case. Run from a
 # directory holding python/, tests/python/, bench/ and the library:
 #   KVATTN_LIBRARY=$PWD/libkvattn.so bash tools/prefill_sm90_device.sh ["pytest -k expression for the suites"]
+# Optional: KVATTN_PREV_LIBRARY=<previous libkvattn.so> times its sm90 kernel in the same run (A/B);
+# PREFILL_SHORT=1 times the main variants only (a short call). If the smoke fails with the TMA producer,
+# the rest runs with KVATTN_SM90_TMA=0 (the cp.async producer) and the summary says so.
 # Logs under $OUT; a short table last.
 set +e
 OUT=${OUT:-/tmp/prefill_sm90}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/python:$PWD/tests/python PYTHONUNBUFFERED=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv > "$OUT/smi.txt" 2>&1
-# A short smoke first: a hang (a barrier protocol bug) costs 45 s, not the whole call.
-timeout -k 5 45 python3 bench/prefill_sm90_check.py --small > "$OUT/smoke.log" 2>&1
+# A short smoke first: a hang (a barrier protocol bug) costs 30 s, not the whole call.
+timeout -k 5 30 python3 bench/prefill_sm90_check.py --small > "$OUT/smoke.log" 2>&1
 rc=$?
 echo "smoke rc=$rc" >> "$OUT/summary.txt"
-if [ "$rc" -ne 0 ]; then tail -20 "$OUT/smoke.log"; cat "$OUT/summary.txt"; exit 1; fi
-timeout -k 5 150 python3 bench/prefill_sm90_check.py > "$OUT/check.log" 2>&1
+if [ "$rc" -ne 0 ]; then
+  tail -20 "$OUT/smoke.log"
+  export KVATTN_SM90_TMA=0
+  timeout -k 5 30 python3 bench/prefill_sm90_check.py --small > "$OUT/smoke_cpasync.log" 2>&1
+  rc=$?
+  echo "smoke with KVATTN_SM90_TMA=0 rc=$rc (the rest runs the cp.async producer)" >> "$OUT/summary.txt"
+  if [ "$rc" -ne 0 ]; then tail -20 "$OUT/smoke_cpasync.log"; cat "$OUT/summary.txt"; exit 1; fi
+fi
+short=""
+[ -n "${PREFILL_SHORT:-}" ] && short="--short"
+timeout -k 5 150 python3 bench/prefill_sm90_check.py $short > "$OUT/check.log" 2>&1
 echo "check rc=$?" >> "$OUT/summary.txt"
+if [ -n "${KVATTN_PREV_LIBRARY:-}" ]; then
+  KVATTN_LIBRARY=$KVATTN_PREV_LIBRARY timeout -k 5 60 python3 bench/prefill_sm90_check.py --prev \
+    > "$OUT/prev.log" 2>&1
+  echo "prev library timing rc=$?" >> "$OUT/summary.txt"
+fi
+# The tests and the sanitizer together (no timing runs now).
 timeout -k 5 120 python3 -m pytest -q tests/python/test_cuda_prefill_sm90.py -p no:cacheprovider -rs \
-  > "$OUT/pytest_prefill.log" 2>&1
+  > "$OUT/pytest_prefill.log" 2>&1 &
+pytest_pid=$!
+timeout -k 5 100 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 86 \
+  python3 bench/prefill_sm90_check.py --small > "$OUT/memcheck.log" 2>&1
+echo "memcheck rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log")" >> "$OUT/summary.txt"
+wait $pytest_pid
 echo "pytest prefill rc=$? $(tail -1 "$OUT/pytest_prefill.log")" >> "$OUT/summary.txt"
 if [ -n "$1" ]; then
   KVATTN_FORCE_SM90_PREFILL=1 timeout -k 5 120 python3 -m pytest -q tests/python/test_cuda_kernels.py \
     tests/python/test_cuda_torch.py -k "$1" -p no:cacheprovider > "$OUT/pytest_suites.log" 2>&1
   echo "pytest suites (forced) rc=$? $(tail -1 "$OUT/pytest_suites.log")" >> "$OUT/summary.txt"
 fi
-timeout -k 5 100 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 86 \
-  python3 bench/prefill_sm90_check.py --small > "$OUT/memcheck.log" 2>&1
-echo "memcheck rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log")" >> "$OUT/summary.txt"
 if [ -n "${KVATTN_NCU:-}" ]; then  # the stall breakdown of one non-causal b4 x 8192 launch
   stalls=""
   for r in barrier long_scoreboard short_scoreboard lg_throttle mio_throttle wait math_pipe_throttle \
@@ -44,5 +64,6 @@ if [ -n "${KVATTN_NCU:-}" ]; then  # the stall breakdown of one non-causal b4 x 
 fi
 grep -E "FAIL|Error|error" "$OUT/pytest_prefill.log" | head -20
 cat "$OUT/smi.txt"
-tail -25 "$OUT/check.log"
+grep -E "FAIL" "$OUT/check.log" | head -10
+grep -E "^time|vs portable" "$OUT/check.log" "$OUT/prev.log" 2>/dev/null | sed 's/^[^:]*://' | cut -c1-150
 cat "$OUT/summary.txt"

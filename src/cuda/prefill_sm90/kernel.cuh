@@ -17,6 +17,8 @@
 // Scores are in log2 units (exp2 is one instruction), as in the portable kernel.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap
+
 #include <cmath>
 #include <cstdint>
 
@@ -40,11 +42,18 @@ enum PrefillFlags : uint32_t {
   // (then signals stale stages), or the consumers skip the score mods and the softmax.
   kDiagNoLoad = 4,
   kDiagNoSoftmax = 8,
+  // K/V by TMA (k_map / v_map valid): paged caches whose page size is a multiple of 8 and divides the key
+  // tile or is a multiple of it; the tiles start at a multiple of min(page size, kBlockN) slots.
+  kTma = 16,
 };
 struct PrefillArgs {
   AttnParams p;
   int32_t m_blocks;
   uint32_t flags;
+  // With kTma: the K and V caches as 4-D tensors (channel, slot in page, kv head, page), box (64 channels,
+  // min(page size, kBlockN) slots, 1, 1), 128B swizzle: one box is one 64-channel panel of a page's rows.
+  CUtensorMap k_map;  // (a 128-byte aligned type)
+  CUtensorMap v_map;
 };
 
 template <typename T_, int kHeadDim_, bool kPingPong_>
@@ -93,9 +102,9 @@ __device__ __forceinline__ float score_factor(const AttnParams& p) {
 // THE score modifications (CONTRACT.md steps 5-6) as a function of (query position, key position, head),
 // on one consumer's (64, kN) accumulator tile of raw dot products q.k: softcap or scale (only where a
 // modification needs log2 units, see score_factor), ALiBi, then the mask (causal / window / chunk, and
-// keys past kv_len) when the tile is not inside every row's visible keys. Element e of s: the thread's row
-// (e % 4) / 2, key column 8 (e / 4) + 2 quad + e % 2, i.e. key position kp0 + that column. Invisible keys
-// become -inf.
+// keys before 0 or past kv_len) when the tile is not inside every row's visible keys. Element e of s: the
+// thread's row (e % 4) / 2, key column 8 (e / 4) + 2 quad + e % 2, i.e. key position kp0 + that column.
+// Invisible keys become -inf.
 template <int kN>
 __device__ __forceinline__ void score_mods(float (&s)[kN / 2], const AttnParams& p, const RowCtx (&row)[2],
                                            int32_t kp0, bool masked, int32_t kv_len, int quad) {
@@ -120,7 +129,7 @@ __device__ __forceinline__ void score_mods(float (&s)[kN / 2], const AttnParams&
     for (int e = 0; e < kN / 2; ++e) {
       const int32_t kp = kp0 + 8 * (e / 4) + 2 * quad + (e & 1);
       const RowCtx& r = row[(e % 4) / 2];
-      if (!(kp < kv_len && p.mask.visible(r.qp, kp))) s[e] = -INFINITY;
+      if (!(kp >= 0 && kp < kv_len && p.mask.visible(r.qp, kp))) s[e] = -INFINITY;
     }
   }
 }
@@ -260,6 +269,91 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
   cp_async_wait_all();  // nothing in flight when the producer leaves
 }
 
+// The TMA producer (one warp; kTma): tile t covers slots [slot0 + t kBlockN, + kBlockN), slot0 a multiple of
+// box = min(page size, kBlockN), so each box of `box` slots is one page's rows (page size <= kBlockN) or a
+// part of one page. A tile inside [leftpad, end) is kBlockN / box boxes a panel of K and of V, lane j
+// issuing box j's (its page-table entry loaded before the stage is free); the full barrier (32 arrivals)
+// completes when the bytes land. A tile reaching outside [leftpad, end) (at most the first and the last
+// of a CTA) goes by 16-byte cp.async, its slots outside zero-filled, as the other producer does.
+template <class Cfg>
+__device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence& seq, int kv_head,
+                                            int64_t slot0, int64_t n_tiles, uint32_t s_k, uint32_t s_v,
+                                            uint32_t full_bar, uint32_t empty_bar, bool diag_no_load) {
+  const AttnParams& p = a.p;
+  const int lane = threadIdx.x % 32;
+  const uint32_t page_size = static_cast<uint32_t>(p.seq.page_size);
+  const int box = min(static_cast<int>(page_size), Cfg::kBlockN);
+  const int boxes = Cfg::kBlockN / box;
+  const uint64_t k_map = reinterpret_cast<uint64_t>(&a.k_map), v_map = reinterpret_cast<uint64_t>(&a.v_map);
+  if (lane == 0) {
+    tma_prefetch_map(k_map);
+    tma_prefetch_map(v_map);
+  }
+  const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache.ptr);
+  const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache.ptr);
+  for (int64_t tile = 0; tile < n_tiles; ++tile) {
+    const int stage = static_cast<int>(tile % Cfg::kStages);
+    const uint32_t bar = full_bar + 8 * stage;
+    const uint32_t k_dst = s_k + stage * Cfg::kKvStageBytes, v_dst = s_v + stage * Cfg::kKvStageBytes;
+    const int64_t t0 = slot0 + tile * Cfg::kBlockN;
+    const bool whole = t0 >= seq.leftpad && t0 + Cfg::kBlockN <= seq.end;
+    const int64_t box_slot = t0 + lane * box;
+    const int32_t entry = whole && lane < boxes ? page_entry(p.seq, seq, box_slot) : 0;
+    mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1) ^ 1u);
+    if (diag_no_load && tile >= Cfg::kStages) {
+      mbar_arrive(bar);  // stale stage (timing only)
+    } else if (whole) {
+      // This stage's last writes may have been an edge tile's cp.async (generic proxy); the copies below
+      // write it through the async proxy.
+      fence_proxy_async();
+      if (lane == 0) {
+        mbar_arrive_expect_tx(bar, 2 * Cfg::kKvStageBytes);
+      } else {
+        mbar_arrive(bar);
+      }
+      __syncwarp();  // the bytes are expected before any copy can land
+      if (lane < boxes) {
+        const int in_page = static_cast<int>(static_cast<uint32_t>(box_slot) % page_size);
+        const uint32_t rows_at = static_cast<uint32_t>(lane * box * 128);
+#pragma unroll
+        for (int panel = 0; panel < Cfg::kPanels; ++panel) {
+          const uint32_t at = panel * Cfg::kKvPanelBytes + rows_at;
+          tma_load_4d(k_dst + at, k_map, bar, 64 * panel, in_page, kv_head, entry);
+          tma_load_4d(v_dst + at, v_map, bar, 64 * panel, in_page, kv_head, entry);
+        }
+      }
+    } else {
+      constexpr uint32_t kNoRow = 0xffffffffu;
+      for (int r = lane; r < Cfg::kBlockN; r += 32) {
+        const int64_t s = t0 + r;
+        uint32_t k_off = kNoRow, v_off = kNoRow;
+        if (s >= seq.leftpad && s < seq.end) {  // entries of these slots were checked (check_pages)
+          const SlotAddress sa = slot_address_at(p.seq, seq, s, page_entry(p.seq, seq, s));
+          if (sa.page >= 0) {
+            k_off =
+                static_cast<uint32_t>((sa.page * p.k_cache.page_stride + sa.in_page * p.k_cache.slot_stride +
+                                       kv_head * p.k_cache.head_stride) /
+                                      8);
+            v_off =
+                static_cast<uint32_t>((sa.page * p.v_cache.page_stride + sa.in_page * p.v_cache.slot_stride +
+                                       kv_head * p.v_cache.head_stride) /
+                                      8);
+          }
+        }
+        const bool ok = k_off != kNoRow;
+#pragma unroll 4
+        for (int c = 0; c < Cfg::kChunks; ++c) {
+          const uint32_t at = swizzled(r, c, Cfg::kKvPanelBytes);
+          cp_async_16(k_dst + at, k_base + static_cast<uint64_t>(ok ? k_off + c : 0) * 16, ok);
+          cp_async_16(v_dst + at, v_base + static_cast<uint64_t>(ok ? v_off + c : 0) * 16, ok);
+        }
+      }
+      cp_async_arrive(bar);
+    }
+  }
+  cp_async_wait_all();
+}
+
 // ---- consumer: 64 rows
 
 // The consumer's 64 Q rows into s_q (panels of 64 rows): rotary (positions already checked) in fp32,
@@ -369,23 +463,29 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     const bool inside = tile_kp0 >= mine.all_first && tile_kp0 + kBlockN - 1 <= mine.all_last;
     score_mods<kBlockN>(s, p, row, static_cast<int32_t>(tile_kp0), !inside, static_cast<int32_t>(kv_len),
                         quad);
+    // Row max and row sum over 4 partial chains each (dependent FMNMX / FADD chains of kBlockN / 32
+    // instead of kBlockN / 4: the consumers are latency-bound, bench/NOTES.md).
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-      float mx = row_max[k];
+      float part[4] = {row_max[k], -INFINITY, -INFINITY, -INFINITY};
 #pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * k], s[4 * j + 2 * k + 1]));
+      for (int j = 0; j < kBlockN / 8; ++j) {
+        part[j % 4] = fmaxf(part[j % 4], fmaxf(s[4 * j + 2 * k], s[4 * j + 2 * k + 1]));
+      }
+      float mx = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float base = safe_max_base(mx) * factor;  // log2 units
       correction[k] = mx == row_max[k] ? 1.f : fast_exp2(row_max[k] * factor - base);
       row_max[k] = mx;
-      row_sum[k] *= correction[k];
+      float sum[4] = {row_sum[k] * correction[k], 0.f, 0.f, 0.f};
 #pragma unroll
       for (int j = 0; j < kBlockN / 8; ++j) {
         s[4 * j + 2 * k] = fast_exp2(fmaf(s[4 * j + 2 * k], factor, -base));
         s[4 * j + 2 * k + 1] = fast_exp2(fmaf(s[4 * j + 2 * k + 1], factor, -base));
-        row_sum[k] += s[4 * j + 2 * k] + s[4 * j + 2 * k + 1];
+        sum[j % 4] += s[4 * j + 2 * k] + s[4 * j + 2 * k + 1];
       }
+      row_sum[k] = (sum[0] + sum[1]) + (sum[2] + sum[3]);
     }
   };
   // P leaves the S accumulators as the A fragments of P V (two 8-key blocks = one 16-key k-step).
@@ -550,13 +650,18 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
     write_nan_rows<Cfg>(p, cta, seq);
     return;
   }
-  const Keys keys = visible_keys(p, seq, cta.m0, Cfg::kBlockM);
+  Keys keys = visible_keys(p, seq, cta.m0, Cfg::kBlockM);
+  const bool tma = (a.flags & kTma) != 0;
+  if (tma && keys.last >= keys.first) {  // the first tile starts at a box boundary (produce_tma)
+    const int64_t box = min(p.seq.page_size, static_cast<int64_t>(Cfg::kBlockN));
+    keys.first -= (seq.leftpad + keys.first) % box;
+  }
   const int64_t n_tiles =
       keys.last >= keys.first ? (keys.last - keys.first + Cfg::kBlockN) / Cfg::kBlockN : 0;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
-      mbar_init(full_bar + 8 * s, 128);                     // the producer threads
+      mbar_init(full_bar + 8 * s, tma ? 32 : 128);          // the producer threads
       mbar_init(empty_bar + 8 * s, 128 * Cfg::kConsumers);  // the consumer threads
     }
   }
@@ -564,8 +669,15 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
 
   if (threadIdx.x < 128) {
     regs_dealloc<Cfg::kRegsProducer>();
-    produce<Cfg>(p, seq, cta.kv_head, seq.leftpad + keys.first, n_tiles, s_k, s_v, full_bar, empty_bar,
-                 (a.flags & kDiagNoLoad) != 0);
+    if (tma) {
+      if (threadIdx.x < 32) {
+        produce_tma<Cfg>(a, seq, cta.kv_head, seq.leftpad + keys.first, n_tiles, s_k, s_v, full_bar,
+                         empty_bar, (a.flags & kDiagNoLoad) != 0);
+      }
+    } else {
+      produce<Cfg>(p, seq, cta.kv_head, seq.leftpad + keys.first, n_tiles, s_k, s_v, full_bar, empty_bar,
+                   (a.flags & kDiagNoLoad) != 0);
+    }
   } else {
     regs_alloc<Cfg::kRegsConsumer>();
     consume<Cfg>(p, seq, cta, keys, n_tiles, s_q, s_k, s_v, full_bar, empty_bar,
