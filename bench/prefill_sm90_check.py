@@ -4,9 +4,9 @@ the timing of b4 x 8192 page 16 d128 bf16 (causal and not) next to the portable 
     PYTHONPATH=python KVATTN_LIBRARY=build/libkvattn.so python3 bench/prefill_sm90_check.py [--small]
 
 --small: the correctness part only, at small shapes (for compute-sanitizer). --time-only: the timing only.
---short: the timing of the main variants only (sm90, its cp.async producer, portable, sm90 again, no
-softmax), for a short device call; with KVATTN_PREV_LIBRARY set, a second process times the previous
-library's sm90 kernel (--prev). Prints a table last.
+--short: the timing of the main variants only (sm90, its cp.async producer, no reader fence, portable,
+sm90 again, the no-load and no-softmax diagnostics), for a short device call. --prev: the sm90 kernel of
+the library loaded (the previous one, for an A/B in the same device call) twice. Prints a table last.
 """
 import math
 import os
@@ -145,7 +145,8 @@ def timing(rows, short=False, prev=False):
                     ("diag: neither", False, {"KVATTN_SM90_DIAG": "12"}),
                     ("sm90 cp.async producer", False, {"KVATTN_SM90_TMA": "0"})]
         if short:
-            keep = ("sm90", "sm90 cp.async producer", "portable", "sm90 again", "diag: no softmax")
+            keep = ("sm90", "sm90 cp.async producer", "sm90 no reader fence", "portable", "sm90 again",
+                    "diag: no K/V loads", "diag: no softmax")
             variants = [v for v in variants if v[0] in keep]
         if prev:  # the previous library (its own process): its sm90 kernel twice
             variants = [("prev lib sm90", False, {}), ("prev lib sm90 again", False, {})]

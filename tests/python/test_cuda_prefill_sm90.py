@@ -2,7 +2,8 @@
 
 KVATTN_FORCE_SM90_PREFILL=1 drops the kernel's shape rule (>= 128 packed rows a kv head, >= half a wave of
 CTAs), so these small shapes (several 128-row blocks, several 128-key tiles, lengths that are not multiples
-of either) run on it wherever it covers the problem (d = dv = 128, fp16/bf16, no qv, no fp8). On a device
+of either) run on it wherever it covers the problem (d = dv = 128, fp16/bf16, no qv, no fp8). Paged cases
+with page sizes 8-256 take its TMA producer, page 1 and the other layouts its cp.async one. On a device
 that is not sm_90, or a build without 90a, the same cases run on the portable kernel and still must pass.
 One case checks with the profiler that the kernel really ran on Hopper.
 """
@@ -49,6 +50,8 @@ CASES = {
     "packed varlen": prefill(layout="packed", q_lens=(250, 3, 180), sq=0, seqlens=(260, 40, 181), seed=15),
     "batch idx + leftpad": prefill(batch_idx="scattered", leftpad=(50, 0), seed=16),
     "leftpad paged": prefill(layout="paged", page_size=16, leftpad=(33, 7), seed=17),
+    "paged 8 window": prefill(layout="paged", page_size=8, window=(150, 0), causal=False, seed=26),
+    "paged 256 leftpad": prefill(layout="paged", page_size=256, seqlens=(700, 300), leftpad=(200, 0), seed=27),
     # GQA widths and dtypes
     "MHA": prefill(hq=4, hk=4, seed=18),
     "GQA 8": prefill(hq=16, hk=2, seqlens=(300, 100), sq=100, seed=19),
@@ -64,6 +67,12 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_prefill_sm90(name):
     run_and_compare(CASES[name], DEVICE)
+
+
+def test_prefill_sm90_cp_async_producer(monkeypatch):
+    """The cp.async producer where the TMA one would run (KVATTN_SM90_TMA=0): page 16, leftpads."""
+    monkeypatch.setenv("KVATTN_SM90_TMA", "0")
+    run_and_compare(prefill(layout="paged", page_size=16, leftpad=(33, 7), seed=25), DEVICE)
 
 
 def test_prefill_sm90_nan_page_is_contained():

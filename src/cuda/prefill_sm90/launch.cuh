@@ -61,7 +61,7 @@ bool make_kv_maps(const AttnParams& params, PrefillArgs& a) {
   using T = typename Cfg::T;
   const SeqParams& sp = params.seq;
   if (const char* v = std::getenv("KVATTN_SM90_TMA"); v != nullptr && std::strcmp(v, "0") == 0) return false;
-  if (sp.page_table == nullptr || sp.cu_seqlens_k != nullptr || sp.page_size % 8 != 0 ||
+  if (sp.page_table == nullptr || sp.cu_seqlens_k != nullptr || sp.page_size <= 0 || sp.page_size % 8 != 0 ||
       (Cfg::kBlockN % sp.page_size != 0 && sp.page_size % Cfg::kBlockN != 0) ||
       params.head_dim != Cfg::kHeadDim) {
     return false;
