@@ -161,6 +161,18 @@ def timing(rows, short=False, prev=False):
         for name in [v[0] for v in variants if not v[1] and not v[0].startswith("diag") and "portable" in outs]:
             diff = ((outs[name].float() - outs["portable"].float()).norm() / outs["portable"].float().norm()).item()
             rows.append(f"  {name} vs portable rel diff {diff:.2e}")
+    # A chunked prefill (W3-like): a 4096-token chunk over 32768 keys of context, causal.
+    b, sq, sk = 2, 4096, 32768
+    q = torch.randn(b, sq, hq, d, generator=gen, device="cuda").to(torch.bfloat16)
+    k, v, table = paged_cache(b, sk, hk, d, page, torch.bfloat16, gen)
+    flops = 4 * b * hq * d * sum(sk - sq + t + 1 for t in range(sq))
+    variants = [("prev lib sm90", {})] if prev else [("sm90", {}), ("sm90 cp.async producer", {"KVATTN_SM90_TMA": "0"})]
+    for name, env in variants:
+        for key in KNOBS:
+            os.environ[key] = env.get(key, "")
+        ms, p10, p90 = median_time(lambda: run(q, k, v, table, sk, True, False))
+        rows.append(f"time b{b} sq{sq} sk{sk} {hq}/{hk} d{d} p{page} causal=True {name:21s}: "
+                    f"{ms * 1e3:8.1f} us [{p10 * 1e3:.1f}-{p90 * 1e3:.1f}] {flops / ms / 1e9:6.1f} TFLOP/s")
     os.environ["KVATTN_FORCE_PORTABLE"] = "0"
     for key in KNOBS:
         os.environ[key] = ""
