@@ -25,6 +25,7 @@
 #include "cuda/decode_sm90/decode_sm90.hpp"
 #include "cuda/heuristics.hpp"
 #include "cuda/kernel_table.hpp"
+#include "cuda/prefill_sm90/launch.hpp"
 
 namespace kvattn::cuda {
 namespace {
@@ -151,11 +152,13 @@ kvattn_status cuda_fwd(const FwdProblem& p, const CudaFwdCall& call) {
   if (p.k_new.ptr != nullptr && (status = launch_append(p, errors, stream)) != KVATTN_OK) return status;
   if (call.plan.m_blocks == 0 || p.batch == 0) return KVATTN_OK;
   AttnParams params = make_attn_params(p, call.plan, errors);
-  // The Hopper decode mainloop takes the balanced key-split decode plans it covers (decode_sm90.hpp);
-  // everything else runs on the row that was picked.
-  const bool portable_only = p.force_portable || env_force_portable();
+  // The Hopper mainloops take the shapes they cover, as sub-choices of the portable row that was picked
+  // (they need its plan and params): prefill (prefill_sm90/launch.hpp) writes out itself, in one pass;
+  // decode (decode_sm90.hpp) takes the balanced key-split plans and leaves its pieces to the combine.
+  const bool hopper = call.device->shape.arch == kArchSm90 && !p.force_portable && !env_force_portable();
+  if (hopper && sm90::prefill_takes(p, params)) return sm90::launch_prefill(p, params, stream);
   status =
-      !portable_only && decode_sm90_supports(p, call.plan, params, *call.kernel, call.device->shape)
+      hopper && decode_sm90_supports(p, call.plan, params, *call.kernel, call.device->shape)
           ? launch_decode_sm90(params, p, call.kernel->compute_dtype, call.plan, call.device->shape, stream)
           : call.kernel->launch(params, call.plan, stream);
   if (status != KVATTN_OK) return status;

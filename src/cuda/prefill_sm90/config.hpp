@@ -1,0 +1,51 @@
+// Tile shape of the sm_90a prefill kernel per head dim, shared by the host launcher and the kernel.
+#pragma once
+
+#include <cstddef>
+
+#include "api/problem.hpp"
+
+namespace kvattn::cuda::sm90 {
+
+struct PrefillTile {
+  int consumers;  // warpgroups of 64 query rows (the CTA has one more: the producer)
+  int block_n;    // keys a stage
+  int stages;
+  int regs_producer;  // setmaxnreg budgets: producer + consumers x consumer <= 512 (64K registers / 128)
+  int regs_consumer;
+};
+
+// d = dv = 128: a 128 x 128 S and O per CTA, 64 fp32 accumulators each a consumer thread (plus S of the
+// next tile and P of the previous one while they overlap), three 64 KiB K/V stages (225 KiB of shared
+// memory with Q: the most that fits in 227 KiB).
+// (Only d = 128 is compiled so far, prefill_built; the other branch is a placeholder for d = 256.)
+constexpr PrefillTile prefill_tile(int head_dim) {
+  return head_dim <= 128 ? PrefillTile{2, 128, 3, 56, 224} : PrefillTile{2, 64, 2, 40, 232};
+}
+
+// Dynamic shared memory: 1024 bytes of alignment slack, Q, the K and V stages, two mbarriers a stage.
+constexpr size_t prefill_smem_bytes(int head_dim) {
+  const PrefillTile t = prefill_tile(head_dim);
+  return 1024 + size_t(64) * t.consumers * head_dim * 2 + 2 * size_t(t.stages) * t.block_n * head_dim * 2 +
+         16 * size_t(t.stages);
+}
+
+// The compiled kernels: (dtype, head dim) pairs, minus what a developer build leaves out
+// (KVATTN_DEV_DTYPE, KVATTN_DEV_HEAD_DIM), and none without a 90a target in KVATTN_CUDA_ARCHS.
+constexpr bool prefill_built(DType dt, int head_dim) {
+#if !defined(KVATTN_HAVE_SM90A)
+  return false && dt == dt && head_dim == head_dim;
+#else
+#if defined(KVATTN_DEV_DTYPE_f16)
+  if (dt != DType::f16) return false;
+#elif defined(KVATTN_DEV_DTYPE_bf16)
+  if (dt != DType::bf16) return false;
+#endif
+#if defined(KVATTN_DEV_HEAD_DIM)
+  if (head_dim != KVATTN_DEV_HEAD_DIM) return false;
+#endif
+  return (dt == DType::f16 || dt == DType::bf16) && head_dim == 128;
+#endif
+}
+
+}  // namespace kvattn::cuda::sm90

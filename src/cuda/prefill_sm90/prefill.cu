@@ -1,0 +1,72 @@
+// The sm_90a prefill path: which problems it takes, and the dispatch over (dtype, head dim).
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "cuda/prefill_sm90/config.hpp"
+#include "cuda/prefill_sm90/launch.hpp"
+
+namespace kvattn::cuda::sm90 {
+namespace {
+
+bool env_is_1(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+template <typename T>
+bool loaded(int head_dim) {
+  switch (head_dim) {
+    case 128:
+      return prefill_kernel_loaded<T, 128>();
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+bool prefill_sm90_supports(const FwdProblem& p) {
+  if (p.q_dtype != p.kv_dtype || p.out_dtype != p.q_dtype || !prefill_built(p.q_dtype, p.head_dim)) {
+    return false;
+  }
+  if (p.head_dim_v != p.head_dim || p.qv.ptr != nullptr || p.num_splits > 1) return false;
+  // 16-byte cp.async of every cache row; 32-bit row offsets in 16-byte units (each cache spans < 64 GiB).
+  const auto rows_ok = [&](const CacheTensor& c) {
+    const bool aligned = reinterpret_cast<uintptr_t>(c.ptr) % 16 == 0 && c.page_stride % 8 == 0 &&
+                         c.slot_stride % 8 == 0 && c.head_stride % 8 == 0;
+    const int64_t rows = p.cu_seqlens_k ? p.num_pages * c.slot_stride : p.num_pages * c.page_stride;
+    const int64_t span16 =
+        (rows + p.page_size * c.slot_stride + p.num_kv_heads * c.head_stride + p.head_dim) / 8;
+    return aligned && span16 < (int64_t{1} << 32) - 1;
+  };
+  if (!rows_ok(p.k_cache) || !rows_ok(p.v_cache)) return false;
+  // Prefill shapes only: below 128 packed rows a 128-row CTA would be mostly padding, and below 64 CTAs
+  // (half a wave on the 114-132 SMs of sm_90 parts) the portable kernel's split-KV schedule fills the
+  // machine instead. KVATTN_FORCE_SM90_PREFILL=1 (tests) drops this rule.
+  const int64_t rows = static_cast<int64_t>(p.max_seqlen_q) * (p.num_q_heads / p.num_kv_heads);
+  const int64_t block_m = 64 * prefill_tile(p.head_dim).consumers;
+  const int64_t ctas = (rows + block_m - 1) / block_m * p.batch * p.num_kv_heads;
+  return (rows >= block_m && ctas >= 64) || env_is_1("KVATTN_FORCE_SM90_PREFILL");
+}
+
+bool prefill_takes(const FwdProblem& p, const AttnParams& params) {
+  if (!prefill_sm90_supports(p) || !params.kv_vec16) return false;
+  // The sm_90a binary must be the one the device runs (not an sm_80 one picked for lack of it).
+  return p.q_dtype == DType::bf16 ? loaded<__nv_bfloat16>(p.head_dim) : loaded<half>(p.head_dim);
+}
+
+kvattn_status launch_prefill(const FwdProblem& p, const AttnParams& params, cudaStream_t stream) {
+  const bool bf16 = p.q_dtype == DType::bf16;
+  switch (p.head_dim) {
+    case 128:
+      return bf16 ? launch_prefill_kernel<__nv_bfloat16, 128>(params, stream)
+                  : launch_prefill_kernel<half, 128>(params, stream);
+    default:
+      return fail(KVATTN_ERROR_UNSUPPORTED,
+                  "head_dim=" + std::to_string(p.head_dim) + ": no sm_90a prefill kernel");
+  }
+}
+
+}  // namespace kvattn::cuda::sm90

@@ -1,0 +1,7 @@
+// Explicit instantiations of the sm_90a prefill launchers, bf16.
+#include "cuda/prefill_sm90/launch.cuh"
+
+namespace kvattn::cuda::sm90 {
+template bool prefill_kernel_loaded<__nv_bfloat16, 128>();
+template kvattn_status launch_prefill_kernel<__nv_bfloat16, 128>(const AttnParams&, cudaStream_t);
+}  // namespace kvattn::cuda::sm90

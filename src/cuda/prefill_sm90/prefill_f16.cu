@@ -1,0 +1,7 @@
+// Explicit instantiations of the sm_90a prefill launchers, fp16.
+#include "cuda/prefill_sm90/launch.cuh"
+
+namespace kvattn::cuda::sm90 {
+template bool prefill_kernel_loaded<half, 128>();
+template kvattn_status launch_prefill_kernel<half, 128>(const AttnParams&, cudaStream_t);
+}  // namespace kvattn::cuda::sm90

@@ -1,0 +1,134 @@
+// The Hopper (sm_90a) instructions of the prefill kernel as thin inline-PTX wrappers: mbarriers, the
+// wgmma fence / commit / wait, shared-memory matrix descriptors, register reallocation, the async-proxy
+// fence and named barriers. Compiled only in the sm_90a pass (the callers are guarded the same way).
+#pragma once
+
+#include <cstdint>
+
+namespace kvattn::cuda::sm90 {
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// ---- mbarrier (shared::cta, 64-bit), addressed by its shared-window address
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(bar)
+               : "memory");
+}
+// Waits until the phase with this parity has completed. A fresh barrier counts its (nonexistent) phase
+// before phase 0 as complete, so waiting on parity 1 first returns at once: a producer waits on
+// (use / stages + 1) & 1 for "slot free", a consumer on (use / stages) & 1 for "slot full".
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// Arrives on the barrier (without raising its expected count) once every cp.async this thread issued
+// before has landed: the "full" signal of a stage needs no wait by the copying thread.
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Plain arrival plus the bytes the phase must also wait for (the TMA copies issued after it).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// TMA: the box of a 4-D tensor map at coordinates (c0 innermost .. c3) into shared memory at dst; the
+// barrier's transaction count drops by the box's bytes when they have landed. `map` is the generic address
+// of a __grid_constant__ CUtensorMap.
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, uint64_t map, uint32_t bar, int c0, int c1, int c2,
+                                            int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, "
+      "%6}], [%2];\n" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_map(uint64_t map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+// ---- wgmma ordering
+
+// Before the first wgmma of a group: orders this warpgroup's register writes (accumulators, A fragments)
+// before the asynchronous reads.
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving accesses of an accumulator register across the wgmma issue / wait.
+template <int N>
+__device__ __forceinline__ void fence_registers(float (&r)[N]) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) asm volatile("" : "+f"(r[k])::"memory");
+}
+
+__device__ __forceinline__ void fence_registers(uint32_t& r) {
+  asm volatile("" : "+r"(r)::"memory");
+}
+
+// ---- shared-memory matrix descriptors, 128-byte swizzle
+//
+// Every tile lives in "panels" of 64 16-bit channels: row r of a panel is 128 bytes at panel + 128 r, its
+// 16-byte chunk c stored at chunk position c ^ (r % 8) (the hardware's 128B swizzle; panels 1024-byte
+// aligned). Bits: start address >> 4 [0, 14), leading byte offset >> 4 [16, 30), stride byte offset >> 4
+// [32, 46), swizzle mode [62, 64) = 1 (128B).
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t leading, uint32_t stride) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(leading >> 4) << 16) |
+         (static_cast<uint64_t>(stride >> 4) << 32) | (uint64_t{1} << 62);
+}
+// K-major operand (Q as A, K as B): 8-row groups 1024 bytes apart; the leading offset is unused (a 16-
+// channel k-step stays inside one 128-byte row: step the start address by 32 bytes).
+__device__ __forceinline__ uint64_t desc_k_major(uint32_t addr) {
+  return smem_desc(addr, 16, 1024);
+}
+// MN-major operand (V as B of P V, keys along K): 8-key groups 1024 bytes apart (stride), 64-channel
+// panels `panel_bytes` apart (leading); a 16-key k-step is 2048 bytes.
+__device__ __forceinline__ uint64_t desc_mn_major(uint32_t addr, uint32_t panel_bytes) {
+  return smem_desc(addr, panel_bytes, 1024);
+}
+
+// ---- misc
+
+// Orders this thread's generic-proxy shared-memory writes (st.shared, cp.async results it has waited for)
+// before later async-proxy reads (wgmma operands).
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+template <int kRegs>
+__device__ __forceinline__ void regs_dealloc() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void regs_alloc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+#endif  // sm_90a
+
+}  // namespace kvattn::cuda::sm90

@@ -1,0 +1,120 @@
+"""The sm_90a prefill kernel (src/cuda/prefill_sm90) against the float64 oracle.
+
+KVATTN_FORCE_SM90_PREFILL=1 drops the kernel's shape rule (>= 128 packed rows a kv head, >= half a wave of
+CTAs), so these small shapes (several 128-row blocks, several 128-key tiles, lengths that are not multiples
+of either) run on it wherever it covers the problem (d = dv = 128, fp16/bf16, no qv, no fp8). Paged cases
+with page sizes 8-256 take its TMA producer, page 1 and the other layouts its cp.async one. On a device
+that is not sm_90, or a build without 90a, the same cases run on the portable kernel and still must pass.
+One case checks with the profiler that the kernel really ran on Hopper.
+"""
+
+import numpy as np
+import pytest
+
+import harness as H
+from cases import Case, run_and_compare
+
+pytestmark = pytest.mark.skipif(not H._cuda_ready(), reason="needs torch, a GPU and a CUDA build")
+DEVICE = "cuda"
+
+
+@pytest.fixture(autouse=True)
+def _force_sm90(monkeypatch):
+    monkeypatch.setenv("KVATTN_FORCE_SM90_PREFILL", "1")
+    monkeypatch.delenv("KVATTN_FORCE_PORTABLE", raising=False)
+
+
+def prefill(**kw):
+    base = dict(dtype="bf16", d=128, hq=4, hk=2, seqlens=(450, 201), sq=200, causal=True, num_splits=1, seed=7)
+    base.update(kw)
+    return Case(**base)
+
+
+CASES = {
+    # masks and lengths
+    "causal contiguous": prefill(),
+    "non-causal contiguous": prefill(causal=False, seed=1),
+    "causal sq = sk": prefill(seqlens=(383, 257), q_lens=(383, 257), sq=0, seed=2),
+    "uneven, not tile multiples": prefill(seqlens=(129, 1000, 77), q_lens=(129, 5, 77), sq=0, seed=3),
+    "window": prefill(window=(100, 0), causal=False, seed=4),
+    "window both sides": prefill(window=(37, 61), causal=False, seed=5),
+    "chunk": prefill(chunk=96, seed=6),
+    "softcap": prefill(softcap=20.0, seed=8),
+    "alibi per batch": prefill(alibi="bh", seed=9),
+    "sinks": prefill(sinks="fp32", window=(64, 0), seed=10),
+    "seqused_q": prefill(seqused_q=True, seed=11),
+    # layouts
+    "paged 16": prefill(layout="paged", page_size=16, seed=12),
+    "paged 1": prefill(layout="paged", page_size=1, seqlens=(300, 150), sq=150, seed=13),
+    "paged 64 hnd": prefill(layout="paged", page_size=64, hnd=True, causal=False, seed=14),
+    "packed varlen": prefill(layout="packed", q_lens=(250, 3, 180), sq=0, seqlens=(260, 40, 181), seed=15),
+    "batch idx + leftpad": prefill(batch_idx="scattered", leftpad=(50, 0), seed=16),
+    "leftpad paged": prefill(layout="paged", page_size=16, leftpad=(33, 7), seed=17),
+    "paged 8 window": prefill(layout="paged", page_size=8, window=(150, 0), causal=False, seed=26),
+    "paged 256 leftpad": prefill(layout="paged", page_size=256, seqlens=(700, 300), leftpad=(200, 0), seed=27),
+    # GQA widths and dtypes
+    "MHA": prefill(hq=4, hk=4, seed=18),
+    "GQA 8": prefill(hq=16, hk=2, seqlens=(300, 100), sq=100, seed=19),
+    "fp16": prefill(dtype="fp16", layout="paged", page_size=16, seed=20),
+    # append + rotary ahead of the attention
+    "append rotary": prefill(seqlens=(300, 100), new=(130, 130), sq=130, rotary="neox", seed=21),
+    "append varlen rotary paged": prefill(layout="paged", page_size=16, seqlens=(300, 90), new=(200, 150),
+                                          varlen_new=True, q_lens=(200, 150), sq=0, rotary="interleaved", seed=22),
+    "strided q, given out": prefill(strided_q=True, out_given=True, seed=23),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_prefill_sm90(name):
+    run_and_compare(CASES[name], DEVICE)
+
+
+def test_prefill_sm90_cp_async_producer(monkeypatch):
+    """The cp.async producer where the TMA one would run (KVATTN_SM90_TMA=0): page 16, leftpads."""
+    monkeypatch.setenv("KVATTN_SM90_TMA", "0")
+    run_and_compare(prefill(layout="paged", page_size=16, leftpad=(33, 7), seed=25), DEVICE)
+
+
+def test_prefill_sm90_nan_page_is_contained():
+    """An out-of-range page id makes its sequence NaN (recorded as an error); the other stays right."""
+    case = prefill(layout="paged", page_size=16, seed=24)
+    # run_and_compare would raise the device error; build the call by hand instead
+    from cases import build
+    from reference import reference_attention
+
+    q, k_cache, v_cache, kw, ref_kw, info = build(case)
+    ref = reference_attention(q, k_cache, v_cache, **ref_kw)
+    kw = dict(kw)
+    table = kw["page_table"].copy()
+    table[0, 3] = 1 << 20
+    kw["page_table"] = table
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    with H.poisoned_outputs():
+        out, lse = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
+                                                    H.to_device(v_cache, DEVICE), return_softmax_lse=True, **dev)
+    with pytest.raises(H.kvattn.KvattnError, match="page_table"):
+        H.sync_device_errors(DEVICE)
+    out, lse = H.to_numpy(out), H.to_numpy(lse)
+    assert np.isnan(out[0]).all()
+    H.assert_close("out", out[1:], ref["out"][1:], H.TOL_OUT["bf16"])
+
+
+def test_prefill_sm90_runs_on_hopper():
+    """The kernel, not the fallback, ran (sm_90 devices with a 90a build only)."""
+    import torch
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("not an sm_90 device")
+    case = prefill(layout="paged", page_size=16)
+    from cases import build
+
+    q, k_cache, v_cache, kw, _, _ = build(case)
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    args = (H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE), H.to_device(v_cache, DEVICE))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        H.kvattn.flash_attn_with_kvcache(*args, **dev)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events()]
+    if not names:
+        pytest.skip("the profiler saw no kernels here")
+    assert any("prefill_kernel" in n for n in names), names
