@@ -87,7 +87,7 @@ def one_case(seed):
     kind = str(rng.choice(["none", "page_table", "cache_batch_idx", "cache_seqlens", "cache_leftpad", "rotary"]))
     argument, bad = (None, None) if kind == "none" else corrupt(rng, kw, kind)
     if argument is None:
-        run_good(str(kw["q"].dtype.name).replace("float16", "fp16").replace("bfloat16", "bf16"), flags, **kw)
+        run_good({"float16": "fp16", "bfloat16": "bf16"}[str(kw["q"].dtype.name)], flags, **kw)
         return "valid"
     t = {name: to_dev(x) for name, x in kw.items()}
     out = None

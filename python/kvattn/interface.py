@@ -322,9 +322,10 @@ def _scheduler_metadata(values):
     # uniform varlen offsets, page 0), made on cache_seqlens' device, since the CPU backend's validation
     # reads index data and the values are the call's business, not the schedule's.
     # Each descriptor gets an address range of its own (never read, never dereferenced: validation rejects
-    # outputs that overlap inputs, so they cannot all sit at one address), laid end to end past
-    # cache_seqlens' address.
-    ptr = [T.data_address(seqlens)]
+    # outputs that overlap inputs, so they cannot all sit at one address), laid end to end from 2^56:
+    # above every user-space address (host or device), so no real array of the call (cache_seqlens, the
+    # index arrays below) can overlap them, and far below 2^63, so no extent wraps.
+    ptr = [1 << 56]
     elem = {_lib.DTYPE_F32: 4, _lib.DTYPE_F16: 2, _lib.DTYPE_BF16: 2, _lib.DTYPE_FP8_E4M3: 1}
 
     def describe(field, dtype_code, shape):

@@ -181,6 +181,19 @@ def test_scheduler_metadata_is_accepted_and_changes_nothing(page_size):
     assert_same([kvattn.flash_attn_varlen_func(*args, scheduler_metadata=md)], [kvattn.flash_attn_varlen_func(*args)])
 
 
+@pytest.mark.parametrize("page_size", [None, 16])
+def test_get_scheduler_metadata_with_varlen_q_and_real_index_arrays(page_size):
+    """The shapes' descriptors never overlap the call's real arrays (cache_seqlens, cu_seqlens_q, the page
+    table): FA3's kvcache test with varlen q and a large cache failed on that overlap (the descriptors were
+    laid out from cache_seqlens' own address)."""
+    seqlens = np.array([700, 1024, 3], np.int32)
+    for i in range(20):  # several allocations, so that the real arrays land next to each other
+        md = kvattn.get_scheduler_metadata(3, 128, 1024, 8, 1, 128, seqlens, np.float32, page_size=page_size,
+                                           cu_seqlens_q=cu_from_lengths([128, 5, 77]), max_seqlen_k_new=0,
+                                           causal=True)
+        assert md.dtype == np.int32 and md.shape == (2,) and md[0] == 3 and md[1] >= 0
+
+
 @pytest.mark.parametrize("change,name", [(dict(num_heads_q=3), "num_heads"), (dict(qkv_dtype=np.float64), "qkv_dtype"),
                                          (dict(batch_size="2"), "batch_size"), (dict(causal="yes"), "causal"),
                                          (dict(window_size=(1,)), "window_size"), (dict(headdim=0), "headdim"),
