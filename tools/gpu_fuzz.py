@@ -44,8 +44,9 @@ def corrupt(rng, kw, kind):
         used = max(1, -(-(int(kw["cache_seqlens"][i]) + new) // kw["k_cache"].shape[1]))
         n = kw["k_cache"].shape[0]
         first = int(kw["cache_leftpad"][i]) // kw["k_cache"].shape[1] if "cache_leftpad" in kw else 0
-        if first >= used or int(kw["cache_seqlens"][i]) + new == 0:
-            return None, None  # no page of the sequence is read: nothing to corrupt
+        lp = int(kw["cache_leftpad"][i]) if "cache_leftpad" in kw else 0
+        if first >= used or int(kw["cache_seqlens"][i]) + new - lp <= 0:
+            return None, None  # no key of the sequence is visible (left padding covers it): nothing is read
         t[row, int(rng.integers(first, used))] = rng.choice([n, n + int(rng.integers(0, 1000))] + BIG)
         return "page_table", i
     if kind == "cache_batch_idx":
