@@ -1,6 +1,8 @@
 """kvattn.integrations.transformers: tiny random-weight models (fp32, CPU) with attn_implementation="kvattn"
 against the same weights with transformers' eager attention: logits, greedy generate(), a left-padded batch,
 and the inputs the integration refuses. Skipped without torch or transformers."""
+import copy
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (tools/deps.sh torch)")
@@ -11,7 +13,8 @@ from kvattn.integrations import transformers as kt  # noqa: E402
 
 TOL = dict(rtol=1e-4, atol=1e-4)
 COMMON = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, head_dim=16, max_position_embeddings=128)
+              num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+              initializer_range=0.2)  # scores large enough for softcap, scale and window to matter
 
 
 def _configs():
@@ -22,7 +25,7 @@ def _configs():
         "mistral_sliding": transformers.MistralConfig(**COMMON, sliding_window=5),
         "gemma2_softcap_sliding": transformers.Gemma2Config(
             **COMMON, sliding_window=5, attn_logit_softcapping=2.0, final_logit_softcapping=None,
-            query_pre_attn_scalar=16),
+            query_pre_attn_scalar=8)  # scale 8 ** -0.5, not the default 16 ** -0.5,
     }
     if hasattr(transformers, "GptOssConfig"):
         c["gptoss_sinks_sliding"] = transformers.GptOssConfig(
@@ -54,15 +57,16 @@ def registered():
 def _pair(name):
     """(eager model, kvattn model) with the same random weights, eval mode, fp32."""
     torch.manual_seed(hash(name) % 1000)
-    cfg = CONFIGS[name]
-    eager = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").eval()
+    cfg = CONFIGS[name]  # a copy per model: from_config records the implementation in the config it is given
+    eager = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation="eager").eval()
     if name.startswith("gptoss"):  # sinks start at zero: make them matter
         with torch.no_grad():
             for layer in eager.model.layers:
                 layer.self_attn.sinks.normal_(0.0, 2.0)
-    ours = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="kvattn").eval()
+    ours = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation="kvattn").eval()
     ours.load_state_dict(eager.state_dict())
     assert ours.config._attn_implementation == "kvattn"
+    assert eager.config._attn_implementation == "eager"
     return eager, ours
 
 
@@ -78,12 +82,14 @@ def test_logits_and_greedy_generate_match_eager(name):
     eager, ours = _pair(name)
     ids = torch.randint(1, 97, (2, 12))
     with torch.no_grad():
-        want = eager(ids).logits
         CALLS.clear()
+        want = eager(ids).logits
+        assert not CALLS  # the reference does not go through kvattn
         got = ours(ids).logits
     assert len(CALLS) == 2  # one per layer
     torch.testing.assert_close(got, want, **TOL)
     seq_want, logits_want = _generate(eager, ids)
+    assert not CALLS
     seq_got, logits_got = _generate(ours, ids)
     assert len(CALLS) == 2 * 6  # prefill + 5 decode steps, per layer
     torch.testing.assert_close(logits_got, logits_want, **TOL)
@@ -114,8 +120,9 @@ def test_padding_mask_function():
     assert kt.padding_mask(2, 6, 6, attention_mask=None) is None
     assert kt.padding_mask(2, 6, 6, attention_mask=ones) is None
     left = ones.clone()
-    left[0, :2] = False
+    left[0, :3] = False  # the last 4 columns still hold one padding slot
     assert torch.equal(kt.padding_mask(2, 1, 4, attention_mask=left), left[:, -4:])
+    assert kt.padding_mask(2, 1, 3, attention_mask=left) is None
 
 
 def _call(mask=None, **kw):
