@@ -158,3 +158,12 @@ def test_refuses_4d_mask_dropout_grad_and_packed_sequences():
     with pytest.raises(KvattnError, match="packed"):
         kt.attention(torch.nn.Module(), torch.randn(1, 4, 4, 16), torch.randn(1, 2, 4, 16),
                      torch.randn(1, 2, 4, 16), None, position_ids=torch.tensor([[0, 1, 0, 1]]))
+
+
+def test_refuses_static_cache():
+    eager, ours = _pair("llama_gqa")
+    ids = torch.randint(1, 97, (2, 8))
+    with pytest.raises(KvattnError, match="static cache"):
+        ours.generate(ids, max_new_tokens=2, do_sample=False, cache_implementation="static", pad_token_id=0)
+    with torch.no_grad(), pytest.raises(KvattnError, match="static cache"):
+        ours(ids, past_key_values=transformers.StaticCache(config=ours.config, max_cache_len=16), use_cache=True)

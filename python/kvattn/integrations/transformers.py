@@ -7,7 +7,7 @@ GQA as it is (hk < hq), the padding mask as `cache_leftpad`, causal bottom-right
 last sq keys), transformers' sliding window w as window_size (w - 1, 0), softcap, sinks (`s_aux`), scaling.
 
 What it cannot express raises KvattnError (never a silent wrong answer): masks other than left padding
-(right padding, holes, a static cache's unfilled tail, 4D custom masks, packed sequences), dropout > 0, and
+(right padding, holes, 4D custom masks, packed sequences), static caches (unfilled slots), dropout > 0, and
 calls that need gradients (kvattn has no backward pass).
 """
 from ..errors import KvattnError
@@ -33,6 +33,10 @@ def _left_padding(mask, batch, kv_length):
     """cache_leftpad (b,) int32 from a (b, kv_length) padding mask that is zeros then ones on every row."""
     import torch
 
+    if mask.dim() == 2 and mask.shape[0] == batch and mask.shape[1] < kv_length:
+        raise KvattnError(f"attention_mask: covers {mask.shape[1]} keys of the {kv_length} given (a static cache's "
+                          "unfilled slots); kvattn's transformers integration takes dynamic caches only (leave "
+                          "cache_implementation unset)")
     if mask.dim() != 2 or tuple(mask.shape) != (batch, kv_length):
         raise KvattnError(f"attention_mask: kvattn takes a 2D padding mask of shape (batch, kv_length) = "
                           f"({batch}, {kv_length}) (its mask function's), got shape {tuple(mask.shape)}; "
@@ -44,7 +48,7 @@ def _left_padding(mask, batch, kv_length):
         bad = int((valid != expected).any(dim=1).nonzero()[0, 0])
         raise KvattnError(f"attention_mask: kvattn supports left padding only (each row zeros then ones up to "
                           f"the last key, kv_length {kv_length}); row {bad} is {valid[bad].int().tolist()} "
-                          "(right padding, holes or a static cache's unfilled tail: use 'sdpa' or 'eager', "
+                          "(right padding or holes: use 'sdpa' or 'eager', "
                           "or pad on the left)")
     return leftpad
 
@@ -75,6 +79,11 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
         if bool(((position_ids[..., 1:] - position_ids[..., :-1]) != 1).any()):
             raise KvattnError("position_ids: restart inside the row (packed sequences); kvattn's transformers "
                               "integration attends over one sequence per batch row")
+    if attention_mask is None and position_ids is not None and int(position_ids[..., -1].max()) + 1 < kv_length:
+        # No padding, so slot = position: keys past the last query's position are unfilled (a static cache).
+        raise KvattnError(f"key: {kv_length} slots, but the last query is at position "
+                          f"{int(position_ids[..., -1].max())} (a static cache's unfilled slots); kvattn's "
+                          "transformers integration takes dynamic caches only (leave cache_implementation unset)")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     window = (-1, -1)
     if sliding_window is not None and sliding_window > 0:
