@@ -24,6 +24,14 @@ if [ "$mode" = torch ]; then
       -r "$root/requirements-torch.txt" >&2
     echo "deps: torch venv ready in $(( $(date +%s) - start )) s" >&2
   fi
+  # Pins added to requirements-torch.txt after a venv was made (transformers): installed into it as they
+  # are, without rebuilding the venv (pip keeps the torch it has, which satisfies the pin).
+  tf_pin=$(grep -m1 '^transformers==' "$root/requirements-torch.txt" || true)
+  if [ -n "$tf_pin" ] && ! "$venv/bin/python" -c \
+      "import sys, transformers; sys.exit(transformers.__version__ != '${tf_pin#transformers==}')" 2>/dev/null; then
+    echo "deps: installing $tf_pin into $venv (PyPI)" >&2
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$root/requirements-torch.txt" >&2
+  fi
   echo "$venv/bin/python"
   exit 0
 fi

@@ -1,0 +1,2 @@
+"""kvattn inside other libraries' attention interfaces (import the submodule you need; each imports its host
+library only when used)."""

@@ -1,0 +1,172 @@
+"""kvattn.integrations.transformers: tiny random-weight models (fp32, CPU) with attn_implementation="kvattn"
+against the same weights with transformers' eager attention: logits, greedy generate(), a left-padded batch,
+and the inputs the integration refuses. Skipped without torch or transformers. KVATTN_TF_SEED (default 0)
+shifts the weights and inputs (seeds 0-9 all pass)."""
+import copy
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (tools/deps.sh torch)")
+transformers = pytest.importorskip("transformers", reason="transformers is not installed (requirements-torch.txt)")
+
+from kvattn import KvattnError  # noqa: E402
+from kvattn.integrations import transformers as kt  # noqa: E402
+
+TOL = dict(rtol=1e-4, atol=1e-4)
+COMMON = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+              initializer_range=0.2)  # scores large enough for softcap, scale and window to matter
+
+
+def _configs():
+    """name -> config: GQA everywhere; the features each model brings are in its name."""
+    c = {
+        "llama_gqa": transformers.LlamaConfig(**COMMON),
+        "qwen3": transformers.Qwen3Config(**COMMON),
+        "mistral_sliding": transformers.MistralConfig(**COMMON, sliding_window=5),
+        "gemma2_softcap_sliding": transformers.Gemma2Config(
+            **COMMON, sliding_window=5, attn_logit_softcapping=2.0, final_logit_softcapping=None,
+            query_pre_attn_scalar=8)  # scale 8 ** -0.5, not the default 16 ** -0.5,
+    }
+    if hasattr(transformers, "GptOssConfig"):
+        c["gptoss_sinks_sliding"] = transformers.GptOssConfig(
+            **COMMON, sliding_window=5, num_local_experts=4, num_experts_per_tok=2)
+    return c
+
+
+CONFIGS = _configs()
+SEED = int(os.environ.get("KVATTN_TF_SEED", "0"))
+CALLS = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    assert kt.register() == "kvattn"
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    assert ALL_ATTENTION_FUNCTIONS["kvattn"] is kt.attention
+    assert ALL_MASK_ATTENTION_FUNCTIONS["kvattn"] is kt.padding_mask
+
+    def counted(*args, **kwargs):  # proves the layers went through kvattn, not a fallback
+        CALLS.append(1)
+        return kt.attention(*args, **kwargs)
+
+    transformers.AttentionInterface.register("kvattn", counted)
+    yield
+    transformers.AttentionInterface.register("kvattn", kt.attention)
+
+
+def _pair(name):
+    """(eager model, kvattn model) with the same random weights, eval mode, fp32."""
+    torch.manual_seed(SEED + sorted(CONFIGS).index(name))  # fixed: str hash() changes per process
+    cfg = CONFIGS[name]  # a copy per model: from_config records the implementation in the config it is given
+    eager = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation="eager").eval()
+    if name.startswith("gptoss"):  # sinks start at zero: make them matter
+        with torch.no_grad():
+            for layer in eager.model.layers:
+                layer.self_attn.sinks.normal_(0.0, 2.0)
+    ours = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation="kvattn").eval()
+    ours.load_state_dict(eager.state_dict())
+    assert ours.config._attn_implementation == "kvattn"
+    assert eager.config._attn_implementation == "eager"
+    return eager, ours
+
+
+def _generate(model, ids, mask=None):
+    CALLS.clear()
+    out = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0,
+                         output_logits=True, return_dict_in_generate=True)
+    return out.sequences, torch.stack(out.logits)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_logits_and_greedy_generate_match_eager(name):
+    eager, ours = _pair(name)
+    ids = torch.randint(1, 97, (2, 12))
+    with torch.no_grad():
+        CALLS.clear()
+        want = eager(ids).logits
+        assert not CALLS  # the reference does not go through kvattn
+        got = ours(ids).logits
+    assert len(CALLS) == 2  # one per layer
+    torch.testing.assert_close(got, want, **TOL)
+    seq_want, logits_want = _generate(eager, ids)
+    assert not CALLS
+    seq_got, logits_got = _generate(ours, ids)
+    assert len(CALLS) == 2 * 6  # prefill + 5 decode steps, per layer
+    torch.testing.assert_close(logits_got, logits_want, **TOL)
+    assert torch.equal(seq_got, seq_want)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_left_padded_batch_matches_eager(name):
+    eager, ours = _pair(name)
+    ids = torch.randint(1, 97, (3, 11))
+    mask = torch.ones_like(ids)
+    for row, pad in enumerate((4, 0, 7)):  # 7 > sliding window: padding the window cannot hide
+        mask[row, :pad] = 0
+        ids[row, :pad] = 0
+    with torch.no_grad():
+        want = eager(ids, attention_mask=mask).logits
+        got = ours(ids, attention_mask=mask).logits
+    valid = mask.bool()
+    torch.testing.assert_close(got[valid], want[valid], **TOL)
+    seq_want, logits_want = _generate(eager, ids, mask)
+    seq_got, logits_got = _generate(ours, ids, mask)
+    torch.testing.assert_close(logits_got, logits_want, **TOL)
+    assert torch.equal(seq_got, seq_want)
+
+
+def test_padding_mask_function():
+    ones = torch.ones(2, 6, dtype=torch.bool)
+    assert kt.padding_mask(2, 6, 6, attention_mask=None) is None
+    assert kt.padding_mask(2, 6, 6, attention_mask=ones) is None
+    left = ones.clone()
+    left[0, :3] = False  # the last 4 columns still hold one padding slot
+    assert torch.equal(kt.padding_mask(2, 1, 4, attention_mask=left), left[:, -4:])
+    assert kt.padding_mask(2, 1, 3, attention_mask=left) is None
+
+
+def _call(mask=None, **kw):
+    q, k, v = torch.randn(2, 4, 3, 16), torch.randn(2, 2, 5, 16), torch.randn(2, 2, 5, 16)
+    module = torch.nn.Module()
+    return kt.attention(module, q, k, v, mask, **kw)
+
+
+def test_direct_call_shapes_and_leftpad():
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    mask[1, :2] = False
+    out, weights = _call(mask, scaling=0.25)
+    assert out.shape == (2, 3, 4, 16) and weights is None and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("row, message", [([1, 1, 1, 0, 0], "left padding only"),
+                                          ([0, 1, 0, 1, 1], "left padding only")])
+def test_refuses_masks_other_than_left_padding(row, message):
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    mask[1] = torch.tensor(row, dtype=torch.bool)
+    with pytest.raises(KvattnError, match=message):
+        _call(mask)
+
+
+def test_refuses_4d_mask_dropout_grad_and_packed_sequences():
+    with pytest.raises(KvattnError, match="2D padding mask"):
+        _call(torch.ones(2, 1, 3, 5, dtype=torch.bool))
+    with pytest.raises(KvattnError, match="dropout"):
+        _call(dropout=0.1)
+    q = torch.randn(1, 4, 3, 16, requires_grad=True)
+    with pytest.raises(KvattnError, match="no gradients"):
+        kt.attention(torch.nn.Module(), q, torch.randn(1, 2, 3, 16), torch.randn(1, 2, 3, 16), None)
+    with pytest.raises(KvattnError, match="packed"):
+        kt.attention(torch.nn.Module(), torch.randn(1, 4, 4, 16), torch.randn(1, 2, 4, 16),
+                     torch.randn(1, 2, 4, 16), None, position_ids=torch.tensor([[0, 1, 0, 1]]))
+
+
+def test_refuses_static_cache():
+    eager, ours = _pair("llama_gqa")
+    ids = torch.randint(1, 97, (2, 8))
+    with pytest.raises(KvattnError, match="static cache"):
+        ours.generate(ids, max_new_tokens=2, do_sample=False, cache_implementation="static", pad_token_id=0)
+    with torch.no_grad(), pytest.raises(KvattnError, match="static cache"):
+        ours(ids, past_key_values=transformers.StaticCache(config=ours.config, max_cache_len=16), use_cache=True)
