@@ -103,6 +103,29 @@ FWD = (
     _kw("deterministic", "bool", False, "bool: split decisions independent of the rest of the batch"),
 )
 
+
+def _options(qv_shape):
+    """The arguments flash_attn_varlen_func and flash_attn_func share, in FA3's order (softmax_scale to
+    sm_margin); qv_shape is qv's shape in the function's layout."""
+    return (
+        Arg("softmax_scale", "scale", None, "float > 0; None: 1/sqrt(d) (1/sqrt(d + dv) with qv)",
+            target="softmax_scale"),
+        Arg("causal", "bool", False, "bool: bottom-right aligned causal mask", target="causal"),
+        Arg("qv", "opt", None, qv_shape + ", q's dtype", target="qv"),
+        Arg("q_descale", "opt", None, "(b, hk) fp32", target="q_descale"),
+        Arg("k_descale", "opt", None, "(b, hk) fp32", target="k_descale"),
+        Arg("v_descale", "opt", None, "(b, hk) fp32", target="v_descale"),
+        Arg("window_size", "window", (-1, -1), "(left, right); -1 is unbounded", target="window_size"),
+        Arg("attention_chunk", "int", 0, "int: > 0 keeps keys in the query's chunk", target="attention_chunk"),
+        Arg("softcap", "float", 0.0, "float: > 0 caps scores with tanh", target="softcap"),
+        Arg("num_splits", "int", 1, "int: split-KV count, 0 chooses (speed only)", target="num_splits"),
+        Arg("pack_gqa", "opt_bool", None, "bool or None (speed only)", target="pack_gqa"),
+        Arg("deterministic", "bool", False, "bool: split decisions independent of the batch",
+            target="deterministic"),
+        Arg("sm_margin", "int", 0, "int: SMs to leave free (speed only)", target="sm_margin"),
+    )
+
+
 # flash_attn_varlen_func: FlashAttention-3's arguments; `to` is the flash_attn_with_kvcache argument each
 # becomes (None: checked only).
 VARLEN = (
@@ -118,21 +141,7 @@ VARLEN = (
     Arg("seqused_q", "opt", None, "(b,) int32: query tokens used per sequence", target="seqused_q"),
     Arg("seqused_k", "opt", None, "(b,) int32: keys used per sequence; None: all its rows",
         target="cache_seqlens"),
-    Arg("softmax_scale", "scale", None, "float > 0; None: 1/sqrt(d) (1/sqrt(d + dv) with qv)",
-        target="softmax_scale"),
-    Arg("causal", "bool", False, "bool: bottom-right aligned causal mask", target="causal"),
-    Arg("qv", "opt", None, "(total_q, hq, dv), q's dtype", target="qv"),
-    Arg("q_descale", "opt", None, "(b, hk) fp32", target="q_descale"),
-    Arg("k_descale", "opt", None, "(b, hk) fp32", target="k_descale"),
-    Arg("v_descale", "opt", None, "(b, hk) fp32", target="v_descale"),
-    Arg("window_size", "window", (-1, -1), "(left, right); -1 is unbounded", target="window_size"),
-    Arg("attention_chunk", "int", 0, "int: > 0 keeps keys in the query's chunk", target="attention_chunk"),
-    Arg("softcap", "float", 0.0, "float: > 0 caps scores with tanh", target="softcap"),
-    Arg("num_splits", "int", 1, "int: split-KV count, 0 chooses (speed only)", target="num_splits"),
-    Arg("pack_gqa", "opt_bool", None, "bool or None (speed only)", target="pack_gqa"),
-    Arg("deterministic", "bool", False, "bool: split decisions independent of the batch",
-        target="deterministic"),
-    Arg("sm_margin", "int", 0, "int: SMs to leave free (speed only)", target="sm_margin"),
+    *_options("(total_q, hq, dv)"),
     Arg("return_attn_probs", "lse_flag", False, "bool: also return lse, fp32 (hq, total_q)",
         target="return_softmax_lse"),
     _kw("sinks", "opt", None, "(hq,) fp32: a sink logit per query head", "sinks"),
@@ -149,21 +158,7 @@ DENSE = (
     Arg("q", "tensor", REQUIRED, "(b, sq, hq, d); fp16, bf16 or fp8 e4m3 (fp32 on the CPU backend)", target="q"),
     Arg("k", "tensor", REQUIRED, "(b, sk, hk, d), q's dtype", target="k_cache"),
     Arg("v", "tensor", REQUIRED, "(b, sk, hk, dv), q's dtype", target="v_cache"),
-    Arg("softmax_scale", "scale", None, "float > 0; None: 1/sqrt(d) (1/sqrt(d + dv) with qv)",
-        target="softmax_scale"),
-    Arg("causal", "bool", False, "bool: bottom-right aligned causal mask", target="causal"),
-    Arg("qv", "opt", None, "(b, sq, hq, dv), q's dtype", target="qv"),
-    Arg("q_descale", "opt", None, "(b, hk) fp32", target="q_descale"),
-    Arg("k_descale", "opt", None, "(b, hk) fp32", target="k_descale"),
-    Arg("v_descale", "opt", None, "(b, hk) fp32", target="v_descale"),
-    Arg("window_size", "window", (-1, -1), "(left, right); -1 is unbounded", target="window_size"),
-    Arg("attention_chunk", "int", 0, "int: > 0 keeps keys in the query's chunk", target="attention_chunk"),
-    Arg("softcap", "float", 0.0, "float: > 0 caps scores with tanh", target="softcap"),
-    Arg("num_splits", "int", 1, "int: split-KV count, 0 chooses (speed only)", target="num_splits"),
-    Arg("pack_gqa", "opt_bool", None, "bool or None (speed only)", target="pack_gqa"),
-    Arg("deterministic", "bool", False, "bool: split decisions independent of the batch",
-        target="deterministic"),
-    Arg("sm_margin", "int", 0, "int: SMs to leave free (speed only)", target="sm_margin"),
+    *_options("(b, sq, hq, dv)"),
     Arg("return_attn_probs", "lse_flag", False, "bool: also return lse, fp32 (b, hq, sq)",
         target="return_softmax_lse"),
     _kw("sinks", "opt", None, "(hq,) fp32: a sink logit per query head", "sinks"),
