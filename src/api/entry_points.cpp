@@ -63,16 +63,22 @@ KVATTN_API kvattn_status kvattn_fwd_workspace_size(const kvattn_fwd_params* para
   });
 }
 
+namespace {
+// kvattn_fwd and kvattn_fwd_sized: one validation, the workspace check, the run; `needed` (optional)
+// receives the workspace size the call needs once validation passed.
+kvattn_status validate_and_run_fwd(const kvattn_fwd_params* params, size_t* needed) {
+  kvattn::FwdProblem p;
+  kvattn::CudaFwdCall cuda;
+  if (kvattn_status s = kvattn::validated_fwd(params, &p, &cuda); s != KVATTN_OK) return s;
+  if (needed != nullptr) *needed = cuda.plan.workspace_bytes;
+  if (kvattn_status s = kvattn::validate_fwd_workspace(p, cuda.plan.workspace_bytes); s != KVATTN_OK)
+    return s;
+  return kvattn::run_fwd(p, cuda);
+}
+}  // namespace
+
 KVATTN_API kvattn_status kvattn_fwd(const kvattn_fwd_params* params) {
-  return guarded([&] {
-    kvattn::FwdProblem p;
-    kvattn::CudaFwdCall cuda;
-    if (kvattn_status s = kvattn::validated_fwd(params, &p, &cuda); s != KVATTN_OK) return s;
-    if (kvattn_status s = kvattn::validate_fwd_workspace(p, cuda.plan.workspace_bytes); s != KVATTN_OK) {
-      return s;
-    }
-    return kvattn::run_fwd(p, cuda);
-  });
+  return guarded([&] { return validate_and_run_fwd(params, nullptr); });
 }
 
 KVATTN_API kvattn_status kvattn_fwd_sized(const kvattn_fwd_params* params, size_t* workspace_bytes_needed) {
@@ -81,14 +87,7 @@ KVATTN_API kvattn_status kvattn_fwd_sized(const kvattn_fwd_params* params, size_
       return kvattn::fail(KVATTN_ERROR_INVALID_ARGUMENT, "workspace_bytes_needed: NULL output pointer");
     }
     *workspace_bytes_needed = 0;
-    kvattn::FwdProblem p;
-    kvattn::CudaFwdCall cuda;
-    if (kvattn_status s = kvattn::validated_fwd(params, &p, &cuda); s != KVATTN_OK) return s;
-    *workspace_bytes_needed = cuda.plan.workspace_bytes;
-    if (kvattn_status s = kvattn::validate_fwd_workspace(p, cuda.plan.workspace_bytes); s != KVATTN_OK) {
-      return s;
-    }
-    return kvattn::run_fwd(p, cuda);
+    return validate_and_run_fwd(params, workspace_bytes_needed);
   });
 }
 
