@@ -127,6 +127,16 @@ typedef struct kvattn_fwd_params {
   int32_t force_portable; /* 1: CUDA runs the portable sm_80 kernels even where newer ones exist (as does
                              the environment variable KVATTN_FORCE_PORTABLE=1); 0: the newest the device
                              runs. Results agree within the kernels' tolerance; for testing. */
+
+  /* A ragged page index in place of page_table (FlashInfer's paged_kv_indptr / paged_kv_indices): row r
+   * owns the pages kv_indices[kv_indptr[r] .. kv_indptr[r+1]), so slot s of row r lives in page
+   * kv_indices[kv_indptr[r] + s / page_size] at offset s % page_size, and the row holds
+   * (kv_indptr[r+1] - kv_indptr[r]) * page_size slots. Rows are chosen as with page_table (cache_batch_idx,
+   * else row i). k_cache is paged (num_pages, page_size, hk, d), or a slot pool (num_slots, hk, d) that is
+   * the same thing with page_size 1 (kv_indices are then per-token slots). Both or neither; an error
+   * together with page_table or cu_seqlens_k. Sequence lengths still come from cache_seqlens. */
+  kvattn_tensor kv_indptr;  /* optional (b_pt + 1,) int32, non-decreasing, entries in [0, nnz] */
+  kvattn_tensor kv_indices; /* optional (nnz,) int32 page ids (slot ids when page_size is 1) */
 } kvattn_fwd_params;
 
 /* vLLM reshape_and_cache_flash: token t is written to slot slot_mapping[t] (negative = skip) of a paged

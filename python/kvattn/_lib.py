@@ -96,6 +96,8 @@ class FwdParams(ctypes.Structure):
         ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_size_t),
         ("force_portable", ctypes.c_int32),
+        ("kv_indptr", Tensor),
+        ("kv_indices", Tensor),
     ]
 
 

@@ -101,6 +101,12 @@ FWD = (
     _kw("cu_seqlens_k", "opt", None, "(b + 1,) int32: packed varlen cache, sequence i owns rows "
         "[cu_seqlens_k[i], cu_seqlens_k[i+1]) of k_cache, v_cache"),
     _kw("deterministic", "bool", False, "bool: split decisions independent of the rest of the batch"),
+    _kw("kv_indptr", "opt", None, "(b_pt + 1,) int32, with kv_indices: a ragged page index in place of "
+        "page_table (FlashInfer's paged_kv_indptr): row r owns pages kv_indices[kv_indptr[r]:kv_indptr[r+1]], "
+        "slot s in page kv_indices[kv_indptr[r] + s // page_size]; rows as page_table's (cache_batch_idx, "
+        "else i). k_cache paged (num_pages, page_size, hk, d), or a slot pool (num_slots, hk, d) = page size "
+        "1 (kv_indices are per-token slots). A kvattn extension, not in FA3"),
+    _kw("kv_indices", "opt", None, "(nnz,) int32, with kv_indptr: page ids (slot ids for a slot pool)"),
 )
 
 

@@ -132,7 +132,7 @@ def _canonical_strides(shape, strides):
 _INDEX_DTYPES = {"slot_mapping": "int64 or int32"}
 _INDEX_NAMES = ("cache_seqlens", "seqused_k", "cache_batch_idx", "cache_leftpad", "page_table", "block_table",
                 "cu_seqlens_q", "cu_seqlens_k", "cu_seqlens_k_new", "seqused_q", "rotary_seqlens",
-                "scheduler_metadata")
+                "scheduler_metadata", "kv_indptr", "kv_indices")
 
 
 def allowed_dtypes(name):

@@ -35,10 +35,13 @@ struct TokenTensor {
 
 // KV cache addressing, one rule for the three layouts. Sequence i, slot s, kv head h, channel c:
 //   packed (cu_seqlens_k): element = ptr + (cu_seqlens_k[i] + s) * slot_stride + h * head_stride + c
-//   otherwise:  row  = cache_batch_idx ? cache_batch_idx[i] : i
-//               page = page_table ? page_table[row * page_table_stride + s / page_size] : row
+//   otherwise:  row   = cache_batch_idx ? cache_batch_idx[i] : i
+//               first = kv_indptr ? kv_indptr[row] : row * page_table_stride   (the row's first entry)
+//               page  = page_table ? page_table[first + s / page_size] : row
 //               element = ptr + page * page_stride + (s % page_size) * slot_stride + h * head_stride + c
-// A contiguous cache is the paged rule with no table and page_size = s_cache (one page per row).
+// A contiguous cache is the paged rule with no table and page_size = s_cache (one page per row). The
+// ragged index (kv_indptr, kv_indices) is a page table whose rows have their own lengths: page_table
+// holds kv_indices and each row starts at kv_indptr[row]; a slot pool is its page_size = 1 case.
 struct CacheTensor {
   void* ptr = nullptr;
   int64_t page_stride = 0;  // stride of dim 0 (cache row, or page)
@@ -75,17 +78,23 @@ struct FwdProblem {
   CacheTensor v_cache;
   int64_t num_pages = 0;  // dim 0 of the cache: b_cache, num_pages, or total_k (packed)
   int64_t page_size = 0;  // paged: page size; contiguous: s_cache; packed: unused (0)
-  int64_t capacity = 0;   // slots a row can hold: s_cache or pages_per_row * page_size (packed: per sequence)
+  int64_t capacity = 0;   // slots a row can hold: s_cache or pages_per_row * page_size (packed, ragged: per
+                          // sequence, and this an upper bound)
   const int32_t* page_table = nullptr;  // (b_pt, pages_per_row) optional
   int64_t page_table_stride = 0;
   int64_t page_table_rows = 0;  // b_pt
-  int64_t pages_per_row = 0;
+  int64_t pages_per_row = 0;    // 0 with kv_indptr (rows have their own lengths)
+  // (b_pt + 1) optional: the ragged index; page_table is then kv_indices (nnz = page_table_entries) and
+  // the capacity of row r is (kv_indptr[r + 1] - kv_indptr[r]) * page_size (`capacity` an upper bound).
+  const int32_t* kv_indptr = nullptr;
+  int64_t page_table_entries = 0;            // nnz of kv_indices (ragged only)
   const int32_t* cu_seqlens_k = nullptr;     // (b + 1) optional: packed varlen cache
   const int32_t* cache_batch_idx = nullptr;  // (b) optional
   const int32_t* cache_leftpad = nullptr;    // (b) optional
   // Tokens already in the cache of sequence i (absolute slot index):
   //   cache_seqlens ? cache_seqlens[i] : (cache_seqlens_value >= 0 ? cache_seqlens_value : capacity of i)
-  // where the capacity of i is `capacity`, or cu_seqlens_k[i+1] - cu_seqlens_k[i] when packed.
+  // where the capacity of i is `capacity`, or cu_seqlens_k[i+1] - cu_seqlens_k[i] when packed, or its
+  // row's (kv_indptr[row + 1] - kv_indptr[row]) * page_size when ragged.
   const int32_t* cache_seqlens = nullptr;
   int64_t cache_seqlens_value = -1;
 

@@ -45,6 +45,8 @@ constexpr NamedTensor kTensors[] = {
     {"v_descale", &kvattn_fwd_params::v_descale},
     {"out", &kvattn_fwd_params::out},
     {"lse", &kvattn_fwd_params::lse},
+    {"kv_indptr", &kvattn_fwd_params::kv_indptr},
+    {"kv_indices", &kvattn_fwd_params::kv_indices},
 };
 
 // The int32 index tensors of length b (per sequence).
@@ -67,6 +69,8 @@ constexpr NamedTensor kIndexTensors[] = {
     {"cu_seqlens_q", &kvattn_fwd_params::cu_seqlens_q},
     {"cu_seqlens_k_new", &kvattn_fwd_params::cu_seqlens_k_new},
     {"cu_seqlens_k", &kvattn_fwd_params::cu_seqlens_k},
+    {"kv_indptr", &kvattn_fwd_params::kv_indptr},
+    {"kv_indices", &kvattn_fwd_params::kv_indices},
 };
 
 bool is_descale(const NamedTensor& t) {
@@ -85,6 +89,11 @@ TokenTensor token_tensor(const kvattn_tensor& t, bool varlen) {
 CacheTensor cache_tensor(const kvattn_tensor& t, bool packed) {
   if (packed) return {t.data, 0, t.strides[0], t.strides[1]};
   return {t.data, t.strides[0], t.strides[1], t.strides[2]};
+}
+
+// A slot pool (num_slots, hk, c) as pages of one slot.
+CacheTensor slot_pool_tensor(const kvattn_tensor& t) {
+  return {t.data, t.strides[0], t.strides[0], t.strides[1]};
 }
 
 const int32_t* ints(const kvattn_tensor& t) {
@@ -112,7 +121,8 @@ class FwdValidator {
  private:
   bool varlen_q() const { return given(a_.cu_seqlens_q); }
   bool packed() const { return given(a_.cu_seqlens_k); }
-  bool paged() const { return given(a_.page_table); }
+  bool ragged() const { return given(a_.kv_indptr); }
+  bool paged() const { return given(a_.page_table) || ragged(); }
 
   void check_device() {
     expect_device(a_.device_type, a_.device_id);
@@ -176,7 +186,15 @@ class FwdValidator {
     const kvattn_tensor& vc = a_.v_cache;
     expect_given("k_cache", kc);
     expect_given("v_cache", vc);
-    if (packed()) {
+    expect_together("kv_indptr", a_.kv_indptr, "kv_indices", a_.kv_indices);
+    if (ragged()) {
+      expect_absent("page_table", a_.page_table, "with kv_indptr, kv_indices (two page indexes)");
+      expect_absent("cu_seqlens_k", a_.cu_seqlens_k,
+                    "with kv_indptr, kv_indices (a packed cache has no pages)");
+    }
+    if (ragged() && kc.ndim == 3) {
+      check_slot_pool();
+    } else if (packed()) {
       const std::string because = "with cu_seqlens_k (the rows of a packed cache belong to the sequences)";
       expect_absent("page_table", a_.page_table, because);
       expect_absent("cache_batch_idx", a_.cache_batch_idx, because);
@@ -188,8 +206,9 @@ class FwdValidator {
       p_.page_size = 0;
       p_.capacity = kc.shape[0];  // an upper bound; each sequence holds cu_seqlens_k[i+1] - cu_seqlens_k[i]
     } else {
-      const char* layout =
-          paged() ? "(num_pages, page_size, hk, d) with page_table" : "(b_cache, s_cache, hk, d)";
+      const char* layout = ragged()  ? "(num_pages, page_size, hk, d), or (num_slots, hk, d), with kv_indptr"
+                           : paged() ? "(num_pages, page_size, hk, d) with page_table"
+                                     : "(b_cache, s_cache, hk, d)";
       const char* rows = paged() ? "num_pages" : "b_cache";
       const char* slots = paged() ? "page_size" : "s_cache";
       expect_ndim("k_cache", kc, 4, layout);
@@ -199,12 +218,20 @@ class FwdValidator {
       p_.num_pages = kc.shape[0];
       p_.page_size = kc.shape[1];
       p_.capacity = kc.shape[1];
-      if (paged()) check_page_table();
+      if (ragged()) {
+        check_ragged_index();
+      } else if (paged()) {
+        check_page_table();
+      }
+    }
+    if (!packed()) {
       // Without cache_batch_idx, sequence i uses row i.
       const int64_t row_count = paged() ? p_.page_table_rows : kc.shape[0];
       if (!given(a_.cache_batch_idx) && row_count < b_) {
-        invalid(std::string(paged() ? "page_table" : "k_cache") + ": has " + std::to_string(row_count) +
-                " rows, fewer than the batch size b = " + std::to_string(b_) + " (and no cache_batch_idx)");
+        const char* table = ragged() ? "kv_indptr" : paged() ? "page_table" : "k_cache";
+        invalid(std::string(table) + ": has " + std::to_string(row_count) +
+                " rows, fewer than the batch size b = " + std::to_string(b_) + " (and no cache_batch_idx)" +
+                (ragged() ? " (kv_indptr holds rows + 1 entries)" : ""));
       }
     }
     const int32_t last = kc.ndim - 1;
@@ -218,8 +245,8 @@ class FwdValidator {
     }
     p_.num_kv_heads = to_int32("k_cache: hk", hk_);
     p_.head_dim_v = to_int32("v_cache: dv", dv_);
-    p_.k_cache = cache_tensor(kc, packed());
-    p_.v_cache = cache_tensor(vc, packed());
+    p_.k_cache = ragged() && kc.ndim == 3 ? slot_pool_tensor(kc) : cache_tensor(kc, packed());
+    p_.v_cache = ragged() && kc.ndim == 3 ? slot_pool_tensor(vc) : cache_tensor(vc, packed());
     p_.cu_seqlens_k = ints(a_.cu_seqlens_k);
     p_.cache_batch_idx = ints(a_.cache_batch_idx);
   }
@@ -233,6 +260,35 @@ class FwdValidator {
     p_.page_table_rows = pt.shape[0];
     p_.pages_per_row = pt.shape[1];
     p_.capacity = pt.shape[1] * a_.k_cache.shape[1];
+  }
+
+  // A slot pool (num_slots, hk, d) with the ragged index: pages of one slot, kv_indices are slot ids.
+  void check_slot_pool() {
+    const kvattn_tensor& kc = a_.k_cache;
+    const kvattn_tensor& vc = a_.v_cache;
+    expect_shape("k_cache", kc, {{kAny, "num_slots"}, {kAny, "hk"}, {d_, "d"}});
+    expect_shape("v_cache", vc, {{kc.shape[0], "num_slots"}, {kc.shape[1], "hk"}, {kAny, "dv"}});
+    p_.num_pages = kc.shape[0];
+    p_.page_size = 1;
+    check_ragged_index();
+  }
+
+  // kv_indptr (b_pt + 1,) and kv_indices (nnz,): their values are checked per sequence (validate_fwd_seqs).
+  void check_ragged_index() {
+    expect_ndim("kv_indptr", a_.kv_indptr, 1, "(b_pt + 1,)");
+    expect_dim_at_least("kv_indptr", a_.kv_indptr, 0, "b_pt + 1", 1);
+    expect_ndim("kv_indices", a_.kv_indices, 1, "(nnz,)");
+    if (p_.page_size < 1) {
+      invalid("k_cache: page_size (dim 1) = " + std::to_string(p_.page_size) +
+              ", expected >= 1 with kv_indptr");
+    }
+    p_.kv_indptr = ints(a_.kv_indptr);
+    p_.page_table = ints(a_.kv_indices);
+    p_.page_table_stride = 0;
+    p_.page_table_rows = a_.kv_indptr.shape[0] - 1;
+    p_.page_table_entries = a_.kv_indices.shape[0];
+    p_.pages_per_row = 0;
+    p_.capacity = p_.page_table_entries * p_.page_size;  // an upper bound: one row may own every entry
   }
 
   // k, v: (b, s_new, hk, d / dv), or (total_new, hk, d / dv) with cu_seqlens_k_new (b + 1,).

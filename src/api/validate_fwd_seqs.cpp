@@ -76,8 +76,10 @@ class SequenceChecker {
     }
     const Known n_new =
         p_.k_new.ptr != nullptr ? length(p_.cu_seqlens_k_new, i, p_.max_seqlen_k_new) : Known{0};
-    const Known capacity = p_.cu_seqlens_k != nullptr ? length(p_.cu_seqlens_k, i, {}) : Known{p_.capacity};
     const Known row = check_row(i);
+    const Known capacity = p_.cu_seqlens_k != nullptr ? length(p_.cu_seqlens_k, i, {})
+                           : p_.kv_indptr != nullptr  ? check_ragged_row(row)
+                                                      : Known{p_.capacity};
     const Known cache_len = check_cache_len(i, n_new, capacity);
     const Known leftpad = read(p_.cache_leftpad, i, 0);
     if (p_.cache_leftpad != nullptr && leftpad && cache_len && (*leftpad < 0 || *leftpad > *cache_len)) {
@@ -96,7 +98,9 @@ class SequenceChecker {
     const int64_t rows = paged ? p_.page_table_rows : p_.num_pages;
     if (*row < 0 || *row >= rows) {
       expect_in_range(at("cache_batch_idx", i), *row, 0, rows,
-                      paged ? "rows b_pt of page_table" : "rows b_cache of k_cache");
+                      p_.kv_indptr != nullptr ? "rows b_pt of kv_indptr (its length - 1)"
+                      : paged                 ? "rows b_pt of page_table"
+                                              : "rows b_cache of k_cache");
     }
     if (p_.k_new.ptr != nullptr) {
       const auto [first, inserted] = first_user_of_row_.emplace(*row, i);
@@ -109,6 +113,26 @@ class SequenceChecker {
     return row;
   }
 
+  // The ragged index's row: 0 <= kv_indptr[row] <= kv_indptr[row + 1] <= nnz. Returns its capacity.
+  Known check_ragged_row(Known row) const {
+    if (!host_ || !row) return std::nullopt;
+    const int64_t first = p_.kv_indptr[*row], end = p_.kv_indptr[*row + 1];
+    if (first < 0 || first > p_.page_table_entries) {
+      expect_in_closed(at("kv_indptr", *row), first, 0, p_.page_table_entries,
+                       "nnz, the length of kv_indices");
+    }
+    if (end < first || end > p_.page_table_entries) {
+      expect_in_closed(at("kv_indptr", *row + 1), end, first, p_.page_table_entries,
+                       at("kv_indptr", *row) + " .. nnz, the length of kv_indices (non-decreasing)");
+    }
+    return (end - first) * p_.page_size;
+  }
+
+  // Offset of the first page-table entry of a row (the ragged index: kv_indptr[row]).
+  int64_t first_entry(int64_t row) const {
+    return p_.kv_indptr != nullptr ? int64_t{p_.kv_indptr[row]} : row * p_.page_table_stride;
+  }
+
   std::string cache_len_source(int64_t i, int64_t value) const {
     if (p_.cache_seqlens != nullptr) return at("cache_seqlens", i) + " = " + str(value);
     if (p_.cache_seqlens_value >= 0) return "cache_seqlens_value = " + str(value);
@@ -117,6 +141,11 @@ class SequenceChecker {
 
   std::string capacity_source(int64_t i) const {
     if (p_.cu_seqlens_k != nullptr) return at("cu_seqlens_k", i + 1) + " - " + at("cu_seqlens_k", i);
+    if (p_.kv_indptr != nullptr) {
+      const int64_t row = p_.cache_batch_idx != nullptr ? p_.cache_batch_idx[i] : i;
+      return "(" + at("kv_indptr", row + 1) + " - " + at("kv_indptr", row) + ") * page_size " +
+             str(p_.page_size);
+    }
     if (p_.page_table != nullptr)
       return "pages_per_row * page_size = " + str(p_.pages_per_row) + " * " + str(p_.page_size);
     return "s_cache of k_cache";
@@ -149,10 +178,15 @@ class SequenceChecker {
     const int64_t end = *cache_len + *n_new;
     if (end <= *leftpad) return;
     for (int64_t page = *leftpad / p_.page_size; page <= (end - 1) / p_.page_size; ++page) {
-      const int64_t id = p_.page_table[*row * p_.page_table_stride + page];
+      const int64_t entry = first_entry(*row) + page;
+      const int64_t id = p_.page_table[entry];
       if (id >= 0 && id < p_.num_pages) continue;  // the message is built only for the offending entry
-      expect_in_range("page_table[" + str(*row) + ", " + str(page) + "]", id, 0, p_.num_pages,
-                      "num_pages of k_cache");
+      const std::string name = p_.kv_indptr != nullptr ? at("kv_indices", entry) + " (page " + str(page) +
+                                                             " of kv_indptr row " + str(*row) + ")"
+                                                       : "page_table[" + str(*row) + ", " + str(page) + "]";
+      expect_in_range(
+          name, id, 0, p_.num_pages,
+          p_.page_size == 1 && p_.kv_indptr != nullptr ? "slots of k_cache" : "num_pages of k_cache");
     }
   }
 

@@ -24,7 +24,10 @@ inline Sequence sequence_of(const FwdProblem& p, int i) {
   seq.q_len = p.cu_seqlens_q ? p.cu_seqlens_q[i + 1] - p.cu_seqlens_q[i] : p.max_seqlen_q;
   seq.q_used = p.seqused_q ? p.seqused_q[i] : seq.q_len;
   if (seq.q_used > seq.q_len) seq.q_used = seq.q_len;  // validated; kept so no row outside q is ever read
-  const int64_t capacity = p.cu_seqlens_k ? p.cu_seqlens_k[i + 1] - p.cu_seqlens_k[i] : p.capacity;
+  const int64_t row = p.cache_batch_idx ? p.cache_batch_idx[i] : i;
+  const int64_t capacity = p.cu_seqlens_k ? p.cu_seqlens_k[i + 1] - p.cu_seqlens_k[i]
+                           : p.kv_indptr  ? (int64_t{p.kv_indptr[row + 1]} - p.kv_indptr[row]) * p.page_size
+                                          : p.capacity;
   seq.cache_len = p.cache_seqlens              ? p.cache_seqlens[i]
                   : p.cache_seqlens_value >= 0 ? p.cache_seqlens_value
                                                : capacity;
@@ -50,7 +53,8 @@ inline int64_t token_offset(const TokenTensor& x, const int32_t* cu, int i, int6
 inline int64_t slot_offset(const FwdProblem& p, const CacheTensor& cache, int i, int64_t s) {
   if (p.cu_seqlens_k) return (p.cu_seqlens_k[i] + s) * cache.slot_stride;
   const int64_t row = p.cache_batch_idx ? p.cache_batch_idx[i] : i;
-  const int64_t page = p.page_table ? p.page_table[row * p.page_table_stride + s / p.page_size] : row;
+  const int64_t first = p.kv_indptr ? int64_t{p.kv_indptr[row]} : row * p.page_table_stride;
+  const int64_t page = p.page_table ? p.page_table[first + s / p.page_size] : row;
   return page * cache.page_stride + (s % p.page_size) * cache.slot_stride;
 }
 

@@ -27,7 +27,7 @@ class Case:
     hk: int = 2
     d: int = 32
     dv: Optional[int] = None  # None: d
-    layout: str = "contiguous"  # contiguous | paged | packed (cu_seqlens_k)
+    layout: str = "contiguous"  # contiguous | paged | packed (cu_seqlens_k) | ragged (kv_indptr) | slots (pool)
     page_size: int = 4
     hnd: bool = False  # cache storage (pages, hk, page_size, d), passed as an NHD view through strides
     extra_slots: int = 3  # capacity beyond the longest sequence
@@ -120,6 +120,17 @@ def build(case):
         locate = lambda i, s: (cuk[i] + s,)  # noqa: E731
         kw["cu_seqlens_k"] = cuk
         caps_of = caps
+    elif case.layout in ("ragged", "slots"):
+        kw_index, table, num_pages, caps_of = _ragged_index(rng, case, rows, ends, n_rows)
+        ps = 1 if case.layout == "slots" else case.page_size
+        if case.layout == "slots":
+            shape_k, shape_v = (num_pages, hk, d), (num_pages, hk, dv)
+            locate = lambda i, s: (table[rows[i], s],)  # noqa: E731
+        else:
+            shape_k, shape_v = (num_pages, ps, hk, d), (num_pages, ps, hk, dv)
+            locate = lambda i, s: (table[rows[i], s // ps], s % ps)  # noqa: E731
+        kw.update(kw_index)
+        ref_table = table
     elif case.layout == "paged":
         ps = case.page_size
         capacity = int(ends.max(initial=0)) + case.extra_slots
@@ -224,6 +235,10 @@ def build(case):
                 kw[name] = rng.uniform(0.5, 2.0, (b, hk)).astype(np.float32)
 
     ref = dict(kw)
+    if case.layout in ("ragged", "slots"):  # the oracle reads the same pages through a dense page table
+        del ref["kv_indptr"], ref["kv_indices"]
+        ref["page_table"] = ref_table
+        ref["cache_seqlens"] = seqlens.astype(np.int32)  # a ragged row's capacity is its own
     ref["sinks"] = None if case.sinks is None else H.f64(kw["sinks"])
     kw.update(num_splits=case.num_splits, pack_gqa=case.pack_gqa, deterministic=case.deterministic)
     info = dict(rotary=case.rotary is not None and appends, dtype=dt, dv=dv, appends=appends,
@@ -231,11 +246,40 @@ def build(case):
     return q, k_cache, v_cache, kw, ref, info
 
 
+def _ragged_index(rng, case, rows, ends, n_rows):
+    """A ragged page index over scrambled pages: each table row gets as many pages as its sequences need
+    plus 0..2 spare, kv_indices has 3 trailing entries no row owns (-7: never read). Returns
+    (kwargs, the same index as a dense table padded with -9, num_pages, capacity of each sequence)."""
+    ps = 1 if case.layout == "slots" else case.page_size
+    need = np.zeros(n_rows, np.int64)
+    for i, r in enumerate(rows):
+        need[r] = max(need[r], -(-int(ends[i]) // ps))
+    counts = need + rng.integers(0, 3, n_rows) + (-(-case.extra_slots // ps) if case.extra_slots else 0)
+    num_pages = int(counts.sum()) + 2
+    pages = rng.permutation(num_pages)[: int(counts.sum())].astype(np.int32)
+    indptr = cu_from_lengths(counts)
+    indices = np.concatenate([pages, np.full(3, -7, np.int32)])
+    table = np.full((n_rows, max(1, int(counts.max(initial=0)))), -9, np.int32)
+    for r in range(n_rows):
+        table[r, : counts[r]] = pages[indptr[r]: indptr[r + 1]]
+    caps = np.array([counts[r] * ps for r in rows], np.int64)
+    return dict(kv_indptr=indptr, kv_indices=indices), table, num_pages, caps
+
+
+def _oracle(case, q, k_cache, v_cache, ref_kw):
+    """reference_attention (it never mutates its inputs); it sees a slot pool as pages of one slot."""
+    if case.layout != "slots":
+        return reference_attention(q, k_cache, v_cache, **ref_kw)
+    ref = reference_attention(q, k_cache[:, None], v_cache[:, None], **ref_kw)
+    ref["k_cache"], ref["v_cache"] = ref["k_cache"][:, 0], ref["v_cache"][:, 0]
+    return ref
+
+
 def run_and_compare(case, device):
     """Run `case` on kvattn (on `device`) and on the oracle; check out, lse and both caches."""
     H.skip_unsupported_on(device, DTYPES[case.dtype])
     q, k_cache, v_cache, kw, ref_kw, info = build(case)
-    ref = reference_attention(q, k_cache, v_cache, **ref_kw)  # never mutates its inputs
+    ref = _oracle(case, q, k_cache, v_cache, ref_kw)
 
     dev = {k: H.to_device(v, device) for k, v in kw.items()}
     kc, vc = H.to_device(k_cache, device), H.to_device(v_cache, device)
@@ -264,7 +308,7 @@ def run_and_compare(case, device):
         ref_kw["cache_seqlens"] = (info["seqlens"] + new).astype(np.int32)
         if case.rotary:
             ref_kw["rotary_seqlens"] = info["pos0"]
-        ref = reference_attention(q, kc_got, vc_got, **ref_kw)
+        ref = _oracle(case, q, kc_got, vc_got, ref_kw)
     H.assert_close("out", out, ref["out"], H.TOL_OUT[name])
     H.assert_close("lse", lse, ref["lse"], H.TOL_LSE[name])
     H.assert_empty_rows_exact(out, lse, ref["out"], ref["lse"])

@@ -70,9 +70,7 @@ __global__ void __launch_bounds__(kAppendThreads) append_kernel(const __grid_con
     if (a.page < 0) {
       if (threadIdx.x == 0) {
         const int64_t column = slot / p.seq.page_size;
-        record_error(p.errors, ErrorArg::page_table, ErrorKind::out_of_range, column,
-                     p.seq.page_table[seq.cache_row * p.seq.page_table_stride + column], p.seq.num_pages,
-                     seq.cache_row);
+        record_page_error(p.seq, seq, p.errors, column, page_entry(p.seq, seq, slot));
       }
       continue;
     }

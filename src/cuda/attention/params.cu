@@ -22,6 +22,8 @@ SeqParams make_seq_params(const FwdProblem& p) {
   s.page_table = p.page_table;
   s.page_table_stride = p.page_table_stride;
   s.page_table_rows = p.page_table_rows;
+  s.kv_indptr = p.kv_indptr;
+  s.page_table_entries = p.page_table_entries;
   s.cu_seqlens_k = p.cu_seqlens_k;
   s.cache_batch_idx = p.cache_batch_idx;
   s.cache_leftpad = p.cache_leftpad;

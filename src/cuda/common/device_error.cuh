@@ -20,6 +20,8 @@ enum class ErrorArg : int32_t {
   page_table,        // index (row, column) = (aux, index), value, bound = num_pages
   rotary_seqlens,    // index i, value = the position, bound = seqlen_ro (aux = 1 when p_i is cache_seqlens)
   slot_mapping,      // index t, value, bound = num_pages * page_size
+  kv_indptr,         // index r (a row, or r + 1), value, bound = nnz; aux = kv_indptr[r] when r + 1
+  kv_indices,        // index = the entry, value, bound = num_pages, aux = the kv_indptr row
 };
 
 // Why a check failed, for the wording of the message.

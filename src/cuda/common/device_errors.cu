@@ -67,6 +67,12 @@ std::string format(const DeviceErrorRecord& r) {
     case ErrorArg::slot_mapping:
       return "slot_mapping" + idx + " = " + s(r.value) +
              " is outside the cache (num_pages * page_size = " + s(r.bound) + ")";
+    case ErrorArg::kv_indptr:
+      return "kv_indptr" + idx + " = " + s(r.value) + " is outside [" + s(r.aux) + ", nnz = " + s(r.bound) +
+             "] (the kv_indices entries; must be non-decreasing)";
+    case ErrorArg::kv_indices:
+      return "kv_indices" + idx + " = " + s(r.value) + " (a page of kv_indptr row " + s(r.aux) +
+             ") is outside [0, num_pages = " + s(r.bound) + ")";
     case ErrorArg::none:
       break;
   }

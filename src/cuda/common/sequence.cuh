@@ -28,9 +28,11 @@ struct SeqParams {
   int64_t num_pages;  // rows, pages or total_k (packed)
   int64_t page_size;  // 0 when packed
   int64_t capacity;
-  const int32_t* page_table;  // optional (b_pt, pages_per_row)
+  const int32_t* page_table;  // optional (b_pt, pages_per_row), or kv_indices with kv_indptr
   int64_t page_table_stride;
   int64_t page_table_rows;
+  const int32_t* kv_indptr;        // optional (b_pt + 1): the ragged index, row r starts at kv_indptr[r]
+  int64_t page_table_entries;      // nnz of kv_indices
   const int32_t* cu_seqlens_k;     // optional: packed cache
   const int32_t* cache_batch_idx;  // optional
   const int32_t* cache_leftpad;    // optional
@@ -54,6 +56,7 @@ struct Sequence {
   int32_t new_len;      // n_i
   int64_t new_row0;     // row of new token 0 in a varlen k/v (0 when fixed)
   int64_t cache_row;    // cache row / page-table row (unused when packed)
+  int64_t page_row0;    // paged: the row's first page-table entry (kv_indptr[row], or row * stride)
   int64_t packed_row0;  // packed: cu_seqlens_k[i]
   int64_t cache_len;    // cache_seqlens[i] (absolute slot)
   int64_t end;          // L_i = cache_len + new_len: valid slots are [leftpad, end)
@@ -139,6 +142,25 @@ __device__ inline Sequence load_sequence(const SeqParams& p, int i, DeviceErrorR
       if (record) record_error(err, ErrorArg::cache_batch_idx, ErrorKind::out_of_range, i, s.cache_row, rows);
       s.cache_row = 0;
     }
+    if (p.kv_indptr && !s.ok) {
+      capacity = 0;  // the row is unknown: kv_indptr is not read
+    } else if (p.kv_indptr) {
+      const int64_t first = p.kv_indptr[s.cache_row], last = p.kv_indptr[s.cache_row + 1];
+      if (first < 0 || last < first || last > p.page_table_entries) {
+        if (record) {
+          const bool bad_first = first < 0 || first > p.page_table_entries;
+          record_error(err, ErrorArg::kv_indptr, ErrorKind::out_of_range, s.cache_row + (bad_first ? 0 : 1),
+                       bad_first ? first : last, p.page_table_entries, bad_first ? 0 : first);
+        }
+        s.ok = false;
+        capacity = 0;
+      } else {
+        s.page_row0 = first;
+        capacity = (last - first) * p.page_size;
+      }
+    } else {
+      s.page_row0 = s.cache_row * p.page_table_stride;
+    }
   }
   s.cache_len =
       p.cache_seqlens ? p.cache_seqlens[i] : (p.cache_seqlens_value >= 0 ? p.cache_seqlens_value : capacity);
@@ -187,7 +209,7 @@ struct SlotAddress {
 __device__ __forceinline__ int32_t page_entry(const SeqParams& p, const Sequence& seq, int64_t s) {
   // Slots and page sizes fit 32 bits (int32 page tables and lengths): 32-bit division, not a 64-bit call.
   const uint32_t column = static_cast<uint32_t>(s) / static_cast<uint32_t>(p.page_size);
-  return p.page_table[seq.cache_row * p.page_table_stride + column];
+  return p.page_table[seq.page_row0 + column];
 }
 
 // The one addressing rule, per slot, so page size 1 and scattered pages work. `s` must be a valid slot of
@@ -205,6 +227,18 @@ __device__ __forceinline__ SlotAddress slot_address(const SeqParams& p, const Se
   return slot_address_at(p, seq, s, p.page_table && !p.cu_seqlens_k ? page_entry(p, seq, s) : 0);
 }
 
+// Records a page-table entry out of range: entry `column` of the sequence's row, holding `page`.
+__device__ __forceinline__ void record_page_error(const SeqParams& p, const Sequence& seq,
+                                                  DeviceErrorRecord* err, int64_t column, int64_t page) {
+  if (p.kv_indptr) {
+    record_error(err, ErrorArg::kv_indices, ErrorKind::out_of_range, seq.page_row0 + column, page,
+                 p.num_pages, seq.cache_row);
+  } else {
+    record_error(err, ErrorArg::page_table, ErrorKind::out_of_range, column, page, p.num_pages,
+                 seq.cache_row);
+  }
+}
+
 // Block-wide check of the page-table entries holding slots [slot_begin, slot_end) of a sequence; records
 // the first bad entry. Returns true when all are in range. Call from all threads of the block.
 __device__ inline bool check_pages(const SeqParams& p, const Sequence& seq, int64_t slot_begin,
@@ -212,12 +246,12 @@ __device__ inline bool check_pages(const SeqParams& p, const Sequence& seq, int6
   bool bad = false;
   if (p.page_table && slot_end > slot_begin) {
     const int64_t first = slot_begin / p.page_size, last = (slot_end - 1) / p.page_size;
-    const int32_t* row = p.page_table + seq.cache_row * p.page_table_stride;
+    const int32_t* row = p.page_table + seq.page_row0;
     for (int64_t c = first + threadIdx.x; c <= last; c += blockDim.x) {
       const int64_t page = row[c];
       if (page < 0 || page >= p.num_pages) {
         bad = true;
-        record_error(err, ErrorArg::page_table, ErrorKind::out_of_range, c, page, p.num_pages, seq.cache_row);
+        record_page_error(p, seq, err, c, page);
       }
     }
   }

@@ -19,7 +19,7 @@ __device__ inline bool pages_ok(const SeqParams& p, const Sequence& seq, int64_t
   bool bad = false;
   if (p.page_table && !p.cu_seqlens_k && slot_end > slot_begin) {
     const int64_t first = slot_begin / p.page_size, last = (slot_end - 1) / p.page_size;
-    const int32_t* row = p.page_table + seq.cache_row * p.page_table_stride;
+    const int32_t* row = p.page_table + seq.page_row0;
     // kLoads entries a thread in flight at once: page size 1 has one entry a key.
     constexpr int kLoads = 8;
     for (int64_t c0 = first + tid; c0 <= last; c0 += int64_t{kLoads} * threads) {
@@ -30,8 +30,7 @@ __device__ inline bool pages_ok(const SeqParams& p, const Sequence& seq, int64_t
       for (int u = 0; u < kLoads; ++u) {
         if (page[u] < 0 || page[u] >= p.num_pages) {
           bad = true;
-          record_error(err, ErrorArg::page_table, ErrorKind::out_of_range, c0 + u * threads, page[u],
-                       p.num_pages, seq.cache_row);
+          record_page_error(p, seq, err, c0 + u * threads, page[u]);
         }
       }
     }
@@ -348,8 +347,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
         if (stage_page[j] < 0 || stage_page[j] >= p.seq.num_pages) {
           const int64_t slot_bad = seq.leftpad + kp0 + j * 32 + lane;
           ok = false;
-          record_error(p.errors, ErrorArg::page_table, ErrorKind::out_of_range, slot_bad / p.seq.page_size,
-                       stage_page[j], p.seq.num_pages, seq.cache_row);
+          record_page_error(p.seq, seq, p.errors, slot_bad / p.seq.page_size, stage_page[j]);
         }
       }
     }
