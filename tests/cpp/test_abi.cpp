@@ -29,6 +29,8 @@ TEST(Abi, FwdParamsInitDefaults) {
   EXPECT_EQ(p.window_right, -1);
   EXPECT_EQ(p.rotary_interleaved, 1);
   EXPECT_EQ(p.force_portable, 0);
+  EXPECT_EQ(p.kv_indptr.data, nullptr);
+  EXPECT_EQ(p.kv_indices.data, nullptr);
   EXPECT_EQ(p.pack_gqa, -1);
   EXPECT_EQ(p.causal, 0);
   EXPECT_EQ(p.softmax_scale, 0.0);
@@ -81,6 +83,18 @@ TEST(Abi, StructOfTheFirstReleaseRunsWithTheAppendedFieldsAtTheirDefaults) {
   EXPECT_EQ(kvattn_fwd(&c.p), KVATTN_OK) << kvattn_last_error();
   c.p.struct_size = sizeof(kvattn_fwd_params);
   EXPECT_TRUE(invalid(c.p, {"force_portable", "0 or 1", "7"}));
+}
+
+// A struct from before the ragged index (kv_indptr, kv_indices): they read as absent.
+TEST(Abi, StructBeforeTheRaggedIndexRunsWithoutIt) {
+  FwdCall c;
+  int32_t garbage[2] = {7, 7};
+  c.p.kv_indptr = {garbage, KVATTN_DTYPE_I32, 1, {2}, {1}};  // past the caller's struct: never read
+  c.p.struct_size = offsetof(kvattn_fwd_params, kv_indptr);
+  EXPECT_TRUE(ok(check(c.p)));
+  EXPECT_EQ(kvattn_fwd(&c.p), KVATTN_OK) << kvattn_last_error();
+  c.p.struct_size = sizeof(kvattn_fwd_params);
+  EXPECT_TRUE(invalid(c.p, {"kv_indices", "kv_indptr"}));  // given alone: an error at full size
 }
 
 TEST(Abi, ForcePortableIsZeroOrOne) {
