@@ -247,7 +247,14 @@ void gen_fwd(Case& c, Rng& rng) {
       make(c, rng, "k_cache", &p.k_cache, kd, {num_pages, dim1, hk, d}, kFloat, padded);
       make(c, rng, "v_cache", &p.v_cache, kd, {num_pages, dim1, hk, dv}, kFloat, padded);
     }
-    if (paged) {
+    if (paged && chance(rng, 0.3)) {  // the ragged index: ppr entries a row, then 0-2 that no row owns
+      const int64_t nnz = rows_total * ppr + pick(rng, 0, 2);
+      const kvattn_tensor ip =
+          make(c, rng, "kv_indptr", &p.kv_indptr, KVATTN_DTYPE_I32, {rows_total + 1}, kIndex);
+      const kvattn_tensor ix = make(c, rng, "kv_indices", &p.kv_indices, KVATTN_DTYPE_I32, {nnz}, kIndex);
+      for (int64_t r = 0; r <= rows_total; ++r) ints(ip)[r] = int32_t(r * ppr);
+      for (int64_t e = 0; e < nnz; ++e) ints(ix)[e] = int32_t(pick(rng, 0, num_pages - 1));
+    } else if (paged) {
       const kvattn_tensor pt =
           make(c, rng, "page_table", &p.page_table, KVATTN_DTYPE_I32, {rows_total, ppr}, kIndex);
       for (int64_t e = 0; e < rows_total * ppr; ++e) ints(pt)[e] = int32_t(pick(rng, 0, num_pages - 1));

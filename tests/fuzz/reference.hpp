@@ -199,7 +199,11 @@ inline Expected fwd_expected(const kvattn_fwd_params& a, const Memory& mem) {
   Expected ex;
   auto view = [&](const kvattn_tensor& t, const char* name) { return View{&t, &mem, name}; };
   try {
-    const bool varlen = given(a.cu_seqlens_q), packed = given(a.cu_seqlens_k), paged = given(a.page_table);
+    const bool varlen = given(a.cu_seqlens_q), packed = given(a.cu_seqlens_k), ragged = given(a.kv_indptr);
+    const bool paged = given(a.page_table) || ragged;
+    if (ragged != given(a.kv_indices)) throw Invalid{"kv_indptr and kv_indices not together"};
+    if (ragged && (given(a.page_table) || packed)) throw Invalid{"kv_indptr with page_table or cu_seqlens_k"};
+    const bool slot_pool = ragged && a.k_cache.ndim == 3;  // (num_slots, hk, d): pages of one slot
     const View q = view(a.q, "q"), kc = view(a.k_cache, "k_cache"), vc = view(a.v_cache, "v_cache");
     const View out = view(a.out, "out");
     const int64_t b = varlen ? a.cu_seqlens_q.shape[0] - 1 : a.q.shape[0];
@@ -207,7 +211,7 @@ inline Expected fwd_expected(const kvattn_fwd_params& a, const Memory& mem) {
     const int64_t hq = a.q.shape[a.q.ndim - 2], d = a.q.shape[a.q.ndim - 1];
     const int64_t hk = a.k_cache.shape[a.k_cache.ndim - 2], dv = a.v_cache.shape[a.v_cache.ndim - 1];
     const int64_t total_q = varlen ? a.q.shape[0] : b * sq;
-    const int64_t page_size = packed ? 0 : a.k_cache.shape[1];
+    const int64_t page_size = packed ? 0 : slot_pool ? 1 : a.k_cache.shape[1];
     const int64_t num_pages = a.k_cache.shape[0];
     auto ival = [&](const kvattn_tensor& t, const char* name, int64_t i) { return view(t, name).geti({i}); };
     auto cu = [&](const kvattn_tensor& t, const char* name, int64_t i) {
@@ -250,7 +254,7 @@ inline Expected fwd_expected(const kvattn_fwd_params& a, const Memory& mem) {
     };
 
     struct Seq {
-      int64_t q_len, used, n_new, cache_len, leftpad, kv_len, row, base;
+      int64_t q_len, used, n_new, cache_len, leftpad, kv_len, row, base, first;  // first: ragged row start
     };
     std::vector<Seq> seqs(b);
     std::set<int64_t> rows_with_append;
@@ -263,12 +267,21 @@ inline Expected fwd_expected(const kvattn_fwd_params& a, const Memory& mem) {
       s.n_new = !append                     ? 0
                 : given(a.cu_seqlens_k_new) ? cu(a.cu_seqlens_k_new, "cu_seqlens_k_new", i)
                                             : a.k.shape[1];
-      const int64_t capacity = packed  ? cu(a.cu_seqlens_k, "cu_seqlens_k", i)
-                               : paged ? a.page_table.shape[1] * page_size
-                                       : page_size;
       s.row = packed ? -1 : given(a.cache_batch_idx) ? ival(a.cache_batch_idx, "cache_batch_idx", i) : i;
-      if (!packed && (s.row < 0 || s.row >= (paged ? a.page_table.shape[0] : num_pages)))
-        throw Invalid{"row"};
+      const int64_t rows = ragged ? a.kv_indptr.shape[0] - 1 : paged ? a.page_table.shape[0] : num_pages;
+      if (!packed && (s.row < 0 || s.row >= rows)) throw Invalid{"row"};
+      s.first = 0;
+      int64_t ragged_pages = 0;
+      if (ragged) {
+        s.first = ival(a.kv_indptr, "kv_indptr", s.row);
+        const int64_t last = ival(a.kv_indptr, "kv_indptr", s.row + 1);
+        if (s.first < 0 || last < s.first || last > a.kv_indices.shape[0]) throw Invalid{"kv_indptr"};
+        ragged_pages = last - s.first;
+      }
+      const int64_t capacity = packed   ? cu(a.cu_seqlens_k, "cu_seqlens_k", i)
+                               : ragged ? ragged_pages * page_size
+                               : paged  ? a.page_table.shape[1] * page_size
+                                        : page_size;
       if (append && given(a.cache_batch_idx) && !rows_with_append.insert(s.row).second)
         throw Invalid{"dup row"};
       s.cache_len = given(a.cache_seqlens)       ? ival(a.cache_seqlens, "cache_seqlens", i)
@@ -280,7 +293,8 @@ inline Expected fwd_expected(const kvattn_fwd_params& a, const Memory& mem) {
       s.kv_len = s.cache_len + s.n_new - s.leftpad;
       if (paged && s.cache_len + s.n_new > s.leftpad) {
         for (int64_t pg = s.leftpad / page_size; pg <= (s.cache_len + s.n_new - 1) / page_size; ++pg) {
-          const int64_t id = view(a.page_table, "page_table").geti({s.row, pg});
+          const int64_t id = ragged ? ival(a.kv_indices, "kv_indices", s.first + pg)
+                                    : view(a.page_table, "page_table").geti({s.row, pg});
           if (id < 0 || id >= num_pages) throw Invalid{"page id"};
         }
       }
@@ -295,8 +309,10 @@ inline Expected fwd_expected(const kvattn_fwd_params& a, const Memory& mem) {
     // Cache element (sequence i, slot s, head h, channel c).
     auto cache_at = [&](const View& cache, int64_t i, int64_t s, int64_t h, int64_t c) -> const void* {
       if (packed) return cache.at({ival(a.cu_seqlens_k, "cu_seqlens_k", i) + s, h, c});
-      const int64_t page =
-          paged ? view(a.page_table, "page_table").geti({seqs[i].row, s / page_size}) : seqs[i].row;
+      const int64_t page = ragged  ? ival(a.kv_indices, "kv_indices", seqs[i].first + s / page_size)
+                           : paged ? view(a.page_table, "page_table").geti({seqs[i].row, s / page_size})
+                                   : seqs[i].row;
+      if (slot_pool) return cache.at({page, h, c});
       return cache.at({page, s % page_size, h, c});
     };
     auto decode = [&](kvattn_dtype t, const void* p) {
