@@ -89,8 +89,9 @@ def test_ragged_cuda_kernels(name, prefill, monkeypatch):
 
 @H.on_devices
 def test_ragged_matches_page_table_exactly(device):
-    """The same pages through kv_indptr/kv_indices and through a dense page_table: the same kernel, so the
-    same bits."""
+    """The same pages through kv_indptr/kv_indices and through a dense page_table: on the CPU the same bits;
+    on CUDA the static bound of a row's keys differs (nnz * page_size against pages_per_row * page_size), so
+    the launch may differ: within the oracle tolerance."""
     case = on_device(C(**R, dtype="bf16", seqlens=(37, 5, 20), sq=2, page_size=8, causal=True, seed=3), device)
     q, k_cache, v_cache, kw, ref_kw, _ = build(case)
     dense = {k: v for k, v in ref_kw.items() if k != "sinks"}
@@ -102,7 +103,10 @@ def test_ragged_matches_page_table_exactly(device):
     H.sync_device_errors(device)
     got, want = H.to_numpy(got), H.to_numpy(want)
     assert not np.isnan(got).any()
-    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+    if device == "cuda":
+        H.assert_close("out", got, want, H.TOL_OUT["bf16"])
+    else:
+        np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
 
 
 def _call(device, case, **changes):
