@@ -112,7 +112,10 @@ def test_generate_batch_matches_eager(name, device, graphs):
                                       progress_bar=False)
     assert ours.config._attn_implementation == "kvattn"  # restored after the batch
     assert PATHS, "no layer went through paged|kvattn"
-    assert "ragged" in PATHS
+    # Under CUDA graphs transformers pads max_seqlen_k to >= 1024, so sliding layers take the read-then-write
+    # path there; full-attention layers always take the ragged index. (Only captures call Python.)
+    only_sliding = name.startswith("mistral")
+    assert ("ragged" in PATHS) != (graphs and only_sliding), PATHS
     sliding5 = name.endswith("sliding5")
     if not sliding5 and not graphs:
         assert set(PATHS) == {"ragged"}, f"{PATHS.count('gathered')} of {len(PATHS)} calls gathered K/V"
