@@ -61,7 +61,8 @@ if [ "${KVATTN_TORCH_TESTS:-1}" != 0 ]; then
   torch_python=$(bash tools/deps.sh torch | tail -1)
   LD_PRELOAD="$preload" KVATTN_LIBRARY="$root/build-asan/libkvattn.so" PYTHONPATH="$root/python:$root" \
     "$torch_python" -m pytest -q -p no:cacheprovider -rs tests/python/test_distributed.py \
-    tests/python/test_engine_replays.py tests/python/test_transformers_integration.py
+    tests/python/test_engine_replays.py tests/python/test_transformers_integration.py \
+    tests/python/test_transformers_paged.py tests/python/test_ragged.py
 fi
 
 nvcc_path=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)
