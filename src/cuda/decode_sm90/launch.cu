@@ -69,6 +69,21 @@ bool built_for_sm90(DecodeKernel kernel) {
   return v == 1;
 }
 
+// The opt-in above 48 KiB of shared memory, once per (kernel, device) (set_max_dynamic_smem_once): each
+// kernel variant gets one slot of devices done (15 variants exist; past 16 a variant opts in every call).
+std::atomic<uint64_t>* opted_in(DecodeKernel kernel) {
+  constexpr int kSlots = 16;
+  static std::atomic<DecodeKernel> keys[kSlots] = {};
+  static std::atomic<uint64_t> done[kSlots] = {};
+  for (int i = 0; i < kSlots; ++i) {
+    DecodeKernel key = keys[i].load(std::memory_order_acquire);
+    if (key == nullptr && keys[i].compare_exchange_strong(key, kernel, std::memory_order_acq_rel))
+      return &done[i];
+    if (key == kernel) return &done[i];
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 int decode_sm90_producer_warps() {
@@ -117,9 +132,14 @@ kvattn_status launch_decode_sm90(AttnParams& params, const FwdProblem& p, DType 
   params.balanced_ctas = static_cast<int32_t>(grid);
   params.balanced_slots = static_cast<int32_t>(grid);
   const size_t smem = S::smem_bytes(p.kv_dtype == DType::fp8_e4m3, producer_warps);
-  cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (err != cudaSuccess) return cuda_fail(err, "decode_sm90_kernel shared memory");
+  std::atomic<uint64_t> unlisted{0};
+  std::atomic<uint64_t>* done = opted_in(kernel);
+  if (kvattn_status s =
+          set_max_dynamic_smem_once(reinterpret_cast<const void*>(kernel), p.device_id,
+                                    static_cast<int>(smem), done ? done : &unlisted, "decode_sm90_kernel");
+      s != KVATTN_OK) {
+    return s;
+  }
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(grid));
   config.blockDim = dim3(S::threads(producer_warps));
@@ -130,7 +150,7 @@ kvattn_status launch_decode_sm90(AttnParams& params, const FwdProblem& p, DType 
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
   config.numAttrs = plan.early_launch ? 1 : 0;
-  err = cudaLaunchKernelEx(&config, kernel, params);
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, params);
   if (err != cudaSuccess) return cuda_fail(err, "launching decode_sm90_kernel");
   return check_launch("decode_sm90_kernel");
 }
