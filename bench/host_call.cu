@@ -5,8 +5,10 @@
 // launches of an empty kernel with a parameter block as large as the attention kernel's, on an idle GPU
 // and queued behind a long kernel. Calls are queued back to back in batches of 100; the synchronization
 // between batches is not timed. Build (here) and run (on the GPU machine):
-//   nvcc -O2 -std=c++17 -Iinclude bench/host_call.cu -o build/host_call -Lbuild -lkvattn -Xlinker -rpath=.
+//   nvcc -O2 -std=c++17 -Iinclude bench/host_call.cu -o build/host_call -Lbuild -lkvattn -lcuda -Xlinker
+//   -rpath=.
 //   ./host_call            (libkvattn.so beside it)
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -132,6 +134,25 @@ int main() {
         config.gridDim = dim3(132);
         config.blockDim = dim3(128);
         cudaLaunchKernelEx(&config, empty_kernel, blob);
+      }));
+  row("1 empty cudaLaunchKernelEx (640 B, PDL)", per_call_us([&] {
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3(132);
+        config.blockDim = dim3(128);
+        cudaLaunchAttribute attribute = {};
+        attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attribute.val.programmaticStreamSerializationAllowed = 1;
+        config.attrs = &attribute;
+        config.numAttrs = 1;
+        cudaLaunchKernelEx(&config, empty_kernel, blob);
+      }));
+  row("1 empty launch (640 B, 100 KB dynamic smem)",
+      per_call_us([&] { empty_kernel<<<132, 128, 100 * 1024>>>(blob); }));
+  CUfunction function = nullptr;
+  cudaGetFuncBySymbol(&function, reinterpret_cast<const void*>(empty_kernel));
+  row("1 empty cuLaunchKernel, driver API (640 B)", per_call_us([&] {
+        void* args[] = {&blob};
+        cuLaunchKernel(function, 132, 1, 1, 128, 1, 1, 0, nullptr, args, nullptr);
       }));
   row("2 empty launches (640 B)", per_call_us([&] {
         empty_kernel<<<132, 128>>>(blob);

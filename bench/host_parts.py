@@ -6,8 +6,8 @@ for; median of batches). The shape is W1's b4 32k page 16 decode (32/8 heads, d 
 
 Rows: the whole eager call; its two halves (_fwd.normalize, _fwd.run); the C ABI through ctypes with
 prebuilt params (what the bench's "C ABI" column times: it includes the ctypes call, ~0.3-1 us); a ctypes
-call of a trivial function; torch's per-tensor attribute reads, allocation and stream lookup; and the
-stable-ABI op (torch.ops.kvattn.fwd_stable) when the extension is loaded.
+call of a trivial function; torch's per-tensor attribute reads, allocation and stream lookup; and, where
+the stable-ABI op is built (python/kvattn/_stable.py), the call through it, its parts and the ctypes path.
 """
 import ctypes
 import time
@@ -62,13 +62,25 @@ def main():
         except Exception as exc:  # noqa: BLE001
             rows.append((name + f" [error: {str(exc)[:80]}]", float("nan")))
 
-    row("eager flash_attn_with_kvcache", lambda: fa(**kw))
+    try:
+        from kvattn import _stable
+        op = _stable.load()
+    except ImportError:  # a package from before the op
+        op = None
+    row("eager flash_attn_with_kvcache" + (" (stable op)" if op else " (ctypes path)"), lambda: fa(**kw))
     row("eager, return_softmax_lse=True", lambda: fa(**kw, return_softmax_lse=True))
     values = [kw.get(a.name, a.default) for a in S.FWD]
     op_args, out, lse_flag = _fwd.normalize(values)
     row("  _fwd.normalize", lambda: _fwd.normalize(values))
     row("  torch_ops._eager + _plain", lambda: torch_ops._eager() and torch_ops._plain(op_args, None))
-    row("  _fwd.run", lambda: _fwd.run(op_args, None, False))
+    row("  _fwd.run (ctypes path)", lambda: _fwd.run(op_args, None, False))
+    if op:
+        row("  _stable.run (the op)", lambda: _stable.run(op_args, None, False))
+        tensors, ints, floats = _stable._lists(op_args)
+        row("  the op alone", lambda: op(tensors, ints, floats, None, False))
+        _stable._op = False
+        row("eager, ctypes path (op disabled)", lambda: fa(**kw))
+        _stable._op = op
     cp = T.CParams(dict(kw, out=torch.empty_like(kw["q"])))
     cp()
     lib = _lib.load()
@@ -84,9 +96,6 @@ def main():
     row("torch: dtype + is_cuda + get_device", lambda: (q.dtype, q.is_cuda, q.get_device()), n=1000)
     row("torch: new_empty (out)", lambda: q.new_empty((4, 1, 32, 128)), n=1000)
     row("torch: _cuda_getCurrentRawStream", lambda: torch._C._cuda_getCurrentRawStream(0), n=1000)
-    stable = getattr(getattr(torch.ops, "kvattn", None), "fwd_stable", None)
-    if stable is not None or kvattn.__dict__.get("_stable_op") is not None:
-        row("stable op (direct, eager)", lambda: fa(**kw))
     got = fa(**kw)
     sync()
     diff = (got.float() - out_ref.float()).abs().max().item()
