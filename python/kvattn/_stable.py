@@ -88,7 +88,8 @@ def run(op_args, out, want_lse):
             return None
     if out is not None and (type(out) is not tensor or (grad and out.requires_grad)):
         return None
-    if not (CPU_CALLS or op_args[0].is_cuda):
+    q = op_args[0]
+    if q is None or not (CPU_CALLS or q.is_cuda):
         return None
     tensors, ints, floats = _lists(op_args)
     sinks = op_args[_SINKS]

@@ -1,10 +1,10 @@
 // kvattn_stable::fwd, the optional torch op of the Python eager path (docs/DESIGN.md, "Python host path"):
 // built against torch's stable ABI only (torch/csrc/stable, the C shim), so one build serves every torch
 // >= 2.10. It reads each tensor's pointer, sizes and strides through the shim, fills kvattn_fwd_params,
-// allocates out, lse and the workspace through the shim (aoti_torch_empty_strided) and calls the C ABI, which it finds in
-// the libkvattn.so that Python already loaded (kvattn_stable::init(path)). It serves the common, valid
-// call only: anything unusual (a device mismatch, > 5 dims, a dtype the ABI lacks, a failed call) throws,
-// and python/kvattn/_stable.py then runs the ctypes path, whose KvattnError names the argument.
+// allocates out, lse and the workspace through the shim (aoti_torch_empty_strided) and calls the C ABI, which
+// it finds in the libkvattn.so that Python already loaded (kvattn_stable::init(path)). It serves the common,
+// valid call only: anything unusual (a device mismatch, > 5 dims, a dtype the ABI lacks, a failed call)
+// throws, and python/kvattn/_stable.py then runs the ctypes path, whose KvattnError names the argument.
 // Build: tools/build_torch_op.sh (g++ against the installed torch's headers; no libtorch link needed at
 // build time beyond its shim symbols, resolved when torch loads the library).
 #include <dlfcn.h>
@@ -57,10 +57,13 @@ int64_t init(std::string path) {
   abi->fwd_sized = symbol<kvattn_status (*)(const kvattn_fwd_params*, size_t*)>(lib, "kvattn_fwd_sized");
   abi->fwd = symbol<kvattn_status (*)(const kvattn_fwd_params*)>(lib, "kvattn_fwd");
   abi->params_init(&abi->defaults);
-  if (void* torch_cuda = dlopen("libtorch_cuda.so", RTLD_NOW | RTLD_NOLOAD)) {
-    abi->current_cuda_stream = reinterpret_cast<AOTITorchError (*)(int32_t, void**)>(
-        dlsym(torch_cuda, "aoti_torch_get_current_cuda_stream"));
+  void* stream_fn = dlsym(RTLD_DEFAULT, "aoti_torch_get_current_cuda_stream");
+  if (stream_fn == nullptr) {
+    if (void* torch_cuda = dlopen("libtorch_cuda.so", RTLD_NOW | RTLD_NOLOAD)) {
+      stream_fn = dlsym(torch_cuda, "aoti_torch_get_current_cuda_stream");
+    }
   }
+  abi->current_cuda_stream = reinterpret_cast<AOTITorchError (*)(int32_t, void**)>(stream_fn);
   if (abi->defaults.struct_size != sizeof(kvattn_fwd_params)) fail("kvattn_fwd_params size differs");
   g_abi.store(abi, std::memory_order_release);
   return KVATTN_ABI_VERSION;
@@ -167,7 +170,7 @@ enum : int {
   kTensors
 };
 
-kvattn_tensor kvattn_fwd_params::* const kTensorFields[kTensors] = {
+kvattn_tensor kvattn_fwd_params::*const kTensorFields[kTensors] = {
     &kvattn_fwd_params::q,
     &kvattn_fwd_params::k_cache,
     &kvattn_fwd_params::v_cache,
@@ -291,8 +294,7 @@ std::vector<Tensor> fwd(std::vector<std::optional<Tensor>> tensors, std::vector<
 
 STABLE_TORCH_LIBRARY(kvattn_stable, m) {
   m.def("init(str path) -> int");
-  m.def(
-      "fwd(Tensor?[] tensors, int[] ints, float[] floats, Tensor(a!)? out, bool want_lse) -> Tensor[]");
+  m.def("fwd(Tensor?[] tensors, int[] ints, float[] floats, Tensor(a!)? out, bool want_lse) -> Tensor[]");
 }
 
 STABLE_TORCH_LIBRARY_IMPL(kvattn_stable, CompositeExplicitAutograd, m) {
