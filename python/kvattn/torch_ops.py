@@ -78,7 +78,8 @@ def fwd(op_args, out, names=_fwd.NAMES, want_lse=True):
         result = _fwd.run(op_args, out, want_lse, names)
     # What the call wrote, as autograd's version counters should see it (the op declares the caches
     # written always; here only an append writes them).
-    written = ((op_args[_K_CACHE], op_args[_V_CACHE]) if _appends(op_args) else ()) + ((out,) if out is not None else ())
+    written = (op_args[_K_CACHE], op_args[_V_CACHE]) if _appends(op_args) else ()
+    written += (out,) if out is not None else ()
     if written:
         _torch()._C._increment_version(written)
     return result
