@@ -6,8 +6,9 @@
 #  3. the examples (examples/): the numpy decode loop, the C program, the torch loop (compiled; run where
 #     torch is importable);
 #  4. the suites that need torch on the CPU (kvattn.distributed over gloo; the engine call replays on
-#     torch CPU tensors; kvattn inside transformers' models; the optional stable-ABI torch op, built here), in the torch venv of `tools/deps.sh torch`
-#     (installed once per machine, reused), against the sanitized library; KVATTN_TORCH_TESTS=0 skips this stage;
+#     torch CPU tensors; kvattn inside transformers' models; the optional stable-ABI torch op, built here),
+#     in the torch venv of `tools/deps.sh torch` (installed once per machine, reused), against the sanitized
+#     library; KVATTN_TORCH_TESTS=0 skips this stage;
 #  5. only with --cuda-build or KVATTN_TEST_CUDA_BUILD=1 (CI sets it, .ci/run), and when nvcc is present:
 #     every CUDA source compiled once (archs 80;90a), with a progress line a minute. Nothing is run from it
 #     (no GPU here); the GPU suites run on the GPU machine (tools/gpu_check.sh).
