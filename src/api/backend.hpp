@@ -21,7 +21,6 @@ struct CudaFwdCall {
   const cuda::DeviceInfo* device = nullptr;
   const cuda::AttentionKernel* kernel = nullptr;
   cuda::AttentionPlan plan;
-  bool portable_only = false;  // KVATTN_FORCE_PORTABLE=1 or params.force_portable (read once a call)
 };
 
 // ---- CPU backend (src/cpu): always built. Index tensors are host memory there.

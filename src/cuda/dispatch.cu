@@ -126,7 +126,6 @@ kvattn_status cuda_fwd_resolve(const FwdProblem& p, CudaFwdCall* call) {
       portable_only ? any : pick_kernel(kAttentionTable, kAttentionRows, p, device->shape.arch, false);
   if (pick.kernel == nullptr) return pick_failed(p, pick.failure);
   call->device = device;
-  call->portable_only = portable_only;
   call->kernel = pick.kernel;
   call->plan = pick.kernel->plan(p, *pick.kernel, device->shape);
   const size_t smem = call->plan.smem_bytes + call->plan.static_smem_bytes;
@@ -156,7 +155,7 @@ kvattn_status cuda_fwd(const FwdProblem& p, const CudaFwdCall& call) {
   // The Hopper mainloops take the shapes they cover, as sub-choices of the portable row that was picked
   // (they need its plan and params): prefill (prefill_sm90/launch.hpp) writes out itself, in one pass;
   // decode (decode_sm90.hpp) takes the balanced key-split plans and leaves its pieces to the combine.
-  const bool hopper = call.device->shape.arch == kArchSm90 && !call.portable_only;
+  const bool hopper = call.device->shape.arch == kArchSm90 && !p.force_portable && !env_force_portable();
   if (hopper && sm90::prefill_takes(p, params)) return sm90::launch_prefill(p, params, stream);
   status =
       hopper && decode_sm90_supports(p, call.plan, params, *call.kernel, call.device->shape)
