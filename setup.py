@@ -8,6 +8,7 @@ it is tagged py3-none-<platform>. Environment:
                          makes wheels for GPU machines sets KVATTN_CUDA=1.
   KVATTN_CUDA_ARCHS      passed as -DKVATTN_CUDA_ARCHS (default "80;90a")
   CMAKE_BUILD_PARALLEL_LEVEL  build jobs (default: the number of cores)
+  KVATTN_TORCH_OP=0      do not build the optional torch op (built when torch >= 2.10 is importable here)
 pip shows a build's output with -v: `pip install -v .` prints each compile step as it starts ("[ 40%]
 Building CUDA object ...") and a line per stage from here. The GoogleTest suite is not built. The wheel
 also holds the benchmark driver (bench/ as kvattn.bench, with the float64 oracle of the tests) for the
@@ -16,6 +17,7 @@ also holds the benchmark driver (bench/ as kvattn.bench, with the float64 oracle
 import os
 import shutil
 import subprocess
+import sys
 
 from setuptools import Distribution, setup
 from setuptools.command.bdist_wheel import bdist_wheel
@@ -77,6 +79,28 @@ class BuildPyWithLibrary(build_py):
         os.makedirs(bench_dir, exist_ok=True)
         shutil.copy2(os.path.join(ROOT, "tests", "python", "reference.py"), bench_dir)
         _say("libkvattn.so built")
+        _build_torch_op(package_dir)
+
+
+def _build_torch_op(package_dir):
+    """The optional torch op (src/torch/stable_op.cpp, tools/build_torch_op.sh), built where torch >= 2.10 is
+    importable at build time (pip install --no-build-isolation .); KVATTN_TORCH_OP=0 skips it. Without it,
+    or when its build fails, eager torch calls take the ctypes path."""
+    if os.environ.get("KVATTN_TORCH_OP", "").strip() == "0":
+        return _say("torch op: skipped (KVATTN_TORCH_OP=0)")
+    try:
+        import torch
+    except ImportError:
+        return _say("torch op: skipped (torch is not importable in this build environment)")
+    major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+    if (major, minor) < (2, 10):
+        return _say(f"torch op: skipped (torch {torch.__version__}; the stable ABI it uses needs 2.10)")
+    try:
+        subprocess.check_call(["bash", os.path.join(ROOT, "tools", "build_torch_op.sh"), sys.executable,
+                               os.path.join(package_dir, "_kvattn_stable.so")])
+        _say("torch op built")
+    except (OSError, subprocess.CalledProcessError) as exc:
+        _say(f"torch op: not built ({exc}); eager torch calls take the ctypes path")
 
 
 class BinaryDistribution(Distribution):

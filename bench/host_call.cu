@@ -1,15 +1,20 @@
 // Host time per call of the C ABI on a W1 decode shape (32/8 heads, d 128, bf16, paged 16, 32k keys, b 4),
 // split into its parts: validation (kvattn_check), validation + plan (kvattn_fwd_workspace_size), the
-// whole call (kvattn_fwd, kvattn_fwd_sized), and the floor: bare launches of an empty kernel with a
-// parameter block as large as the attention kernel's. Calls are queued back to back in batches of 100;
-// the synchronization between batches is not timed. Build (here) and run (on the GPU machine):
-//   nvcc -O2 -std=c++17 -Iinclude bench/host_call.cu -o build/host_call -Lbuild -lkvattn -Xlinker -rpath=.
+// whole call (kvattn_fwd, kvattn_fwd_sized; also with the portable kernels), the CUDA runtime calls a
+// call may make (cudaGetDevice, cudaGetLastError, cudaFuncSetAttribute, getenv) and the floor: bare
+// launches of an empty kernel with a parameter block as large as the attention kernel's, on an idle GPU
+// and queued behind a long kernel. Calls are queued back to back in batches of 100; the synchronization
+// between batches is not timed. Build (here) and run (on the GPU machine):
+//   nvcc -O2 -std=c++17 -Iinclude bench/host_call.cu -o build/host_call -Lbuild -lkvattn -lcuda -Xlinker
+//   -rpath=.
 //   ./host_call            (libkvattn.so beside it)
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <vector>
 
@@ -20,7 +25,17 @@ namespace {
 struct Blob {
   unsigned char bytes[640];  // about sizeof(AttnParams)
 };
+struct Small {
+  unsigned char bytes[16];
+};
 __global__ void empty_kernel(const __grid_constant__ Blob) {}
+__global__ void empty_small_kernel(Small) {}
+// Keeps the GPU busy for about `ns` nanoseconds (so that launches queue behind it).
+__global__ void spin_kernel(long long ns) {
+  const long long t0 = clock64();
+  while (clock64() - t0 < ns * 2) {
+  }
+}
 
 kvattn_tensor tensor(void* data, kvattn_dtype dtype, std::vector<int64_t> shape) {
   kvattn_tensor t{};
@@ -94,15 +109,68 @@ int main() {
   size_t needed = 0;
   Blob blob{};
   std::printf("workspace %zu bytes\n", bytes);
-  std::printf("kvattn_check               %6.2f us\n", per_call_us([&] { kvattn_check(&p); }));
-  std::printf("kvattn_fwd_workspace_size  %6.2f us\n",
-              per_call_us([&] { kvattn_fwd_workspace_size(&p, &bytes); }));
-  std::printf("kvattn_fwd                 %6.2f us\n", per_call_us([&] { kvattn_fwd(&p); }));
-  std::printf("kvattn_fwd_sized           %6.2f us\n", per_call_us([&] { kvattn_fwd_sized(&p, &needed); }));
-  std::printf("2 empty launches (640 B)   %6.2f us\n", per_call_us([&] {
-                empty_kernel<<<528, 128>>>(blob);
-                empty_kernel<<<128, 128>>>(blob);
-              }));
+  auto row = [](const char* what, double us) { std::printf("%-40s %7.2f us\n", what, us); };
+  row("kvattn_check (validate + resolve)", per_call_us([&] { kvattn_check(&p); }));
+  row("kvattn_fwd_workspace_size", per_call_us([&] { kvattn_fwd_workspace_size(&p, &bytes); }));
+  row("kvattn_fwd", per_call_us([&] { kvattn_fwd(&p); }));
+  row("kvattn_fwd_sized", per_call_us([&] { kvattn_fwd_sized(&p, &needed); }));
+  setenv("KVATTN_DECODE_SM90", "0", 1);
+  row("kvattn_fwd, portable decode kernel", per_call_us([&] { kvattn_fwd(&p); }));
+  unsetenv("KVATTN_DECODE_SM90");
+  p.num_splits = 1;  // one launch: no split, no combine
+  row("kvattn_fwd, num_splits=1 (one launch)", per_call_us([&] { kvattn_fwd(&p); }));
+  p.num_splits = 0;
+  int device = 0;
+  row("cudaGetDevice", per_call_us([&] { cudaGetDevice(&device); }));
+  row("cudaGetLastError", per_call_us([&] { cudaGetLastError(); }));
+  row("getenv", per_call_us([&] { (void)std::getenv("KVATTN_FORCE_PORTABLE"); }));
+  row("cudaFuncSetAttribute (same value)", per_call_us([&] {
+        cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024);
+      }));
+  row("1 empty launch (16 B)", per_call_us([&] { empty_small_kernel<<<132, 128>>>(Small{}); }));
+  row("1 empty launch (640 B)", per_call_us([&] { empty_kernel<<<132, 128>>>(blob); }));
+  row("1 empty cudaLaunchKernelEx (640 B)", per_call_us([&] {
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3(132);
+        config.blockDim = dim3(128);
+        cudaLaunchKernelEx(&config, empty_kernel, blob);
+      }));
+  row("1 empty cudaLaunchKernelEx (640 B, PDL)", per_call_us([&] {
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3(132);
+        config.blockDim = dim3(128);
+        cudaLaunchAttribute attribute = {};
+        attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attribute.val.programmaticStreamSerializationAllowed = 1;
+        config.attrs = &attribute;
+        config.numAttrs = 1;
+        cudaLaunchKernelEx(&config, empty_kernel, blob);
+      }));
+  row("1 empty launch (640 B, 100 KB dynamic smem)",
+      per_call_us([&] { empty_kernel<<<132, 128, 100 * 1024>>>(blob); }));
+  CUfunction function = nullptr;
+  cudaGetFuncBySymbol(&function, reinterpret_cast<const void*>(empty_kernel));
+  row("1 empty cuLaunchKernel, driver API (640 B)", per_call_us([&] {
+        void* args[] = {&blob};
+        cuLaunchKernel(function, 132, 1, 1, 128, 1, 1, 0, nullptr, args, nullptr);
+      }));
+  row("2 empty launches (640 B)", per_call_us([&] {
+        empty_kernel<<<132, 128>>>(blob);
+        empty_kernel<<<128, 128>>>(blob);
+      }));
+  // The same launches queued behind a long kernel (as in a loop of real calls, where the GPU lags).
+  auto busy = [&](const std::function<void()>& call) {
+    return per_call_us([&] {
+      static int i = 0;
+      if (i++ % 100 == 0) spin_kernel<<<1, 32>>>(2000000);
+      call();
+    });
+  };
+  row("1 empty launch (640 B), GPU busy", busy([&] { empty_kernel<<<132, 128>>>(blob); }));
+  row("2 empty launches (640 B), GPU busy", busy([&] {
+        empty_kernel<<<132, 128>>>(blob);
+        empty_kernel<<<128, 128>>>(blob);
+      }));
   std::printf("%s\n", cudaGetErrorString(cudaGetLastError()));
   return 0;
 }

@@ -6,8 +6,9 @@
 #  3. the examples (examples/): the numpy decode loop, the C program, the torch loop (compiled; run where
 #     torch is importable);
 #  4. the suites that need torch on the CPU (kvattn.distributed over gloo; the engine call replays on
-#     torch CPU tensors; kvattn inside transformers' models), in the torch venv of `tools/deps.sh torch`
-#     (installed once per machine, reused), against the sanitized library; KVATTN_TORCH_TESTS=0 skips this stage;
+#     torch CPU tensors; kvattn inside transformers' models; the optional stable-ABI torch op, built here),
+#     in the torch venv of `tools/deps.sh torch` (installed once per machine, reused), against the sanitized
+#     library; KVATTN_TORCH_TESTS=0 skips this stage;
 #  5. only with --cuda-build or KVATTN_TEST_CUDA_BUILD=1 (CI sets it, .ci/run), and when nvcc is present:
 #     every CUDA source compiled once (archs 80;90a), with a progress line a minute. Nothing is run from it
 #     (no GPU here); the GPU suites run on the GPU machine (tools/gpu_check.sh).
@@ -59,9 +60,13 @@ fi
 if [ "${KVATTN_TORCH_TESTS:-1}" != 0 ]; then
   echo "== torch (CPU) suites, sanitized library"
   torch_python=$(bash tools/deps.sh torch | tail -1)
-  LD_PRELOAD="$preload" KVATTN_LIBRARY="$root/build-asan/libkvattn.so" PYTHONPATH="$root/python:$root" \
-    "$torch_python" -m pytest -q -p no:cacheprovider -rs tests/python/test_distributed.py \
-    tests/python/test_engine_replays.py tests/python/test_transformers_integration.py \
+  # The optional stable-ABI torch op (tools/build_torch_op.sh), built against the venv's torch, tested there.
+  torch_op="$root/build-asan/_kvattn_stable.so"
+  bash tools/build_torch_op.sh "$torch_python" "$torch_op" > /dev/null
+  KVATTN_TORCH_OP="$torch_op" LD_PRELOAD="$preload" KVATTN_LIBRARY="$root/build-asan/libkvattn.so" \
+    PYTHONPATH="$root/python:$root" "$torch_python" -m pytest -q -p no:cacheprovider -rs \
+    tests/python/test_distributed.py tests/python/test_engine_replays.py \
+    tests/python/test_transformers_integration.py tests/python/test_torch_stable_op.py \
     tests/python/test_transformers_paged.py tests/python/test_ragged.py
 fi
 

@@ -106,6 +106,8 @@ def seqlens(name, value):
     """cache_seqlens: (tensor or None, int value or -1 (absent: full capacity))."""
     if value is None:
         return None, -1
+    if T.is_torch(value):  # the common case first: a (b,) tensor
+        return value, -1
     if _symbolic(value, "SymInt"):  # torch.compile's dynamic int: the library checks its value
         return None, value
     if type(value) is int or (not (T.is_torch(value) or T.is_numpy(value)) and _int_like(value)):

@@ -32,6 +32,7 @@ import threading
 from . import _fwd
 from . import _lib
 from . import _signature as S
+from . import _stable
 from . import tensors as T
 from .errors import KvattnError
 
@@ -63,23 +64,29 @@ def fwd(op_args, out, names=_fwd.NAMES, want_lse=True):
         if out is None:
             return _op("fwd")(*op_args)
         return out, _op("fwd_out")(*op_args, out)
-    if not _plain(op_args, out):
-        return (_op("fwd")(*op_args) if out is None else (out, _op("fwd_out")(*op_args, out)))
-    k_cache, v_cache = op_args[_K_CACHE], op_args[_V_CACHE]
-    if k_cache is None or v_cache is None:  # the library's "is required" message, before any version bump
-        return _fwd.run(op_args, out, True, names)
-    appends = op_args[_K] is not None or op_args[_V] is not None
-    if appends and (k_cache.requires_grad or v_cache.requires_grad) and _torch().is_grad_enabled():
-        name = "k_cache" if k_cache.requires_grad else "v_cache"
-        raise KvattnError(f"{names.get(name, name)}: requires grad, and kvattn appends k, v into it in place; "
-                          "kvattn computes no gradients (pass a tensor that does not require grad)")
-    result = _fwd.run(op_args, out, want_lse, names)
+    result = _stable.run(op_args, out, want_lse)  # the C++ op where built and the call is plain; else None
+    if result is None:
+        if not _plain(op_args, out):
+            return (_op("fwd")(*op_args) if out is None else (out, _op("fwd_out")(*op_args, out)))
+        k_cache, v_cache = op_args[_K_CACHE], op_args[_V_CACHE]
+        if k_cache is None or v_cache is None:  # the library's "is required" message, before any version bump
+            return _fwd.run(op_args, out, True, names)
+        if _appends(op_args) and (k_cache.requires_grad or v_cache.requires_grad) and _torch().is_grad_enabled():
+            name = "k_cache" if k_cache.requires_grad else "v_cache"
+            raise KvattnError(f"{names.get(name, name)}: requires grad, and kvattn appends k, v into it in place; "
+                              "kvattn computes no gradients (pass a tensor that does not require grad)")
+        result = _fwd.run(op_args, out, want_lse, names)
     # What the call wrote, as autograd's version counters should see it (the op declares the caches
     # written always; here only an append writes them).
-    written = ((k_cache, v_cache) if appends else ()) + ((out,) if out is not None else ())
+    written = (op_args[_K_CACHE], op_args[_V_CACHE]) if _appends(op_args) else ()
+    written += (out,) if out is not None else ()
     if written:
         _torch()._C._increment_version(written)
     return result
+
+
+def _appends(op_args):
+    return op_args[_K] is not None or op_args[_V] is not None
 
 
 def append_kv(key, value, key_cache, value_cache, slot_mapping, k_scale=None, v_scale=None):

@@ -1,0 +1,102 @@
+"""The eager torch path through the optional C++ op kvattn_stable::fwd (src/torch/stable_op.cpp, built by
+tools/build_torch_op.sh against torch's stable ABI): tensor pointers, sizes and strides are read in C++,
+out / lse / the workspace allocated there, and the C ABI called from there, so a call costs Python only the
+argument normalization and one op call.
+
+Optional: without the extension (or with KVATTN_TORCH_OP=0) `run` returns None and the caller takes the
+ctypes path (_fwd.run). The op serves the plain valid call only; anything else (a tensor subclass, a
+tensor that requires grad under grad mode, a bad argument the library rejects) also returns None, so the
+ctypes path runs it or raises its KvattnError naming the argument. Eager only: under torch.compile, modes
+or tracing the registered Python ops (torch_ops.py) run, as before.
+"""
+import os
+import sys
+
+from . import _lib
+from . import _signature as S
+from . import tensors as T
+
+# The op's tensors and scalars in src/torch/stable_op.cpp's order, by op argument name.
+TENSORS = ("q", "k_cache", "v_cache", "k", "v", "qv", "rotary_cos", "rotary_sin", "rotary_seqlens",
+           "cache_seqlens", "cache_batch_idx", "cache_leftpad", "page_table", "cu_seqlens_q", "seqused_q",
+           "cu_seqlens_k_new", "cu_seqlens_k", "alibi_slopes", "sinks", "q_descale", "k_descale", "v_descale")
+INTS = ("cache_seqlens_value", "max_seqlen_q", "causal", "window_left", "window_right", "attention_chunk",
+        "rotary_interleaved", "num_splits", "pack_gqa", "sm_margin", "deterministic")
+FLOATS = ("softmax_scale", "softcap")
+
+_I = {name: i for i, name in enumerate(S.op_arg_names())}
+_TENSOR_POS = tuple(_I[n] for n in TENSORS)
+_SINKS = _I["sinks"]
+
+
+def _lists_builder():
+    """A function: op args -> (tensors, ints, floats), one generated expression (None -> the ABI's "absent":
+    max_seqlen_q 0, pack_gqa -1, softmax_scale 0.0; bools -> 0/1)."""
+    conv = {"max_seqlen_q": "(0 if v[{i}] is None else v[{i}])", "pack_gqa": "(-1 if v[{i}] is None else int(v[{i}]))",
+            "causal": "int(v[{i}])", "rotary_interleaved": "int(v[{i}])", "deterministic": "int(v[{i}])",
+            "softmax_scale": "(0.0 if v[{i}] is None else v[{i}])"}
+    item = lambda n: conv.get(n, "v[{i}]").format(i=_I[n])  # noqa: E731
+    tensors = ", ".join(f"v[{_I[n]}]" for n in TENSORS)
+    ints = ", ".join(item(n) for n in INTS)
+    floats = ", ".join(item(n) for n in FLOATS)
+    return eval(f"lambda v: ([{tensors}], [{ints}], [{floats}])")  # noqa: S307 (our own table)
+
+
+_lists = _lists_builder()
+_op = None  # the op's C++ callable once loaded; False: not available
+# CPU tensors take the ctypes path, whose long calls run on a helper thread so that Ctrl-C reaches Python;
+# tests set this to run the op on the CPU backend.
+CPU_CALLS = False
+
+
+def path():
+    """Where the extension is looked for: $KVATTN_TORCH_OP, else next to the package."""
+    return os.environ.get("KVATTN_TORCH_OP") or os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                             "_kvattn_stable.so")
+
+
+def load():
+    """The op (its C++ callable), or None when the extension is absent, disabled or fails to load."""
+    global _op
+    if _op is None:
+        _op = False
+        where = path()
+        if where != "0" and os.path.exists(where):
+            try:
+                torch = sys.modules["torch"]
+                torch.ops.load_library(where)
+                lib = _lib.load()
+                torch.ops.kvattn_stable.init(lib._name)
+                overload = torch.ops.kvattn_stable.fwd.default
+                _op = getattr(overload, "_op", overload)
+            except Exception:  # noqa: BLE001 (an extension of another build: the ctypes path serves)
+                _op = False
+    return _op or None
+
+
+def run(op_args, out, want_lse):
+    """(out, lse or None) through the op, or None: the caller runs the ctypes path instead."""
+    op = _op if _op is not None else load()
+    if not op:
+        return None
+    torch = sys.modules["torch"]
+    tensor = torch.Tensor
+    grad = torch.is_grad_enabled()
+    for i in _TENSOR_POS:
+        x = op_args[i]
+        if x is not None and (type(x) is not tensor or (grad and x.requires_grad)):
+            return None
+    if out is not None and (type(out) is not tensor or (grad and out.requires_grad)):
+        return None
+    q = op_args[0]
+    if q is None or not (CPU_CALLS or q.is_cuda):
+        return None
+    tensors, ints, floats = _lists(op_args)
+    sinks = op_args[_SINKS]
+    if sinks is not None and T.dtype_code(sinks) != _lib.DTYPE_F32:
+        return None  # fp16/bf16 sinks: the ctypes path makes the fp32 copy
+    try:
+        result = op(tensors, ints, floats, out, want_lse)
+    except Exception:  # noqa: BLE001 (rejected or unusual: the ctypes path raises the named error)
+        return None
+    return (result[0], result[1]) if want_lse else (result[0], None)
