@@ -10,10 +10,9 @@
 //   cuda_fwd: [append if k_new] -> attention -> [split combine if splits > 1], all on p.stream, no host
 //   synchronization, no allocation, no host read of device data.
 //
-// Plugging in an architecture (docs/DESIGN.md): add rows with arch kArchSm90, the launcher of the new
-// kernel, its plan (or plan_portable) and a supports(problem) predicate for what it covers, e.g.
-//   {kArchSm90, DType::bf16, DType::bf16, DType::bf16, 128, 128, true, &decode_sm90_supports,
-//    &plan_decode_sm90, &launch_decode_sm90<DType::bf16, 128, 128>},
+// Plugging in an architecture (docs/DESIGN.md): add rows with its arch, the launcher of the new kernel,
+// its plan (or plan_portable) and a supports(problem) predicate for what it covers, as the two sm_90a
+// kernels do (KVATTN_PREFILL_SM90, KVATTN_DECODE_SM90 below).
 #include <algorithm>
 #include <iterator>
 #include <string>
@@ -40,14 +39,36 @@ namespace {
         dtype_built(DType::compute) && head_dim_built(d), nullptr, &plan_portable, \
         &launch_attention<DType::compute, DType::kv, d, dv>                        \
   }
+// The sm_90a kernels, d = dv = 128, each with the supports predicate of what it covers. Among rows of one
+// arch and dims the first that supports a problem wins: the prefill rows come first, so a problem both take
+// (a decode shape under KVATTN_FORCE_SM90_PREFILL=1) runs on the prefill kernel.
+#define KVATTN_PREFILL_SM90(dt)                                                                           \
+  AttentionKernel {                                                                                       \
+    kArchSm90, DType::dt, DType::dt, DType::dt, 128, 128, sm90::prefill_built(DType::dt, 128),            \
+        &sm90::prefill_sm90_supports, &sm90::plan_prefill_sm90, &sm90::launch_prefill_row<DType::dt, 128> \
+  }
+#define KVATTN_DECODE_SM90(q, kv, compute)                                                            \
+  AttentionKernel {                                                                                   \
+    kArchSm90, DType::q, DType::kv, DType::compute, 128, 128,                                         \
+        dtype_built(DType::compute) && head_dim_built(128), &decode_sm90_supports, &plan_decode_sm90, \
+        &launch_decode_sm90_row<DType::compute, DType::kv>                                            \
+  }
 constexpr AttentionKernel kAttentionTable[] = {
     KVATTN_PAIRS(KVATTN_PORTABLE, f16, f16, f16),
     KVATTN_PAIRS(KVATTN_PORTABLE, bf16, bf16, bf16),
     KVATTN_PAIRS(KVATTN_PORTABLE, f16, fp8_e4m3, f16),
     KVATTN_PAIRS(KVATTN_PORTABLE, bf16, fp8_e4m3, bf16),
     KVATTN_PAIRS(KVATTN_PORTABLE, fp8_e4m3, fp8_e4m3, bf16),
-    // sm_90a rows go here (arch kArchSm90, with a supports predicate).
+    KVATTN_PREFILL_SM90(f16),
+    KVATTN_PREFILL_SM90(bf16),
+    KVATTN_DECODE_SM90(f16, f16, f16),
+    KVATTN_DECODE_SM90(bf16, bf16, bf16),
+    KVATTN_DECODE_SM90(f16, fp8_e4m3, f16),
+    KVATTN_DECODE_SM90(bf16, fp8_e4m3, bf16),
+    KVATTN_DECODE_SM90(fp8_e4m3, fp8_e4m3, bf16),
 };
+#undef KVATTN_DECODE_SM90
+#undef KVATTN_PREFILL_SM90
 #undef KVATTN_PORTABLE
 #undef KVATTN_PAIRS
 constexpr size_t kAttentionRows = std::size(kAttentionTable);
@@ -151,17 +172,8 @@ kvattn_status cuda_fwd(const FwdProblem& p, const CudaFwdCall& call) {
   kvattn_status status;
   if (p.k_new.ptr != nullptr && (status = launch_append(p, errors, stream)) != KVATTN_OK) return status;
   if (call.plan.m_blocks == 0 || p.batch == 0) return KVATTN_OK;
-  AttnParams params = make_attn_params(p, call.plan, errors);
-  // The Hopper mainloops take the shapes they cover, as sub-choices of the portable row that was picked
-  // (they need its plan and params): prefill (prefill_sm90/launch.hpp) writes out itself, in one pass;
-  // decode (decode_sm90.hpp) takes the balanced key-split plans and leaves its pieces to the combine.
-  const bool hopper = call.device->shape.arch == kArchSm90 && !p.force_portable && !env_force_portable();
-  if (hopper && sm90::prefill_takes(p, params)) return sm90::launch_prefill(p, params, stream);
-  status =
-      hopper && decode_sm90_supports(p, call.plan, params, *call.kernel, call.device->shape)
-          ? launch_decode_sm90(params, p, call.kernel->compute_dtype, call.plan, call.device->shape, stream)
-          : call.kernel->launch(params, call.plan, stream);
-  if (status != KVATTN_OK) return status;
+  const AttnParams params = make_attn_params(p, call.plan, errors);
+  if ((status = call.kernel->launch(params, call.plan, stream)) != KVATTN_OK) return status;
   if (call.plan.splits > 1 || call.plan.balanced) {
     return launch_split_combine(params, p.head_dim_v, p.out_dtype, call.device->shape.arch >= 90, stream);
   }

@@ -153,6 +153,18 @@ constexpr size_t align_up(size_t x, size_t a) {
   return (x + a - 1) / a * a;
 }
 
+// The schedule choice of plan_attention, alone (the sm_90 decode row's supports predicate asks it too):
+// the key-split decode variant when p has <= kKeySplitRows packed rows a (sequence, kv head) and the
+// kernel's tile allows it; the balanced schedule for those when num_splits = 0, not deterministic, and the
+// batch fits the schedule's scan.
+inline bool plan_key_split(const FwdProblem& p, const TileShape& tile) {
+  const int64_t g = p.num_q_heads / std::max(1, p.num_kv_heads);
+  return tile.key_split_ok && static_cast<int64_t>(p.max_seqlen_q) * g <= kKeySplitRows;
+}
+inline bool plan_balanced(const FwdProblem& p, bool key_split) {
+  return key_split && p.num_splits == 0 && !p.deterministic && p.batch <= kBalancedMaxBatch;
+}
+
 // kernel_head_dim(_v): the dims of the kernel that runs p (>= p's own when padded, see dispatch.cu).
 inline AttentionPlan plan_attention(const FwdProblem& p, int kernel_head_dim, int kernel_head_dim_v,
                                     int sm_count, int smem_per_sm) {
@@ -162,7 +174,7 @@ inline AttentionPlan plan_attention(const FwdProblem& p, int kernel_head_dim, in
   const int64_t rows = static_cast<int64_t>(p.max_seqlen_q) * g;
   // Decode (<= 16 packed rows): with 64-row CTAs three quarters of the tensor-core and softmax work would
   // be padding; the key-split variant spends it on keys instead.
-  plan.key_split = plan.tile.key_split_ok && rows <= kKeySplitRows;
+  plan.key_split = plan_key_split(p, plan.tile);
   const int rows_per_cta = plan.key_split ? kKeySplitRows : plan.tile.block_m;
   plan.m_blocks = (rows + rows_per_cta - 1) / rows_per_cta;
   plan.smem_bytes = attention_smem_bytes(kernel_head_dim, kernel_head_dim_v, p.qv.ptr != nullptr,
@@ -180,7 +192,7 @@ inline AttentionPlan plan_attention(const FwdProblem& p, int kernel_head_dim, in
       static_cast<size_t>(smem_per_sm) / cta_smem, 1, plan.key_split ? kDecodeCtasPerSm : kGeneralCtasPerSm));
   in.num_splits = p.num_splits;
   in.deterministic = p.deterministic;
-  plan.balanced = plan.key_split && p.num_splits == 0 && !p.deterministic && p.batch <= kBalancedMaxBatch;
+  plan.balanced = plan_balanced(p, plan.key_split);
   if (plan.balanced) {
     // Whole waves of CTAs of equal work: one wave when there are fewer units than resident CTAs, else
     // about one CTA a unit (up to 4 waves), so that the prologues of units overlap across CTAs as they

@@ -142,6 +142,33 @@ TEST(KernelTable, ARowThatDeclinesTheProblemLeavesItToThePortableRow) {
   EXPECT_EQ(pick_kernel(table, 2, decode(4, 32, 8, 4), 90, false).kernel, &table[1]);
 }
 
+TEST(KernelTable, AmongRowsOfOneArchAndDimsTheFirstThatSupportsTheProblemWins) {
+  // dispatch.cu lists the sm_90 prefill rows before the decode rows: a problem both take runs on prefill.
+  const AttentionKernel table[] = {row(kArchPortable, 128), row(kArchSm90, 128, true, &decode_only),
+                                   row(kArchSm90, 128)};
+  EXPECT_EQ(pick_kernel(table, 3, decode(4), 90, false).kernel, &table[1]);
+  EXPECT_EQ(pick_kernel(table, 3, decode(4, 32, 8, 4), 90, false).kernel, &table[2]);
+}
+
+TEST(KernelTable, TheBalancedPredicateOfTheSm90DecodeRowsIsThePlans) {
+  // decode_sm90_supports asks plan_balanced(p, plan_key_split(p, tile)) without making a plan.
+  for (int batch : {1, 4, 512, 513}) {
+    for (int sq : {1, 2, 4, 5}) {
+      for (int splits : {0, 1, 3}) {
+        for (bool deterministic : {false, true}) {
+          FwdProblem p = decode(batch, 32, 8, sq);
+          p.num_splits = splits;
+          p.deterministic = deterministic;
+          const AttentionPlan plan = plan_of(p);
+          EXPECT_EQ(plan_key_split(p, attention_tile(128, 128)), plan.key_split);
+          EXPECT_EQ(plan_balanced(p, plan.key_split), plan.balanced)
+              << "batch " << batch << " sq " << sq << " splits " << splits << " det " << deterministic;
+        }
+      }
+    }
+  }
+}
+
 TEST(KernelTable, WithinAnArchTheSmallestCoveringDimsWin) {
   const AttentionKernel table[] = {row(kArchPortable, 256), row(kArchPortable, 128), row(kArchPortable, 64),
                                    row(kArchSm90, 256, false)};

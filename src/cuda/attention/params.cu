@@ -56,6 +56,12 @@ bool rows_vec16(const CacheTensor& c, int elems) {
 }
 }  // namespace
 
+bool kv_rows_vec16(const FwdProblem& p) {
+  const int chunk = p.kv_dtype == DType::fp8_e4m3 ? 16 : 8;  // elements in 16 bytes
+  return rows_vec16(p.k_cache, chunk) && rows_vec16(p.v_cache, chunk) && p.head_dim % chunk == 0 &&
+         p.head_dim_v % chunk == 0;
+}
+
 AttnParams make_attn_params(const FwdProblem& p, const AttentionPlan& plan, DeviceErrorRecord* errors) {
   AttnParams a{};
   a.seq = make_seq_params(p);
@@ -69,9 +75,7 @@ AttnParams make_attn_params(const FwdProblem& p, const AttentionPlan& plan, Devi
   a.out = p.out;
   a.k_cache = p.k_cache;
   a.v_cache = p.v_cache;
-  const int chunk = p.kv_dtype == DType::fp8_e4m3 ? 16 : 8;  // elements in 16 bytes
-  a.kv_vec16 = rows_vec16(p.k_cache, chunk) && rows_vec16(p.v_cache, chunk) && p.head_dim % chunk == 0 &&
-               p.head_dim_v % chunk == 0;
+  a.kv_vec16 = kv_rows_vec16(p);
   a.q_fp8 = p.q_dtype == DType::fp8_e4m3;
   a.q_descale = p.q_descale;
   a.k_descale = p.k_descale;

@@ -72,6 +72,8 @@ struct AttnParams {
 
 RotaryParams make_rotary_params(const FwdProblem& p);
 AttnParams make_attn_params(const FwdProblem& p, const AttentionPlan& plan, DeviceErrorRecord* errors);
+// AttnParams::kv_vec16 of p (the sm_90 rows' supports predicates ask it before any params exist).
+bool kv_rows_vec16(const FwdProblem& p);
 
 // An fp8 descale of (sequence i, kv head h), 1 when absent.
 __device__ __forceinline__ float descale_at(const float* ptr, const int64_t (&strides)[2], int i, int h) {

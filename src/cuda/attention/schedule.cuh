@@ -162,12 +162,20 @@ __device__ __forceinline__ Piece static_piece(const AttnParams& p) {
           -1};
 }
 
-// The balanced schedule's tile scheduler: piece(w) for each piece of this CTA's cost range, in order, a
-// barrier after each (the next piece reuses the shared memory). The first piece of each unit records
-// where the unit's pieces are, for the combine. Call from all threads.
-template <int kRows, int kBlockN, int kThreads, class PieceBody>
-__device__ __forceinline__ void for_each_balanced_piece(const AttnParams& p, PieceBody piece) {
-  const BalancedStart st = balanced_start<kRows, kBlockN, kThreads>(p);
+// Where a unit's pieces are, for the combine: (its first CTA, how many CTAs its pieces span). Written once,
+// by one thread of the CTA of the unit's first piece.
+__device__ __forceinline__ void record_unit_pieces(const AttnParams& p, const Piece& w, int64_t pieces) {
+  const int64_t u = static_cast<int64_t>(w.i) * p.num_kv_heads + w.kv_head;
+  p.unit_pieces[2 * u] = static_cast<int32_t>(blockIdx.x);
+  p.unit_pieces[2 * u + 1] = static_cast<int32_t>(pieces);
+}
+
+// The balanced walk: f(w, first_of_unit, unit_pieces) for each piece w of CTA blockIdx.x's cost range, in
+// order; first_of_unit: the unit starts in this CTA (record_unit_pieces is then this CTA's to write);
+// unit_pieces: the CTAs the unit's pieces span. No barrier: every thread that walks sees the same pieces,
+// so warp-specialized kernels (decode_sm90: producers and consumers) agree on every piece without talking.
+template <int kRows, int kBlockN, class F>
+__device__ __forceinline__ void walk_balanced_pieces(const AttnParams& p, const BalancedStart& st, F&& f) {
   const int64_t k = blockIdx.x, ctas = st.ctas;
   if (k >= ctas) return;
   const int64_t a = cta_begin(k, ctas, st.total), b = cta_begin(k + 1, ctas, st.total);
@@ -189,19 +197,26 @@ __device__ __forceinline__ void for_each_balanced_piece(const AttnParams& p, Pie
       const int slot = u_start < a ? 0 : 1;  // continues into this CTA, or starts here and goes on
       w.partial = (static_cast<int64_t>(slot) * p.balanced_ctas + k) * p.rows_per_unit;
     }
-    if (u_start >= a && threadIdx.x == 0) {  // the unit's first piece: tell the combine where they all are
-      const int64_t u = static_cast<int64_t>(i) * p.num_kv_heads + h;
-      p.unit_pieces[2 * u] = static_cast<int32_t>(k);
-      p.unit_pieces[2 * u + 1] = static_cast<int32_t>(cta_of(u_end - 1, ctas, st.total) - k + 1);
-    }
-    piece(w);
-    __syncthreads();  // the next piece reuses the shared memory
+    f(w, u_start >= a, cta_of(u_end - 1, ctas, st.total) - k + 1);
     u_start = u_end;
     if (++h == p.num_kv_heads) {
       h = 0;
       if (++i < p.seq.batch) tiles = unit_tiles<kRows, kBlockN>(p, i);
     }
   }
+}
+
+// The balanced schedule's tile scheduler for kernels whose threads all compute each piece: piece(w) for
+// each piece of this CTA, a barrier after each (the next piece reuses the shared memory). Call from all
+// threads.
+template <int kRows, int kBlockN, int kThreads, class PieceBody>
+__device__ __forceinline__ void for_each_balanced_piece(const AttnParams& p, PieceBody piece) {
+  const BalancedStart st = balanced_start<kRows, kBlockN, kThreads>(p);
+  walk_balanced_pieces<kRows, kBlockN>(p, st, [&](const Piece& w, bool first_of_unit, int64_t unit_pieces) {
+    if (first_of_unit && threadIdx.x == 0) record_unit_pieces(p, w, unit_pieces);
+    piece(w);
+    __syncthreads();  // the next piece reuses the shared memory
+  });
 }
 
 }  // namespace kvattn::cuda

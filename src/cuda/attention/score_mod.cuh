@@ -34,18 +34,27 @@ __device__ __forceinline__ QueryRow query_row(const AttnParams& p, const Sequenc
   return q;
 }
 
+// What takes the scores that apply_score_mods<true> leaves to log2 units: scale * log2(e) when neither
+// softcap nor ALiBi is on (the mods then leave the raw dot products alone and the softmax folds the scale
+// into its exp2 argument, one FFMA a score), else 1. Uniform over a call.
+__device__ __forceinline__ float score_factor(const AttnParams& p) {
+  return p.softcap > 0.f || p.alibi_slopes ? 1.f : p.scale_log2;
+}
+
 // S (the dot products, descaled) -> logits in log2 units, -inf where the key is invisible:
 //   x = softcap ? softcap tanh(S scale / softcap) : S scale;  x -= slope |qp - kp|;  mask
 // tile.for_each(f) calls f(float& s, const QueryRow& row, int32_t kp) on every score of the tile.
-// `inside`: every key of the tile is visible to every row and lies in [0, kv_len) (the mask is skipped).
-// Each feature is tested once per tile, not per score.
-template <class ScoreTile>
+// `inside`: every key of the tile is visible to every row and lies in [0, kv_len) (the mask is skipped);
+// else a key outside [0, kv_len) is invisible too (kv_len may be any bound <= the sequence's keys, e.g. a
+// piece's last key + 1). kScaleLater: without softcap and ALiBi the scale is left to the caller
+// (score_factor). Each feature is tested once per tile, not per score.
+template <bool kScaleLater = false, class ScoreTile>
 __device__ __forceinline__ void apply_score_mods(const AttnParams& p, int32_t kv_len, bool inside,
                                                  ScoreTile& tile) {
   if (p.softcap > 0.f) {
     const float inner = p.scale / p.softcap, outer = p.softcap * kLog2e;
     tile.for_each([&](float& s, const QueryRow&, int32_t) { s = outer * tanhf(s * inner); });
-  } else {
+  } else if (!kScaleLater || p.alibi_slopes) {
     tile.for_each([&](float& s, const QueryRow&, int32_t) { s *= p.scale_log2; });
   }
   if (p.alibi_slopes) {
@@ -54,10 +63,31 @@ __device__ __forceinline__ void apply_score_mods(const AttnParams& p, int32_t kv
     });
   }
   if (!inside) {
+    // One unsigned compare for 0 <= kp < kv_len.
     tile.for_each([&](float& s, const QueryRow& q, int32_t kp) {
-      if (!(kp < kv_len && p.mask.visible(q.qp, kp))) s = -INFINITY;
+      if (!(static_cast<uint32_t>(kp) < static_cast<uint32_t>(kv_len) && p.mask.visible(q.qp, kp))) {
+        s = -INFINITY;
+      }
     });
   }
 }
+
+// The ScoreTile of the mma.sync m16n8 C-fragment layout (the sm80 mainloop, the sm_90 decode kernel): a
+// warp's (16 rows, 8 kNTiles keys) S; element e of 8-key tile n is the thread's row e / 2 (lane / 4 and
+// lane / 4 + 8), key column 8 n + 2 (lane % 4) + e % 2.
+template <int kNTiles>
+struct MmaScoreTile {
+  float (&s)[kNTiles][4];
+  const QueryRow (&rows)[2];
+  int32_t kp0;  // kp of this thread's first column (the tile's first key + 2 (lane % 4))
+  template <class F>
+  __device__ __forceinline__ void for_each(F f) {
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f(s[n][e], rows[e / 2], kp0 + n * 8 + (e & 1));
+    }
+  }
+};
 
 }  // namespace kvattn::cuda

@@ -4,11 +4,11 @@
 
 #include <cmath>
 
+#include "cuda/attention/score_mod.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/rotary.cuh"
 #include "cuda/common/softmax.cuh"
 #include "cuda/decode_sm90/pieces.cuh"
-#include "cuda/decode_sm90/score_mods.cuh"
 #include "cuda/decode_sm90/sync.cuh"
 
 namespace kvattn::cuda::sm90 {
@@ -95,111 +95,353 @@ __device__ __forceinline__ uint32_t bf16x2_to_f16x2_scaled(uint32_t x, float sca
   return out;
 }
 
+// The portable kernel's checks outside the piece's own keys: the cache row is not shared under an append,
+// and the page ids of the slots before the visible keys (the unit's first piece) and after them (its last)
+// are in range. The ids of the piece's own keys are checked stage by stage (consume: each warp its stages,
+// no stall before the first). False: the piece writes NaN; its stages are still consumed.
+template <class Cfg>
+__device__ __forceinline__ bool piece_ok(const AttnParams& p, const Piece& w, const PieceKeys& pk, int tid) {
+  constexpr int kCThreads = 32 * Cfg::kConsumerWarps;
+  const Sequence& seq = pk.seq;
+  bool ok = seq.ok && row_unique(p.seq, w.i, p.errors, tid, kCThreads);
+  if (ok) {
+    const int64_t pre_end = seq.leftpad + pk.kp_begin;
+    const int64_t post_begin = max(pre_end, seq.leftpad + pk.kp_end);
+    if (pk.tile_begin == 0) ok = pages_ok(p.seq, seq, seq.leftpad, pre_end, p.errors, tid, kCThreads);
+    if (pk.tile_end == pk.keys.tiles && ok)
+      ok = pages_ok(p.seq, seq, post_begin, seq.end, p.errors, tid, kCThreads);
+  }
+  return ok;
+}
+
+// Q rows of unit (i, kv_head) as mma A fragments, (16 rows, 16 channels) per k-step, through s_q (the
+// consumers' barrier between the writes and the reads also tells them the previous piece's merge state was
+// read). fp8: k-slot (2 quad + e, 2 quad + 8 + e) of step kk is channel 16 kk + 4 quad + e (+ 2), the order
+// in which K's fragments arrive. bf16 q into f16 math (kScaleQ): q * 2^(15 - x) with max |q| in
+// [2^(x-1), 2^x); returns what the scores are multiplied by, 2^(x - 15) (1 otherwise).
+template <class Cfg>
+__device__ __forceinline__ float load_q_fragments(const AttnParams& p, const Sequence& seq, int i,
+                                                  int kv_head, typename Cfg::T* s_q, float* s_qmax,
+                                                  uint32_t (&q_frag)[Cfg::kHeadDim / 16][4]) {
+  using T = typename Cfg::T;
+  constexpr int kW = Cfg::kConsumerWarps;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int group = lane / 4, quad = lane % 4;
+  float q_amax;
+  if constexpr (Cfg::kFp8 && std::is_same_v<T, __nv_bfloat16>) {
+    q_amax = p.q_fp8 ? load_q_rows<Cfg, __nv_fp8_e4m3>(p, seq, i, kv_head, s_q, tid)
+                     : load_q_rows<Cfg, T>(p, seq, i, kv_head, s_q, tid);
+  } else {
+    q_amax = load_q_rows<Cfg, T>(p, seq, i, kv_head, s_q, tid);
+  }
+  if constexpr (Cfg::kScaleQ) {
+#pragma unroll
+    for (int off = 1; off < 32; off *= 2) q_amax = fmaxf(q_amax, __shfl_xor_sync(0xffffffffu, q_amax, off));
+    if (lane == 0) s_qmax[warp] = q_amax;
+  }
+  consumers_sync<32 * kW>();  // s_q written; the previous piece's merge state read
+  float q_scale = 1.f, q_unscale = 1.f;
+  if constexpr (Cfg::kScaleQ) {
+    float m = 0.f;
+#pragma unroll
+    for (int v = 0; v < kW; ++v) m = fmaxf(m, s_qmax[v]);
+    if (m > 0.f && isfinite(m)) {
+      int x;
+      frexpf(m, &x);
+      q_scale = ldexpf(1.f, 15 - x);
+      q_unscale = ldexpf(1.f, x - 15);
+    }
+  }
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk) {
+    if constexpr (Cfg::kFp8) {
+      const uint2 lo = *reinterpret_cast<const uint2*>(s_q + group * Cfg::kQStride + 16 * kk + 4 * quad);
+      const uint2 hi =
+          *reinterpret_cast<const uint2*>(s_q + (group + 8) * Cfg::kQStride + 16 * kk + 4 * quad);
+      q_frag[kk][0] = lo.x, q_frag[kk][1] = hi.x, q_frag[kk][2] = lo.y, q_frag[kk][3] = hi.y;
+      if constexpr (Cfg::kScaleQ) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) q_frag[kk][r] = bf16x2_to_f16x2_scaled(q_frag[kk][r], q_scale);
+      }
+    } else {
+      ldmatrix_x4(q_frag[kk], smem_addr(s_q + (lane % 16) * Cfg::kQStride + kk * 16 + (lane / 16) * 8));
+    }
+  }
+  return q_unscale;
+}
+
+// S = Q K^T of one stage (16 rows, kStageKeys keys) into s_acc; fp8 caches: K converted in registers and
+// the scores times qk_descale.
+template <class Cfg>
+__device__ __forceinline__ void stage_scores(float (&s_acc)[Cfg::kNTilesS][4],
+                                             const uint32_t (&q_frag)[Cfg::kHeadDim / 16][4],
+                                             const unsigned char* s_k, float qk_descale) {
+  using TM = typename Cfg::TM;
+  constexpr int kNTilesS = Cfg::kNTilesS;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int n = 0; n < kNTilesS; ++n) s_acc[n][0] = s_acc[n][1] = s_acc[n][2] = s_acc[n][3] = 0.f;
+  if constexpr (Cfg::kFp8) {
+    // ldmatrix of (8 keys, 16 fp8 channels) blocks as b16: lane (group, quad) gets channels 4 quad..+3
+    // of key `group`; matrices: keys +0 / +8 of a 16-key pair, channel chunks 2 kk2 / 2 kk2 + 1.
+#pragma unroll
+    for (int kk2 = 0; kk2 < Cfg::kHeadDim / 32; ++kk2) {
+#pragma unroll
+      for (int nb = 0; nb < kNTilesS / 2; ++nb) {
+        uint32_t r[4];
+        const int m = lane / 8;
+        ldmatrix_x4(r, smem_addr(s_k + (nb * 16 + (m & 1) * 8 + lane % 8) * Cfg::kRowStride +
+                                 (2 * kk2 + (m >> 1)) * 16));
+#pragma unroll
+        for (int m2 = 0; m2 < 4; ++m2) {
+          uint32_t lo = e4m3x2_to_f16x2(r[m2] & 0xffff), hi = e4m3x2_to_f16x2(r[m2] >> 16);
+          if constexpr (std::is_same_v<TM, __nv_bfloat16>) lo = f16x2_to_bf16x2(lo), hi = f16x2_to_bf16x2(hi);
+          mma_m16n8k16<TM>(s_acc[2 * nb + (m2 & 1)], q_frag[2 * kk2 + (m2 >> 1)], lo, hi);
+        }
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < kNTilesS; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s_acc[n][e] *= qk_descale;
+    }
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk) {
+#pragma unroll
+      for (int np = 0; np < kNTilesS / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, smem_addr(s_k + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * Cfg::kRowStride +
+                                 (kk * 16 + ((lane >> 3) & 1) * 8) * 2));
+        mma_m16n8k16<TM>(s_acc[2 * np], q_frag[kk], b[0], b[1]);
+        mma_m16n8k16<TM>(s_acc[2 * np + 1], q_frag[kk], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// The online softmax of a stage's scores (log2 units): s_acc becomes P, the rows' (max, sum) move on, and O
+// is rescaled only when some row of the warp needs it.
+template <class Cfg>
+__device__ __forceinline__ void stage_softmax(float (&s_acc)[Cfg::kNTilesS][4], float (&row_max)[2],
+                                              float (&row_sum)[2], float (&o_acc)[Cfg::kNTilesO][4]) {
+  float correction[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    float mx = row_max[k];
+#pragma unroll
+    for (int n = 0; n < Cfg::kNTilesS; ++n) mx = fmaxf(mx, fmaxf(s_acc[n][2 * k], s_acc[n][2 * k + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float base = safe_max_base(mx);
+    correction[k] = mx == row_max[k] ? 1.f : fast_exp2(row_max[k] - base);
+    row_max[k] = mx;
+    row_sum[k] *= correction[k];
+#pragma unroll
+    for (int n = 0; n < Cfg::kNTilesS; ++n) {
+      s_acc[n][2 * k] = fast_exp2(s_acc[n][2 * k] - base);
+      s_acc[n][2 * k + 1] = fast_exp2(s_acc[n][2 * k + 1] - base);
+      row_sum[k] += s_acc[n][2 * k] + s_acc[n][2 * k + 1];
+    }
+  }
+  if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
+#pragma unroll
+    for (int n = 0; n < Cfg::kNTilesO; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o_acc[n][e] *= correction[e / 2];
+    }
+  }
+}
+
+// O += P V of one stage, 16 keys a step. fp8 caches: V converted in registers, its channels out as even /
+// odd 8-column tiles (o_channel).
+template <class Cfg>
+__device__ __forceinline__ void stage_pv(float (&o_acc)[Cfg::kNTilesO][4],
+                                         const float (&s_acc)[Cfg::kNTilesS][4], const unsigned char* s_v) {
+  using TM = typename Cfg::TM;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kStageKeys / 16; ++kk) {
+    const uint32_t a[4] = {pack2<TM>(s_acc[2 * kk][0], s_acc[2 * kk][1]),
+                           pack2<TM>(s_acc[2 * kk][2], s_acc[2 * kk][3]),
+                           pack2<TM>(s_acc[2 * kk + 1][0], s_acc[2 * kk + 1][1]),
+                           pack2<TM>(s_acc[2 * kk + 1][2], s_acc[2 * kk + 1][3])};
+    if constexpr (Cfg::kFp8) {
+      // ldmatrix.trans of (8 keys, 8 byte pairs): lane (group, quad) gets keys 2 quad, 2 quad + 1 of the
+      // channels 2 group, 2 group + 1 of a 16-channel chunk; bytes (0, 2) are the even channel's key
+      // pair, (1, 3) the odd one's. Matrices: keys +0 / +8, chunks 2 cp / 2 cp + 1.
+#pragma unroll
+      for (int cp = 0; cp < Cfg::kHeadDim / 32; ++cp) {
+        uint32_t r[4];
+        const int m = lane / 8;
+        ldmatrix_x4_trans(r, smem_addr(s_v + (kk * 16 + (m & 1) * 8 + lane % 8) * Cfg::kRowStride +
+                                       (2 * cp + (m >> 1)) * 16));
+#pragma unroll
+        for (int half_chunk = 0; half_chunk < 2; ++half_chunk) {
+          const uint32_t lo_keys = r[2 * half_chunk], hi_keys = r[2 * half_chunk + 1];
+#pragma unroll
+          for (int parity = 0; parity < 2; ++parity) {
+            const uint32_t sel = parity ? 0x3131u : 0x2020u;  // bytes (1, 3) or (0, 2) into the low half
+            uint32_t b0 = e4m3x2_to_f16x2(byte_perm(lo_keys, sel) & 0xffff);
+            uint32_t b1 = e4m3x2_to_f16x2(byte_perm(hi_keys, sel) & 0xffff);
+            if constexpr (std::is_same_v<TM, __nv_bfloat16>)
+              b0 = f16x2_to_bf16x2(b0), b1 = f16x2_to_bf16x2(b1);
+            mma_m16n8k16<TM>(o_acc[2 * (2 * cp + half_chunk) + parity], a, b0, b1);
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int np = 0; np < Cfg::kNTilesO / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b,
+                          smem_addr(s_v + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * Cfg::kRowStride +
+                                    (np * 16 + (lane >> 4) * 8) * 2));
+        mma_m16n8k16<TM>(o_acc[2 * np], a, b[0], b[1]);
+        mma_m16n8k16<TM>(o_acc[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+  }
+}
+
+// A warp's (m, l, O) of its two rows into its merge state in shared memory (O in channel order).
+template <class Cfg>
+__device__ __forceinline__ void store_warp_state(float* s_state, const float (&o_acc)[Cfg::kNTilesO][4],
+                                                 const float (&row_max)[2], float (&row_sum)[2]) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int group = lane / 4, quad = lane % 4;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], 1);
+    row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], 2);
+  }
+  float* mine = s_state + warp * Cfg::kStateFloats;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int r = group + 8 * k;
+#pragma unroll
+    for (int n = 0; n < Cfg::kNTilesO; ++n) {
+      if constexpr (Cfg::kFp8) {
+        mine[r * Cfg::kOStride + o_channel<true>(n, 2 * quad)] = o_acc[n][2 * k];
+        mine[r * Cfg::kOStride + o_channel<true>(n, 2 * quad + 1)] = o_acc[n][2 * k + 1];
+      } else {
+        *reinterpret_cast<float2*>(mine + r * Cfg::kOStride + 8 * n + 2 * quad) =
+            make_float2(o_acc[n][2 * k], o_acc[n][2 * k + 1]);
+      }
+    }
+    if (quad == 0) {
+      mine[Cfg::kRows * Cfg::kOStride + r] = row_max[k];
+      mine[Cfg::kRows * Cfg::kOStride + Cfg::kRows + r] = row_sum[k];
+    }
+  }
+}
+
+// The piece's end, after the merge states are stored: the four warps' states merge per row,
+//   m = max_w m_w;  l = sum_w l_w 2^(m_w - m);  O = sum_w O_w 2^(m_w - m),
+// and thread tid writes row tid / 8, channels [16 (tid % 8), +16): a whole unit out = O / l and lse, the
+// sink counted here; a piece the normalized partial (O / l, m + log l) without the sink; NaN when bad.
+template <class Cfg>
+__device__ __forceinline__ void write_piece(const AttnParams& p, const Piece& w, const Sequence& seq,
+                                            const float* s_state, float o_descale, bool bad) {
+  using T = typename Cfg::T;
+  constexpr int kCols = Cfg::kHeadDim / 8, kW = Cfg::kConsumerWarps;
+  const int tid = threadIdx.x, r = tid / 8, c0 = tid % 8 * kCols;
+  if (r >= static_cast<int64_t>(seq.q_len) * p.group) return;
+  const int i = w.i;
+  const int64_t t = r / p.group;
+  const int h = w.kv_head * p.group + r % p.group;
+  const int64_t prow = piece_partial_row(p, w, seq, r);
+  float* lse_out =
+      p.lse ? p.lse + i * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_row0 + t) * p.lse_token_stride
+            : nullptr;
+  T* out = static_cast<T*>(p.out.ptr) + i * p.out.batch_stride + (seq.q_row0 + t) * p.out.token_stride +
+           h * p.out.head_stride;
+  if (bad) {
+    if (prow >= 0) {
+      for (int c = 0; c < kCols; ++c) p.o_partial[prow * p.head_dim_v + c0 + c] = NAN;
+      if (c0 == 0) p.lse_partial[prow] = NAN;
+    } else {
+      for (int c = 0; c < kCols; ++c) out[c0 + c] = from_float<T>(NAN);
+      if (c0 == 0 && lse_out) *lse_out = NAN;
+    }
+    return;
+  }
+  float weight[kW], m_all = -INFINITY;
+#pragma unroll
+  for (int v = 0; v < kW; ++v)
+    m_all = fmaxf(m_all, s_state[v * Cfg::kStateFloats + Cfg::kRows * Cfg::kOStride + r]);
+  const float base = safe_max_base(m_all);
+  float l = 0.f;
+#pragma unroll
+  for (int v = 0; v < kW; ++v) {
+    const float* theirs = s_state + v * Cfg::kStateFloats + Cfg::kRows * Cfg::kOStride;
+    weight[v] = exp2f(theirs[r] - base);
+    l += theirs[Cfg::kRows + r] * weight[v];
+  }
+  const bool attends = r < static_cast<int64_t>(seq.q_used) * p.group;
+  if (!attends) l = 0.f;
+  float m = m_all, rescale = 1.f;
+  float lse = l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
+  if (prow < 0 && p.sinks && attends) {
+    const float sink_nat = p.sinks[h], sink = sink_nat * kLog2e;
+    const float m_new = fmaxf(m, sink);
+    rescale = exp2f(m - m_new);
+    const bool empty_row = l == 0.f;
+    l = l * rescale + exp2f(sink - m_new);
+    m = m_new;
+    lse = empty_row ? sink_nat : (m + log2f(l)) * kLn2;
+  }
+  const float inv_l = l > 0.f ? rescale / l * o_descale : 0.f;
+  float o[kCols];
+#pragma unroll
+  for (int c = 0; c < kCols; ++c) {
+    float acc = 0.f;
+#pragma unroll
+    for (int v = 0; v < kW; ++v)
+      acc += s_state[v * Cfg::kStateFloats + r * Cfg::kOStride + c0 + c] * weight[v];
+    o[c] = acc * inv_l;
+  }
+  if (prow >= 0) {
+    float4* dst = reinterpret_cast<float4*>(p.o_partial + prow * p.head_dim_v + c0);
+#pragma unroll
+    for (int c = 0; c < kCols / 4; ++c)
+      dst[c] = make_float4(o[4 * c], o[4 * c + 1], o[4 * c + 2], o[4 * c + 3]);
+    if (c0 == 0) p.lse_partial[prow] = lse;
+  } else {
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) out[c0 + c] = from_float<T>(o[c]);
+    if (c0 == 0 && lse_out) *lse_out = lse;
+  }
+}
+
 template <class Cfg>
 __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart& st, unsigned char* ring,
                                         uint64_t* full, uint64_t* empty, float* s_state, typename Cfg::T* s_q,
                                         float* s_qmax) {
-  using T = typename Cfg::T;
-  using TM = typename Cfg::TM;
   constexpr int kNTilesS = Cfg::kNTilesS, kNTilesO = Cfg::kNTilesO, kW = Cfg::kConsumerWarps;
-  constexpr int kCThreads = 32 * kW;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int group = lane / 4, quad = lane % 4;
   uint32_t stage_count = 0;
   for_each_piece<Cfg>(p, st, [&](const Piece& w, bool first_of_unit, int64_t unit_pieces) {
-    if (first_of_unit && tid == 0) {  // tell the combine where the unit's pieces are
-      const int64_t u = static_cast<int64_t>(w.i) * p.num_kv_heads + w.kv_head;
-      p.unit_pieces[2 * u] = static_cast<int32_t>(blockIdx.x);
-      p.unit_pieces[2 * u + 1] = static_cast<int32_t>(unit_pieces);
-    }
+    if (first_of_unit && tid == 0) record_unit_pieces(p, w, unit_pieces);  // for the combine
     const PieceKeys pk = piece_keys<Cfg>(p, w, tid == 0);
     const Sequence& seq = pk.seq;
     const uint32_t first_stage = stage_count;
     stage_count += pk.stages;
-    const int64_t rows = static_cast<int64_t>(seq.q_len) * p.group;
-    if (!seq.rows_known || rows == 0) return;  // no row is ours (pk.stages == 0 then)
+    if (!seq.rows_known || seq.q_len == 0) return;  // no row is ours (pk.stages == 0 then)
     const int i = w.i, kv_head = w.kv_head;
-    const int64_t kv_len = seq.end - seq.leftpad;
-    const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
-
-    // The portable kernel's checks: the cache row is not shared under an append, and the page ids of the
-    // piece's slots (the first piece also those before the visible keys, the last those after) are in
-    // range. An offending piece writes NaN; its stages are still consumed. The ids of the piece's own keys
-    // are checked stage by stage in the loop below (each warp its stages: no stall before the first
-    // stage); the slots outside them here.
-    const bool paged = p.seq.page_table != nullptr && p.seq.cu_seqlens_k == nullptr;
-    bool ok = seq.ok && row_unique(p.seq, i, p.errors, tid, kCThreads);
-    if (ok) {
-      const int64_t pre_end = seq.leftpad + pk.kp_begin;
-      const int64_t post_begin = max(pre_end, seq.leftpad + pk.kp_end);
-      if (pk.tile_begin == 0) ok = pages_ok(p.seq, seq, seq.leftpad, pre_end, p.errors, tid, kCThreads);
-      if (pk.tile_end == pk.keys.tiles && ok) {
-        ok = pages_ok(p.seq, seq, post_begin, seq.end, p.errors, tid, kCThreads);
-      }
-    }
-    float q_amax;
-    if constexpr (Cfg::kFp8 && std::is_same_v<T, __nv_bfloat16>) {
-      q_amax = p.q_fp8 ? load_q_rows<Cfg, __nv_fp8_e4m3>(p, seq, i, kv_head, s_q, tid)
-                       : load_q_rows<Cfg, T>(p, seq, i, kv_head, s_q, tid);
-    } else {
-      q_amax = load_q_rows<Cfg, T>(p, seq, i, kv_head, s_q, tid);
-    }
-    if constexpr (Cfg::kScaleQ) {
-#pragma unroll
-      for (int off = 1; off < 32; off *= 2) q_amax = fmaxf(q_amax, __shfl_xor_sync(0xffffffffu, q_amax, off));
-      if (lane == 0) s_qmax[warp] = q_amax;
-    }
-    consumers_sync<kCThreads>();  // s_q written; the previous piece's merge state read
-    // bf16 q into f16 math: q * 2^(15 - x) with max |q| in [2^(x-1), 2^x), the scores times 2^(x - 15).
-    float q_scale = 1.f, q_unscale = 1.f;
-    if constexpr (Cfg::kScaleQ) {
-      float m = 0.f;
-#pragma unroll
-      for (int v = 0; v < kW; ++v) m = fmaxf(m, s_qmax[v]);
-      if (m > 0.f && isfinite(m)) {
-        int x;
-        frexpf(m, &x);
-        q_scale = ldexpf(1.f, 15 - x);
-        q_unscale = ldexpf(1.f, x - 15);
-      }
-    }
-
-    // Q as mma A fragments, (16 rows, 16 channels) per k-step. fp8: k-slot (2 quad + e, 2 quad + 8 + e) of
-    // step kk is channel 16 kk + 4 quad + e (+ 2), the order in which K's fragments arrive.
+    bool ok = piece_ok<Cfg>(p, w, pk, tid);
     uint32_t q_frag[Cfg::kHeadDim / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk) {
-      if constexpr (Cfg::kFp8) {
-        const uint2 lo = *reinterpret_cast<const uint2*>(s_q + group * Cfg::kQStride + 16 * kk + 4 * quad);
-        const uint2 hi =
-            *reinterpret_cast<const uint2*>(s_q + (group + 8) * Cfg::kQStride + 16 * kk + 4 * quad);
-        q_frag[kk][0] = lo.x, q_frag[kk][1] = hi.x, q_frag[kk][2] = lo.y, q_frag[kk][3] = hi.y;
-        if constexpr (Cfg::kScaleQ) {
-#pragma unroll
-          for (int r = 0; r < 4; ++r) q_frag[kk][r] = bf16x2_to_f16x2_scaled(q_frag[kk][r], q_scale);
-        }
-      } else {
-        ldmatrix_x4(q_frag[kk], smem_addr(s_q + (lane % 16) * Cfg::kQStride + kk * 16 + (lane / 16) * 8));
-      }
-    }
-
+    const float q_unscale = load_q_fragments<Cfg>(p, seq, i, kv_head, s_q, s_qmax, q_frag);
     float qk_descale = 1.f, o_descale = 1.f;
     if constexpr (Cfg::kFp8) {
       qk_descale = descale_at(p.q_descale, p.q_descale_strides, i, kv_head) *
                    descale_at(p.k_descale, p.k_descale_strides, i, kv_head) * q_unscale;
       o_descale = descale_at(p.v_descale, p.v_descale_strides, i, kv_head);
     }
-    RowScores row_scores;
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int r = group + 8 * k;
-      row_scores.qp[k] = static_cast<int32_t>(r / p.group + kv_len - seq.q_used);
-      row_scores.slope[k] =
-          p.alibi_slopes && r < used_rows
-              ? p.alibi_slopes[i * p.alibi_batch_stride + kv_head * p.group + r % p.group] * kLog2e
-              : 0.f;
-    }
-
+    // This thread's two rows of the mma C layout, as the score modifications see them.
+    const QueryRow rows_of_thread[2] = {query_row(p, seq, i, kv_head, group),
+                                        query_row(p, seq, i, kv_head, group + 8)};
     float o_acc[kNTilesO][4];
 #pragma unroll
     for (int n = 0; n < kNTilesO; ++n) o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.f;
@@ -207,6 +449,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
     float row_sum[2] = {0.f, 0.f};
 
     // This warp's stages of the piece: those whose CTA-wide index is warp mod kW.
+    const bool paged = p.seq.page_table != nullptr && p.seq.cu_seqlens_k == nullptr;
     const int s_first = static_cast<int>((warp - first_stage % kW + kW) % kW);
     for (int s = s_first; s < pk.stages; s += kW) {
       const uint32_t g = first_stage + s;
@@ -222,125 +465,15 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
       }
       mbar_wait(&full[slot], (g / Cfg::kStages) & 1);
       const unsigned char* s_k = ring + slot * Cfg::kStageBytes;
-      const unsigned char* s_v = s_k + Cfg::kStageKeys * Cfg::kRowStride;
-
       float s_acc[kNTilesS][4];
-#pragma unroll
-      for (int n = 0; n < kNTilesS; ++n) s_acc[n][0] = s_acc[n][1] = s_acc[n][2] = s_acc[n][3] = 0.f;
-      if constexpr (Cfg::kFp8) {
-        // ldmatrix of (8 keys, 16 fp8 channels) blocks as b16: lane (group, quad) gets channels 4 quad..+3
-        // of key `group`; matrices: keys +0 / +8 of a 16-key pair, channel chunks 2 kk2 / 2 kk2 + 1.
-#pragma unroll
-        for (int kk2 = 0; kk2 < Cfg::kHeadDim / 32; ++kk2) {
-#pragma unroll
-          for (int nb = 0; nb < kNTilesS / 2; ++nb) {
-            uint32_t r[4];
-            const int m = lane / 8;
-            ldmatrix_x4(r, smem_addr(s_k + (nb * 16 + (m & 1) * 8 + lane % 8) * Cfg::kRowStride +
-                                     (2 * kk2 + (m >> 1)) * 16));
-#pragma unroll
-            for (int m2 = 0; m2 < 4; ++m2) {
-              uint32_t lo = e4m3x2_to_f16x2(r[m2] & 0xffff), hi = e4m3x2_to_f16x2(r[m2] >> 16);
-              if constexpr (std::is_same_v<TM, __nv_bfloat16>)
-                lo = f16x2_to_bf16x2(lo), hi = f16x2_to_bf16x2(hi);
-              mma_m16n8k16<TM>(s_acc[2 * nb + (m2 & 1)], q_frag[2 * kk2 + (m2 >> 1)], lo, hi);
-            }
-          }
-        }
-#pragma unroll
-        for (int n = 0; n < kNTilesS; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s_acc[n][e] *= qk_descale;
-        }
-      } else {
-#pragma unroll
-        for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk) {
-#pragma unroll
-          for (int np = 0; np < kNTilesS / 2; ++np) {
-            uint32_t b[4];
-            ldmatrix_x4(b, smem_addr(s_k + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * Cfg::kRowStride +
-                                     (kk * 16 + ((lane >> 3) & 1) * 8) * 2));
-            mma_m16n8k16<T>(s_acc[2 * np], q_frag[kk], b[0], b[1]);
-            mma_m16n8k16<T>(s_acc[2 * np + 1], q_frag[kk], b[2], b[3]);
-          }
-        }
-      }
-
-      // Score modifications (score_mods.cuh), in log2 units.
+      stage_scores<Cfg>(s_acc, q_frag, s_k, qk_descale);
+      // Score modifications (attention/score_mod.cuh), in log2 units. Keys past the piece's (rows copied to
+      // fill the stage) are masked as keys past the sequence: the bound is kp_end (<= kv_len).
       const bool inside = kp0 >= pk.keys.all_first && kp0 + Cfg::kStageKeys - 1 <= pk.keys.all_last;
-      apply_score_mods(s_acc, p, row_scores, kp0, quad, inside, pk.kp_end, static_cast<int32_t>(kv_len));
-
-      // Online softmax (O rescaled only when some row of the warp needs it).
-      float correction[2];
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        float mx = row_max[k];
-#pragma unroll
-        for (int n = 0; n < kNTilesS; ++n) mx = fmaxf(mx, fmaxf(s_acc[n][2 * k], s_acc[n][2 * k + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float base = safe_max_base(mx);
-        correction[k] = mx == row_max[k] ? 1.f : fast_exp2(row_max[k] - base);
-        row_max[k] = mx;
-        row_sum[k] *= correction[k];
-#pragma unroll
-        for (int n = 0; n < kNTilesS; ++n) {
-          s_acc[n][2 * k] = fast_exp2(s_acc[n][2 * k] - base);
-          s_acc[n][2 * k + 1] = fast_exp2(s_acc[n][2 * k + 1] - base);
-          row_sum[k] += s_acc[n][2 * k] + s_acc[n][2 * k + 1];
-        }
-      }
-      if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
-#pragma unroll
-        for (int n = 0; n < kNTilesO; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) o_acc[n][e] *= correction[e / 2];
-        }
-      }
-
-      // O += P V, 16 keys a step.
-#pragma unroll
-      for (int kk = 0; kk < Cfg::kStageKeys / 16; ++kk) {
-        const uint32_t a[4] = {pack2<TM>(s_acc[2 * kk][0], s_acc[2 * kk][1]),
-                               pack2<TM>(s_acc[2 * kk][2], s_acc[2 * kk][3]),
-                               pack2<TM>(s_acc[2 * kk + 1][0], s_acc[2 * kk + 1][1]),
-                               pack2<TM>(s_acc[2 * kk + 1][2], s_acc[2 * kk + 1][3])};
-        if constexpr (Cfg::kFp8) {
-          // ldmatrix.trans of (8 keys, 8 byte pairs): lane (group, quad) gets keys 2 quad, 2 quad + 1 of the
-          // channels 2 group, 2 group + 1 of a 16-channel chunk; bytes (0, 2) are the even channel's key
-          // pair, (1, 3) the odd one's. Matrices: keys +0 / +8, chunks 2 cp / 2 cp + 1.
-#pragma unroll
-          for (int cp = 0; cp < Cfg::kHeadDim / 32; ++cp) {
-            uint32_t r[4];
-            const int m = lane / 8;
-            ldmatrix_x4_trans(r, smem_addr(s_v + (kk * 16 + (m & 1) * 8 + lane % 8) * Cfg::kRowStride +
-                                           (2 * cp + (m >> 1)) * 16));
-#pragma unroll
-            for (int half_chunk = 0; half_chunk < 2; ++half_chunk) {
-              const uint32_t lo_keys = r[2 * half_chunk], hi_keys = r[2 * half_chunk + 1];
-#pragma unroll
-              for (int parity = 0; parity < 2; ++parity) {
-                const uint32_t sel = parity ? 0x3131u : 0x2020u;  // bytes (1, 3) or (0, 2) into the low half
-                uint32_t b0 = e4m3x2_to_f16x2(byte_perm(lo_keys, sel) & 0xffff);
-                uint32_t b1 = e4m3x2_to_f16x2(byte_perm(hi_keys, sel) & 0xffff);
-                if constexpr (std::is_same_v<TM, __nv_bfloat16>)
-                  b0 = f16x2_to_bf16x2(b0), b1 = f16x2_to_bf16x2(b1);
-                mma_m16n8k16<TM>(o_acc[2 * (2 * cp + half_chunk) + parity], a, b0, b1);
-              }
-            }
-          }
-        } else {
-#pragma unroll
-          for (int np = 0; np < kNTilesO / 2; ++np) {
-            uint32_t b[4];
-            ldmatrix_x4_trans(
-                b, smem_addr(s_v + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * Cfg::kRowStride +
-                             (np * 16 + (lane >> 4) * 8) * 2));
-            mma_m16n8k16<T>(o_acc[2 * np], a, b[0], b[1]);
-            mma_m16n8k16<T>(o_acc[2 * np + 1], a, b[2], b[3]);
-          }
-        }
-      }
+      MmaScoreTile<kNTilesS> score_tile{s_acc, rows_of_thread, kp0 + 2 * quad};
+      apply_score_mods(p, pk.kp_end, inside, score_tile);
+      stage_softmax<Cfg>(s_acc, row_max, row_sum, o_acc);
+      stage_pv<Cfg>(o_acc, s_acc, s_k + Cfg::kStageKeys * Cfg::kRowStride);
       mbar_arrive(&empty[slot]);  // every lane: its reads of the stage are done
 #pragma unroll
       for (int j = 0; j < Cfg::kKeysPerLane; ++j) {
@@ -351,104 +484,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
         }
       }
     }
-
-    // Merge: each warp's (m, l, O) into shared memory (O in channel order), then 128 threads combine them:
-    // m = max_w m_w;  l = sum_w l_w 2^(m_w - m);  O = sum_w O_w 2^(m_w - m).
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], 1);
-      row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], 2);
-    }
-    float* mine = s_state + warp * Cfg::kStateFloats;
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int r = group + 8 * k;
-#pragma unroll
-      for (int n = 0; n < kNTilesO; ++n) {
-        if constexpr (Cfg::kFp8) {
-          mine[r * Cfg::kOStride + o_channel<true>(n, 2 * quad)] = o_acc[n][2 * k];
-          mine[r * Cfg::kOStride + o_channel<true>(n, 2 * quad + 1)] = o_acc[n][2 * k + 1];
-        } else {
-          *reinterpret_cast<float2*>(mine + r * Cfg::kOStride + 8 * n + 2 * quad) =
-              make_float2(o_acc[n][2 * k], o_acc[n][2 * k + 1]);
-        }
-      }
-      if (quad == 0) {
-        mine[Cfg::kRows * Cfg::kOStride + r] = row_max[k];
-        mine[Cfg::kRows * Cfg::kOStride + Cfg::kRows + r] = row_sum[k];
-      }
-    }
-    const bool bad = consumers_or<kCThreads>(!ok);
-
-    // Epilogue: thread tid has row tid / 8 and channels [16 (tid % 8), +16). A whole unit: out = O / l and
-    // lse, the sink counted here; a piece: the normalized partial (O / l, m + log l) without the sink.
-    constexpr int kCols = Cfg::kHeadDim / 8;
-    const int r = tid / 8, c0 = tid % 8 * kCols;
-    if (r >= rows) return;
-    const int64_t t = r / p.group;
-    const int h = kv_head * p.group + r % p.group;
-    const int64_t prow = piece_partial_row(p, w, seq, r);
-    float* lse_out =
-        p.lse ? p.lse + i * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_row0 + t) * p.lse_token_stride
-              : nullptr;
-    T* out = static_cast<T*>(p.out.ptr) + i * p.out.batch_stride + (seq.q_row0 + t) * p.out.token_stride +
-             h * p.out.head_stride;
-    if (bad) {
-      if (prow >= 0) {
-        for (int c = 0; c < kCols; ++c) p.o_partial[prow * p.head_dim_v + c0 + c] = NAN;
-        if (c0 == 0) p.lse_partial[prow] = NAN;
-      } else {
-        for (int c = 0; c < kCols; ++c) out[c0 + c] = from_float<T>(NAN);
-        if (c0 == 0 && lse_out) *lse_out = NAN;
-      }
-      return;
-    }
-    float weight[kW], m_all = -INFINITY;
-#pragma unroll
-    for (int v = 0; v < kW; ++v)
-      m_all = fmaxf(m_all, s_state[v * Cfg::kStateFloats + Cfg::kRows * Cfg::kOStride + r]);
-    const float base = safe_max_base(m_all);
-    float l = 0.f;
-#pragma unroll
-    for (int v = 0; v < kW; ++v) {
-      const float* theirs = s_state + v * Cfg::kStateFloats + Cfg::kRows * Cfg::kOStride;
-      weight[v] = exp2f(theirs[r] - base);
-      l += theirs[Cfg::kRows + r] * weight[v];
-    }
-    const bool attends = r < used_rows;
-    if (!attends) l = 0.f;
-    float m = m_all, rescale = 1.f;
-    float lse = l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
-    if (prow < 0 && p.sinks && attends) {
-      const float sink_nat = p.sinks[h], sink = sink_nat * kLog2e;
-      const float m_new = fmaxf(m, sink);
-      rescale = exp2f(m - m_new);
-      const bool empty_row = l == 0.f;
-      l = l * rescale + exp2f(sink - m_new);
-      m = m_new;
-      lse = empty_row ? sink_nat : (m + log2f(l)) * kLn2;
-    }
-    const float inv_l = l > 0.f ? rescale / l * o_descale : 0.f;
-    float o[kCols];
-#pragma unroll
-    for (int c = 0; c < kCols; ++c) {
-      float acc = 0.f;
-#pragma unroll
-      for (int v = 0; v < kW; ++v)
-        acc += s_state[v * Cfg::kStateFloats + r * Cfg::kOStride + c0 + c] * weight[v];
-      o[c] = acc * inv_l;
-    }
-    if (prow >= 0) {
-      float4* dst = reinterpret_cast<float4*>(p.o_partial + prow * p.head_dim_v + c0);
-#pragma unroll
-      for (int c = 0; c < kCols / 4; ++c)
-        dst[c] = make_float4(o[4 * c], o[4 * c + 1], o[4 * c + 2], o[4 * c + 3]);
-      if (c0 == 0) p.lse_partial[prow] = lse;
-    } else {
-#pragma unroll
-      for (int c = 0; c < kCols; ++c) out[c0 + c] = from_float<T>(o[c]);
-      if (c0 == 0 && lse_out) *lse_out = lse;
-    }
+    store_warp_state<Cfg>(s_state, o_acc, row_max, row_sum);
+    write_piece<Cfg>(p, w, seq, s_state, o_descale, consumers_or<32 * kW>(!ok));
   });
 }
 

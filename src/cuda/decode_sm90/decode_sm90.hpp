@@ -4,8 +4,8 @@
 // the K/V loop) and merge at the end of each piece. Same key-split math and the same partials format as
 // the portable decode kernel, so the split combine merges its pieces unchanged.
 //
-// It takes the decode shapes it supports (decode_sm90_supports) and leaves the rest to the portable
-// kernels: the caller asks, then launches one or the other.
+// Rows of the dispatch table (arch sm_90) with a supports predicate: the decode shapes it declines run on
+// the portable rows.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -50,10 +50,13 @@ struct DecodeSm90Shape {
   }
 };
 
-// Whether the sm_90 decode kernel runs p (with the plan the portable path made for it): an sm_90 device,
-// a library built for sm_90a, the portable switch off (the caller checks it), a balanced key-split decode
-// plan, d = dv = 128 (the kernel's own dims), no qv, 16-byte aligned K/V rows, and a dtype pair it was
-// compiled for. Anything else runs on the row the table picked (the portable kernels).
+// The kernel's rows of the dispatch table (dispatch.cu: arch kArchSm90, d = dv = 128, every dtype pair).
+//
+// supports: p gets the balanced key-split decode schedule from the portable plan (<= 16 packed rows,
+// num_splits = 0, not deterministic, batch <= 512: plan_balanced), d = dv = 128, no qv, 16-byte aligned
+// K/V rows, the library holds the kernel's sm_90a machine code, and KVATTN_DECODE_SM90 is not "0". The
+// table asks it on sm_90 devices only, never under the portable switch; what it declines runs on the
+// portable rows.
 //
 // ON BY DEFAULT with 8 producer warps (setmaxnreg gives their registers to the consumers): measured on
 // the H200 (bench/NOTES.md, 2026-12-01) 1.03-1.13x the portable decode kernel on bf16 caches and 2.2-2.8x
@@ -61,13 +64,21 @@ struct DecodeSm90Shape {
 // A/B of bench/decode_ab.py). KVATTN_DECODE_SM90_FP8_BF16=1: fp8 caches under
 // bf16 q convert K/V to bf16 instead of computing in f16.
 int decode_sm90_producer_warps();  // 0 (off), 2, 4 or 8 (default), from the environment
-bool decode_sm90_supports(const FwdProblem& p, const AttentionPlan& plan, const AttnParams& params,
-                          const AttentionKernel& row, const DeviceShape& device);
+bool decode_sm90_supports(const FwdProblem& p);
 
-// Launches it (after decode_sm90_supports said yes). Sets params.balanced_ctas / balanced_slots to its own
-// grid (one CTA an SM, at most the plan's grid, so the plan's workspace holds its partials): pass the same
-// params to launch_split_combine.
-kvattn_status launch_decode_sm90(AttnParams& params, const FwdProblem& p, DType compute_dtype,
-                                 const AttentionPlan& plan, const DeviceShape& device, cudaStream_t stream);
+// plan: the portable plan (the balanced schedule, its workspace) with the kernel's own grid, one
+// persistent CTA an SM (sm_margin subtracted), never more than the portable grid whose partials the
+// workspace holds, and the kernel's shared memory.
+AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, const DeviceShape& device);
+
+// launch: the kernel for (compute dtype, cache dtype) and the producer warps of the environment, on the
+// plan's grid; its pieces go to the split combine (the plan is balanced).
+kvattn_status launch_decode_sm90(const AttnParams& params, const AttentionPlan& plan, DType compute_dtype,
+                                 DType kv_dtype, cudaStream_t stream);
+template <DType kCompute, DType kKv>
+kvattn_status launch_decode_sm90_row(const AttnParams& params, const AttentionPlan& plan,
+                                     CUstream_st* stream) {
+  return launch_decode_sm90(params, plan, kCompute, kKv, stream);
+}
 
 }  // namespace kvattn::cuda

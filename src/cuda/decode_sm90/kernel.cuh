@@ -11,8 +11,8 @@
 //   consumers (warps 0-3, consumer.cuh): per piece, load the sequence, check the page ids outside the
 //     piece's keys (those of its keys stage by stage), load Q; then warp w computes stages w, w + 4, ... of
 //     the piece (the stage's full mbarrier is the only wait) with the portable decode kernel's key-split
-//     online softmax and score modifications (score_mods.cuh); at the piece's end the four (m, l, O) merge
-//     through shared memory and 128 threads write out / lse, or the partial.
+//     online softmax and score modifications (attention/score_mod.cuh); at the piece's end the four (m, l, O)
+//     merge through shared memory and 128 threads write out / lse, or the partial.
 // Invalid key slots of a stage (past the piece's keys) copy the piece's last valid row instead of a row
 // of zeros, so every stage moves the same bytes, and the mask sets their scores to -inf (P = 0 times a
 // finite row). fp8 caches: K and V are converted in registers (cvt e4m3x2 -> f16x2, [-> bf16x2]) from

@@ -1,4 +1,5 @@
-// The Hopper decode kernel's host side: the support predicate and the launch (decode_sm90.hpp).
+// The Hopper decode kernel's host side: its table rows' supports predicate, plan and launch
+// (decode_sm90.hpp).
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -104,46 +105,53 @@ int decode_sm90_producer_warps() {
   return 8;
 }
 
-bool decode_sm90_supports(const FwdProblem& p, const AttentionPlan& plan, const AttnParams& params,
-                          const AttentionKernel& row, const DeviceShape& device) {
-  const DType compute_dtype = row.compute_dtype;
-  const int kernel_head_dim = row.head_dim, kernel_head_dim_v = row.head_dim_v;
+// Every sm_90 part opts a CTA into 227 KiB of shared memory (1 KiB of it reserved by the runtime): the ring
+// of the largest configuration fits, so the rows need not ask the device.
+static_assert(DecodeSm90Shape::smem_bytes(false, 2) + 1024 <= 227 * 1024 &&
+                  DecodeSm90Shape::smem_bytes(true, 2) + 1024 <= 227 * 1024 &&
+                  DecodeSm90Shape::smem_bytes(false, 8) + 1024 <= 227 * 1024 &&
+                  DecodeSm90Shape::smem_bytes(true, 8) + 1024 <= 227 * 1024,
+              "the decode ring fits an sm_90 CTA");
+
+bool decode_sm90_supports(const FwdProblem& p) {
   using S = DecodeSm90Shape;
-  const int producer_warps = decode_sm90_producer_warps();
-  if (device.arch != kArchSm90 || producer_warps == 0) return false;
+  if (p.head_dim != S::kHeadDim || p.head_dim_v != S::kHeadDim || p.qv.ptr != nullptr) return false;
   // The balanced key-split decode plan (one row block of <= 16 packed rows, num_splits = 0, not
   // deterministic); static splits stay on the portable kernel.
-  if (!plan.key_split || !plan.balanced || plan.m_blocks != 1) return false;
-  if (kernel_head_dim != S::kHeadDim || kernel_head_dim_v != S::kHeadDim || p.head_dim != S::kHeadDim ||
-      p.head_dim_v != S::kHeadDim || p.qv.ptr != nullptr || !params.kv_vec16) {
+  if (!plan_balanced(p, plan_key_split(p, attention_tile(S::kHeadDim, S::kHeadDim))) || !kv_rows_vec16(p)) {
     return false;
   }
-  const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
-  if (S::smem_bytes(fp8, producer_warps) + 1024 > static_cast<size_t>(device.max_smem_per_block))
-    return false;
+  const int producer_warps = decode_sm90_producer_warps();
+  if (producer_warps == 0) return false;
+  const DType compute_dtype = p.q_dtype == DType::fp8_e4m3 ? DType::bf16 : p.q_dtype;
   const DecodeKernel kernel = pick_kernel(compute_dtype, p.kv_dtype, producer_warps);
   return kernel != nullptr && built_for_sm90(kernel);
 }
 
-kvattn_status launch_decode_sm90(AttnParams& params, const FwdProblem& p, DType compute_dtype,
-                                 const AttentionPlan& plan, const DeviceShape& device, cudaStream_t stream) {
+AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, const DeviceShape& device) {
+  AttentionPlan plan = plan_portable(p, row, device);
+  const int64_t sms = std::max(1, device.sm_count - std::max(0, p.sm_margin));
+  plan.balanced_ctas = std::max<int64_t>(1, std::min<int64_t>(sms, plan.balanced_ctas));
+  plan.balanced_slots = plan.balanced_ctas;
+  plan.smem_bytes = DecodeSm90Shape::smem_bytes(p.kv_dtype == DType::fp8_e4m3, decode_sm90_producer_warps());
+  plan.static_smem_bytes = 0;
+  return plan;
+}
+
+kvattn_status launch_decode_sm90(const AttnParams& params, const AttentionPlan& plan, DType compute_dtype,
+                                 DType kv_dtype, cudaStream_t stream) {
   using S = DecodeSm90Shape;
   const int producer_warps = decode_sm90_producer_warps();
-  const DecodeKernel kernel = pick_kernel(compute_dtype, p.kv_dtype, producer_warps);
+  const DecodeKernel kernel = pick_kernel(compute_dtype, kv_dtype, producer_warps);
   if (kernel == nullptr) return fail(KVATTN_ERROR_UNSUPPORTED, "decode_sm90: no kernel for this dtype pair");
   if (std::getenv("KVATTN_DEBUG_DISPATCH") != nullptr) {
     std::fprintf(stderr, "kvattn: decode_sm90 kernel, %d producer warps\n", producer_warps);
   }
-  // One persistent CTA an SM, never more than the plan's grid (whose partials the workspace holds).
-  const int64_t sms = std::max(1, device.sm_count - std::max(0, p.sm_margin));
-  const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(sms, plan.balanced_ctas));
-  params.balanced_ctas = static_cast<int32_t>(grid);
-  params.balanced_slots = static_cast<int32_t>(grid);
-  const size_t smem = S::smem_bytes(p.kv_dtype == DType::fp8_e4m3, producer_warps);
+  const size_t smem = S::smem_bytes(kv_dtype == DType::fp8_e4m3, producer_warps);
   cudaError_t err = opt_in_once(kernel, static_cast<int>(smem));
   if (err != cudaSuccess) return cuda_fail(err, "decode_sm90_kernel shared memory");
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(grid));
+  config.gridDim = dim3(static_cast<unsigned>(params.balanced_ctas));  // the plan's grid
   config.blockDim = dim3(S::threads(producer_warps));
   config.dynamicSmemBytes = smem;
   config.stream = stream;

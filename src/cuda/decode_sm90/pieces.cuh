@@ -74,37 +74,12 @@ __device__ __forceinline__ PieceKeys piece_keys(const AttnParams& p, const Piece
   return k;
 }
 
-// The pieces of CTA blockIdx.x on the balanced schedule, in order; f(piece, first_of_unit, unit_end).
-// Producer and consumers walk the same list, so they agree on every stage without talking.
+// The pieces of CTA blockIdx.x on the balanced schedule (attention/schedule.cuh), in order;
+// f(piece, first_of_unit, unit_pieces). Producer and consumers walk the same list, so they agree on every
+// stage without talking.
 template <class Cfg, class F>
 __device__ __forceinline__ void for_each_piece(const AttnParams& p, const BalancedStart& st, F&& f) {
-  const int64_t k = blockIdx.x, g = st.ctas;
-  if (k >= g) return;
-  const int64_t a = cta_begin(k, g, st.total), b = cta_begin(k + 1, g, st.total);
-  int i = st.seq;
-  int64_t tiles = st.seq_tiles;
-  int h = static_cast<int>((a - st.seq_start) / (tiles + kUnitCost));
-  int64_t u_start = st.seq_start + h * (tiles + kUnitCost);
-  while (i < p.seq.batch && u_start < b) {
-    const int64_t u_end = u_start + tiles + kUnitCost;
-    Piece w{i,
-            h,
-            0,
-            -1,
-            max(int64_t{0}, max(a, u_start) - u_start - kUnitCost),
-            max(int64_t{0}, min(b, u_end) - u_start - kUnitCost),
-            -1};
-    if (u_start < a || u_end > b) {
-      const int slot = u_start < a ? 0 : 1;  // continues into this CTA, or starts here and goes on
-      w.partial = (static_cast<int64_t>(slot) * p.balanced_ctas + k) * p.rows_per_unit;
-    }
-    f(w, u_start >= a, cta_of(u_end - 1, g, st.total) - k + 1);
-    u_start = u_end;
-    if (++h == p.num_kv_heads) {
-      h = 0;
-      if (++i < p.seq.batch) tiles = unit_tiles<Cfg::kRows, Cfg::kBlockN>(p, i);
-    }
-  }
+  walk_balanced_pieces<Cfg::kRows, Cfg::kBlockN>(p, st, static_cast<F&&>(f));
 }
 
 }  // namespace kvattn::cuda::sm90

@@ -11,9 +11,9 @@
 //     cp.async.mbarrier.arrive) and an "empty" one (every consumer thread arrives after its last wgmma
 //     read of the stage).
 //   consumers (warpgroups 1, 2, 64 rows each, many registers): S = Q K^T by wgmma from shared memory (Q
-//     loaded once, rotary applied), the score modifications and the mask on the accumulator layout
-//     (score_mods, the one place), online softmax in registers, O += P V by wgmma with P from registers;
-//     the softmax of tile t runs while the tensor cores do P V of tile t - 1.
+//     loaded once, rotary applied), the score modifications and the mask (attention/score_mod.cuh, through
+//     the accumulator layout's WgmmaScoreTile), online softmax in registers, O += P V by wgmma with P from
+//     registers; the softmax of tile t runs while the tensor cores do P V of tile t - 1.
 // Scores are in log2 units (exp2 is one instruction), as in the portable kernel.
 #pragma once
 
@@ -23,6 +23,8 @@
 #include <cstdint>
 
 #include "cuda/attention/params.cuh"
+#include "cuda/attention/schedule.cuh"
+#include "cuda/attention/score_mod.cuh"
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/rotary.cuh"
@@ -84,55 +86,20 @@ struct PrefillConfig {
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-// What a consumer thread knows about each of its two rows (wgmma accumulator rows lane / 4 and + 8).
-struct RowCtx {
-  int32_t qp;    // logical query position (keys are 0..kv_len - 1)
-  float slope;   // ALiBi slope, log2 units (0 without ALiBi)
-  int head;      // query head
-  bool attends;  // row < seqused rows
-};
-
-// What takes the scores left by score_mods to log2 units: scale * log2(e) when score_mods leaves the raw
-// dot products alone (no softcap, no ALiBi: the softmax then folds the scale into its exp2 argument, one
-// FFMA a score), else 1 (score_mods already produced log2 units). Uniform over a call.
-__device__ __forceinline__ float score_factor(const AttnParams& p) {
-  return p.softcap > 0.f || p.alibi_slopes ? 1.f : p.scale_log2;
-}
-
-// THE score modifications (CONTRACT.md steps 5-6) as a function of (query position, key position, head),
-// on one consumer's (64, kN) accumulator tile of raw dot products q.k: softcap or scale (only where a
-// modification needs log2 units, see score_factor), ALiBi, then the mask (causal / window / chunk, and
-// keys before 0 or past kv_len) when the tile is not inside every row's visible keys. Element e of s: the
-// thread's row (e % 4) / 2, key column 8 (e / 4) + 2 quad + e % 2, i.e. key position kp0 + that column.
-// Invisible keys become -inf.
+// The ScoreTile (attention/score_mod.cuh) of one consumer's (64, kN) wgmma accumulator tile: element e of
+// s is the thread's row (e % 4) / 2 (warp rows lane / 4 and lane / 4 + 8), key column 8 (e / 4) +
+// 2 (lane % 4) + e % 2.
 template <int kN>
-__device__ __forceinline__ void score_mods(float (&s)[kN / 2], const AttnParams& p, const RowCtx (&row)[2],
-                                           int32_t kp0, bool masked, int32_t kv_len, int quad) {
-  if (p.softcap > 0.f) {
-    const float inner = p.scale / p.softcap, outer = p.softcap * kLog2e;
+struct WgmmaScoreTile {
+  float (&s)[kN / 2];
+  const QueryRow (&rows)[2];
+  int32_t kp0;  // kp of this thread's first column (the tile's first key + 2 (lane % 4))
+  template <class F>
+  __device__ __forceinline__ void for_each(F f) {
 #pragma unroll
-    for (int e = 0; e < kN / 2; ++e) s[e] = outer * tanhf(s[e] * inner);
-  } else if (p.alibi_slopes) {
-#pragma unroll
-    for (int e = 0; e < kN / 2; ++e) s[e] *= p.scale_log2;
+    for (int e = 0; e < kN / 2; ++e) f(s[e], rows[(e % 4) / 2], kp0 + 8 * (e / 4) + (e & 1));
   }
-  if (p.alibi_slopes) {
-#pragma unroll
-    for (int e = 0; e < kN / 2; ++e) {
-      const int32_t kp = kp0 + 8 * (e / 4) + 2 * quad + (e & 1);
-      const RowCtx& r = row[(e % 4) / 2];
-      s[e] -= r.slope * fabsf(static_cast<float>(r.qp - kp));
-    }
-  }
-  if (masked) {
-#pragma unroll
-    for (int e = 0; e < kN / 2; ++e) {
-      const int32_t kp = kp0 + 8 * (e / 4) + 2 * quad + (e & 1);
-      const RowCtx& r = row[(e % 4) / 2];
-      if (!(kp >= 0 && kp < kv_len && p.mask.visible(r.qp, kp))) s[e] = -INFINITY;
-    }
-  }
-}
+};
 
 // Byte offset of 16-byte chunk c of row r in a tile of 64-channel panels (panel_bytes apart), 128B
 // swizzle: the chunk's position within its 128-byte row is XORed with r % 8.
@@ -162,27 +129,6 @@ __device__ __forceinline__ CtaRows cta_rows(const PrefillArgs& a) {
     u = static_cast<int>(blockIdx.x % units);
   }
   return {u / p.num_kv_heads, u % p.num_kv_heads, static_cast<int64_t>(m_block) * Cfg::kBlockM};
-}
-
-// Visible keys [first, last] of packed rows [m0, m0 + rows) (attending rows only) and the keys every one
-// of them sees [all_first, all_last]; positions in [0, kv_len). The mask is monotone in qp, so the first and
-// last attending rows bound both.
-struct Keys {
-  int64_t first = 0, last = -1, all_first = 0, all_last = -1;
-};
-__device__ __forceinline__ Keys visible_keys(const AttnParams& p, const Sequence& seq, int64_t m0, int rows) {
-  Keys k;
-  const int64_t kv_len = seq.end - seq.leftpad;
-  const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
-  if (m0 < used_rows) {
-    const int64_t qp_first = m0 / p.group + kv_len - seq.q_used;
-    const int64_t qp_last = (min(m0 + rows, used_rows) - 1) / p.group + kv_len - seq.q_used;
-    k.first = p.mask.first_key(qp_first);
-    k.last = p.mask.last_key(qp_last, kv_len);
-    k.all_first = p.mask.first_key(qp_last);
-    k.all_last = p.mask.last_key(qp_first, kv_len);
-  }
-  return k;
 }
 
 // An offending sequence: NaN in out (and lse) for the CTA's rows. All threads.
@@ -393,201 +339,95 @@ __device__ __forceinline__ void load_q(const AttnParams& p, const Sequence& seq,
   }
 }
 
+// S = Q K^T of a tile into s (issued, not waited for): kD / 16 k-steps, 32 bytes apart within a 128-byte
+// panel row.
 template <class Cfg>
-__device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
-                                        const Keys& cta_keys, int64_t n_tiles, unsigned char* s_q_all,
-                                        uint32_t s_k, uint32_t s_v, uint32_t full_bar, uint32_t empty_bar,
-                                        bool reader_fence, bool diag_no_softmax) {
-  using T = typename Cfg::T;
-  constexpr int kBlockN = Cfg::kBlockN, kD = Cfg::kHeadDim;
-  const int consumer = threadIdx.x / 128 - 1;
-  const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32, quad = lane % 4;
-  const int64_t m0 = cta.m0 + 64 * consumer;  // this warpgroup's first packed row
-  unsigned char* s_q = s_q_all + consumer * (Cfg::kQBytes / Cfg::kConsumers);
+__device__ __forceinline__ void issue_qk_tile(float (&s)[Cfg::kBlockN / 2], uint32_t q_addr,
+                                              uint32_t k_tile) {
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk) {
+    const uint32_t q_step = (kk / 4) * Cfg::kQPanelBytes + (kk % 4) * 32;
+    const uint32_t k_step = (kk / 4) * Cfg::kKvPanelBytes + (kk % 4) * 32;
+    wgmma_ss<typename Cfg::T, Cfg::kBlockN>(s, desc_k_major(q_addr + q_step), desc_k_major(k_tile + k_step),
+                                            kk > 0);
+  }
+  wgmma_commit();
+}
 
-  load_q<Cfg>(p, seq, cta.i, cta.kv_head, m0, s_q);
-  fence_proxy_async();  // Q is read by wgmma (async proxy)
-  named_barrier_sync(1 + consumer, 128);
+// O += P V of a tile (issued, not waited for): V's 16-key k-steps are 16 rows = 2048 bytes apart.
+template <class Cfg>
+__device__ __forceinline__ void issue_pv_tile(float (&o)[Cfg::kHeadDim / 2],
+                                              const uint32_t (&pa)[Cfg::kBlockN / 16][4], uint32_t v_tile) {
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
+    wgmma_rs<typename Cfg::T, Cfg::kHeadDim>(o, pa[kk], desc_mn_major(v_tile + kk * 2048, Cfg::kKvPanelBytes),
+                                             1);
+  }
+  wgmma_commit();
+}
 
-  const int64_t kv_len = seq.end - seq.leftpad;
-  const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
-  // Tiles inside the keys every row of this warpgroup sees skip the mask.
-  const Keys mine = visible_keys(p, seq, m0, 64);
-  RowCtx row[2];
+// P's fragments, wgmma register operands: pinned in place across the asynchronous P V (fence_registers).
+template <int kKSteps>
+__device__ __forceinline__ void fence_fragments(uint32_t (&pa)[kKSteps][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kKSteps; ++kk) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) fence_registers(pa[kk][e]);
+  }
+}
+
+// P leaves the S accumulators as the A fragments of P V (two 8-key blocks = one 16-key k-step).
+template <class Cfg>
+__device__ __forceinline__ void pack_p(const float (&s)[Cfg::kBlockN / 2],
+                                       uint32_t (&pa)[Cfg::kBlockN / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) pa[kk][e] = pack2<typename Cfg::T>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+  }
+}
+
+// The online softmax of a tile's modified scores (rows spread over the 4 threads of a quad; scores times
+// factor are log2 units, score_factor): s becomes P, the rows' (max, sum) move on, correction = how much
+// each row's running max moved (what O must be scaled by).
+template <int kBlockN>
+__device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float factor, float (&row_max)[2],
+                                               float (&row_sum)[2], float (&correction)[2]) {
+  // Row max and row sum over 4 partial chains each (dependent FMNMX / FADD chains of kBlockN / 32
+  // instead of kBlockN / 4: the consumers are latency-bound, bench/NOTES.md).
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
-    const int64_t r = m0 + 16 * warp + lane / 4 + 8 * k;
-    row[k].attends = r < used_rows;
-    row[k].qp = static_cast<int32_t>(r / p.group + kv_len - seq.q_used);
-    row[k].head = cta.kv_head * p.group + static_cast<int>(r % p.group);
-    row[k].slope = p.alibi_slopes && row[k].attends
-                       ? p.alibi_slopes[cta.i * p.alibi_batch_stride + row[k].head] * kLog2e
-                       : 0.f;
+    float part[4] = {row_max[k], -INFINITY, -INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+      part[j % 4] = fmaxf(part[j % 4], fmaxf(s[4 * j + 2 * k], s[4 * j + 2 * k + 1]));
+    }
+    float mx = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float base = safe_max_base(mx) * factor;  // log2 units
+    correction[k] = mx == row_max[k] ? 1.f : fast_exp2(row_max[k] * factor - base);
+    row_max[k] = mx;
+    float sum[4] = {row_sum[k] * correction[k], 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+      s[4 * j + 2 * k] = fast_exp2(fmaf(s[4 * j + 2 * k], factor, -base));
+      s[4 * j + 2 * k + 1] = fast_exp2(fmaf(s[4 * j + 2 * k + 1], factor, -base));
+      sum[j % 4] += s[4 * j + 2 * k] + s[4 * j + 2 * k + 1];
+    }
+    row_sum[k] = (sum[0] + sum[1]) + (sum[2] + sum[3]);
   }
+}
 
-  float o[kD / 2];
-#pragma unroll
-  for (int e = 0; e < kD / 2; ++e) o[e] = 0.f;
-  const float factor = score_factor(p);
-  float row_max[2] = {-INFINITY, -INFINITY};  // in the units of score_mods' output (x factor: log2)
-  float row_sum[2] = {0.f, 0.f};              // this thread's share; quad-reduced at the end
-  const uint32_t q_addr = smem_addr(s_q);
-
-  // S = Q K^T of a tile into s (issued, not waited for): kD / 16 k-steps, 32 bytes apart within a
-  // 128-byte panel row.
-  auto issue_qk = [&](float(&s)[kBlockN / 2], uint32_t k_tile) {
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const uint32_t q_step = (kk / 4) * Cfg::kQPanelBytes + (kk % 4) * 32;
-      const uint32_t k_step = (kk / 4) * Cfg::kKvPanelBytes + (kk % 4) * 32;
-      wgmma_ss<T, kBlockN>(s, desc_k_major(q_addr + q_step), desc_k_major(k_tile + k_step), kk > 0);
-    }
-    wgmma_commit();
-  };
-  // O += P V of a tile (issued, not waited for): V's 16-key k-steps are 16 rows = 2048 bytes apart.
-  auto issue_pv = [&](const uint32_t(&pa)[kBlockN / 16][4], uint32_t v_tile) {
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      wgmma_rs<T, kD>(o, pa[kk], desc_mn_major(v_tile + kk * 2048, Cfg::kKvPanelBytes), 1);
-    }
-    wgmma_commit();
-  };
-  // Score mods and online softmax of a tile's S (rows spread over the 4 threads of a quad): s becomes P,
-  // correction = how much the row's running max moved (what O must be scaled by).
-  auto softmax = [&](float(&s)[kBlockN / 2], int64_t tile, float(&correction)[2]) {
-    if (diag_no_softmax) {
-      correction[0] = correction[1] = 1.f;
-      return;
-    }
-    const int64_t tile_kp0 = cta_keys.first + tile * kBlockN;
-    const bool inside = tile_kp0 >= mine.all_first && tile_kp0 + kBlockN - 1 <= mine.all_last;
-    score_mods<kBlockN>(s, p, row, static_cast<int32_t>(tile_kp0), !inside, static_cast<int32_t>(kv_len),
-                        quad);
-    // Row max and row sum over 4 partial chains each (dependent FMNMX / FADD chains of kBlockN / 32
-    // instead of kBlockN / 4: the consumers are latency-bound, bench/NOTES.md).
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      float part[4] = {row_max[k], -INFINITY, -INFINITY, -INFINITY};
-#pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) {
-        part[j % 4] = fmaxf(part[j % 4], fmaxf(s[4 * j + 2 * k], s[4 * j + 2 * k + 1]));
-      }
-      float mx = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float base = safe_max_base(mx) * factor;  // log2 units
-      correction[k] = mx == row_max[k] ? 1.f : fast_exp2(row_max[k] * factor - base);
-      row_max[k] = mx;
-      float sum[4] = {row_sum[k] * correction[k], 0.f, 0.f, 0.f};
-#pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) {
-        s[4 * j + 2 * k] = fast_exp2(fmaf(s[4 * j + 2 * k], factor, -base));
-        s[4 * j + 2 * k + 1] = fast_exp2(fmaf(s[4 * j + 2 * k + 1], factor, -base));
-        sum[j % 4] += s[4 * j + 2 * k] + s[4 * j + 2 * k + 1];
-      }
-      row_sum[k] = (sum[0] + sum[1]) + (sum[2] + sum[3]);
-    }
-  };
-  // P leaves the S accumulators as the A fragments of P V (two 8-key blocks = one 16-key k-step).
-  auto pack_p = [&](const float(&s)[kBlockN / 2], uint32_t(&pa)[kBlockN / 16][4]) {
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) pa[kk][e] = pack2<T>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
-    }
-  };
-  auto wait_full = [&](int64_t tile) {
-    const int stage = static_cast<int>(tile % Cfg::kStages);
-    mbar_wait(full_bar + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1));
-    if (reader_fence) fence_proxy_async();  // the stage's cp.async writes, seen here, before wgmma reads
-    return stage;
-  };
-
-  // Ping-pong (Cfg::kPingPong): the two consumers take turns issuing their wgmma groups, so that one's
-  // softmax runs while the other's matrix products occupy the tensor cores. Consumer c waits on barrier
-  // 3 + c before issuing and then lets the other go (bar.arrive on 3 + (1 - c)); both have n_tiles + 1
-  // issue points, consumer 1 starts by letting consumer 0 go and skips its last hand-over, so every
-  // barrier phase completes before the CTA ends.
-  int64_t turns_left = n_tiles + 1;
-  auto my_turn = [&]() {
-    if constexpr (Cfg::kPingPong) named_barrier_sync(3 + consumer, 256);
-  };
-  auto your_turn = [&]() {
-    if constexpr (Cfg::kPingPong) {
-      --turns_left;
-      if (consumer == 0 || turns_left > 0) named_barrier_arrive(3 + (1 - consumer), 256);
-    }
-  };
-  if (Cfg::kPingPong && consumer == 1 && n_tiles > 0) named_barrier_arrive(3, 256);
-
-  // The softmax of tile t overlaps the P V of tile t - 1 on the tensor cores: per iteration, issue
-  // S_t = Q K_t and O += P_{t-1} V_{t-1}, wait for S_t, softmax it, wait for P V, release stage t - 1,
-  // rescale O by tile t's correction.
-  uint32_t pa[kBlockN / 16][4];
-  int prev_stage = 0;
-  if (n_tiles > 0) {
-    float s[kBlockN / 2];
-    prev_stage = wait_full(0);
-    my_turn();
-    wgmma_fence();
-    issue_qk(s, s_k + prev_stage * Cfg::kKvStageBytes);
-    your_turn();
-    wgmma_wait<0>();
-    fence_registers(s);
-    float correction[2];
-    softmax(s, 0, correction);  // O is still zero: nothing to rescale
-    pack_p(s, pa);
-  }
-  for (int64_t tile = 1; tile < n_tiles; ++tile) {
-    float s[kBlockN / 2];
-    const int stage = wait_full(tile);
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) fence_registers(pa[kk][e]);
-    }
-    fence_registers(o);
-    my_turn();
-    wgmma_fence();
-    issue_qk(s, s_k + stage * Cfg::kKvStageBytes);
-    issue_pv(pa, s_v + prev_stage * Cfg::kKvStageBytes);
-    your_turn();
-    wgmma_wait<1>();  // S_t is done (P V may still run)
-    fence_registers(s);
-    float correction[2];
-    softmax(s, tile, correction);
-    wgmma_wait<0>();  // P_{t-1} V_{t-1} is done: its registers and its stage are free
-    fence_registers(o);
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) fence_registers(pa[kk][e]);
-    }
-    mbar_arrive(empty_bar + 8 * prev_stage);
-    if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {  // once maxima settle: rare
-#pragma unroll
-      for (int e = 0; e < kD / 2; ++e) o[e] *= correction[(e % 4) / 2];
-    }
-    pack_p(s, pa);
-    prev_stage = stage;
-  }
-  if (n_tiles > 0) {
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) fence_registers(pa[kk][e]);
-    }
-    fence_registers(o);
-    my_turn();
-    wgmma_fence();
-    issue_pv(pa, s_v + prev_stage * Cfg::kKvStageBytes);
-    your_turn();
-    wgmma_wait<0>();
-    fence_registers(o);
-    mbar_arrive(empty_bar + 8 * prev_stage);
-  }
-
-  // Epilogue: out = O / l and lse, the sink counted here.
+// Out = O / l and lse of this thread's two rows, the sink counted here (one pass: no partials).
+template <class Cfg>
+__device__ __forceinline__ void write_rows(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
+                                           int64_t m0, const QueryRow (&row)[2],
+                                           const float (&o)[Cfg::kHeadDim / 2], const float (&row_max)[2],
+                                           float (&row_sum)[2], float factor) {
+  using T = typename Cfg::T;
+  constexpr int kD = Cfg::kHeadDim;
+  const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32, quad = lane % 4;
   const int64_t rows = static_cast<int64_t>(seq.q_len) * p.group;
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
@@ -627,6 +467,132 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
 }
 
 template <class Cfg>
+__device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
+                                        const KeyRange& cta_keys, int64_t n_tiles, unsigned char* s_q_all,
+                                        uint32_t s_k, uint32_t s_v, uint32_t full_bar, uint32_t empty_bar,
+                                        bool reader_fence, bool diag_no_softmax) {
+  using T = typename Cfg::T;
+  constexpr int kBlockN = Cfg::kBlockN, kD = Cfg::kHeadDim;
+  const int consumer = threadIdx.x / 128 - 1;
+  const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32, quad = lane % 4;
+  const int64_t m0 = cta.m0 + 64 * consumer;  // this warpgroup's first packed row
+  unsigned char* s_q = s_q_all + consumer * (Cfg::kQBytes / Cfg::kConsumers);
+
+  load_q<Cfg>(p, seq, cta.i, cta.kv_head, m0, s_q);
+  fence_proxy_async();  // Q is read by wgmma (async proxy)
+  named_barrier_sync(1 + consumer, 128);
+
+  const int64_t kv_len = seq.end - seq.leftpad;
+  // Tiles inside the keys every row of this warpgroup sees skip the mask.
+  const KeyRange mine = key_range(p, seq, m0, 64, kBlockN);
+  // This thread's two rows of the accumulator layout, as the score modifications see them.
+  const QueryRow row[2] = {query_row(p, seq, cta.i, cta.kv_head, m0 + 16 * warp + lane / 4),
+                           query_row(p, seq, cta.i, cta.kv_head, m0 + 16 * warp + lane / 4 + 8)};
+
+  float o[kD / 2];
+#pragma unroll
+  for (int e = 0; e < kD / 2; ++e) o[e] = 0.f;
+  const float factor = score_factor(p);
+  float row_max[2] = {-INFINITY, -INFINITY};  // in the units of score_mods' output (x factor: log2)
+  float row_sum[2] = {0.f, 0.f};              // this thread's share; quad-reduced at the end
+  const uint32_t q_addr = smem_addr(s_q);
+
+  // Score mods and online softmax of a tile's S (rows spread over the 4 threads of a quad): s becomes P,
+  // correction = how much the row's running max moved (what O must be scaled by).
+  auto softmax = [&](float(&s)[kBlockN / 2], int64_t tile, float(&correction)[2]) {
+    if (diag_no_softmax) {
+      correction[0] = correction[1] = 1.f;
+      return;
+    }
+    const int64_t tile_kp0 = cta_keys.first + tile * kBlockN;
+    const bool inside = tile_kp0 >= mine.all_first && tile_kp0 + kBlockN - 1 <= mine.all_last;
+    WgmmaScoreTile<kBlockN> score_tile{s, row, static_cast<int32_t>(tile_kp0) + 2 * quad};
+    apply_score_mods<true>(p, static_cast<int32_t>(kv_len), inside, score_tile);
+    online_softmax<kBlockN>(s, factor, row_max, row_sum, correction);
+  };
+  auto wait_full = [&](int64_t tile) {
+    const int stage = static_cast<int>(tile % Cfg::kStages);
+    mbar_wait(full_bar + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1));
+    if (reader_fence) fence_proxy_async();  // the stage's cp.async writes, seen here, before wgmma reads
+    return stage;
+  };
+
+  // Ping-pong (Cfg::kPingPong): the two consumers take turns issuing their wgmma groups, so that one's
+  // softmax runs while the other's matrix products occupy the tensor cores. Consumer c waits on barrier
+  // 3 + c before issuing and then lets the other go (bar.arrive on 3 + (1 - c)); both have n_tiles + 1
+  // issue points, consumer 1 starts by letting consumer 0 go and skips its last hand-over, so every
+  // barrier phase completes before the CTA ends.
+  int64_t turns_left = n_tiles + 1;
+  auto my_turn = [&]() {
+    if constexpr (Cfg::kPingPong) named_barrier_sync(3 + consumer, 256);
+  };
+  auto your_turn = [&]() {
+    if constexpr (Cfg::kPingPong) {
+      --turns_left;
+      if (consumer == 0 || turns_left > 0) named_barrier_arrive(3 + (1 - consumer), 256);
+    }
+  };
+  if (Cfg::kPingPong && consumer == 1 && n_tiles > 0) named_barrier_arrive(3, 256);
+
+  // The softmax of tile t overlaps the P V of tile t - 1 on the tensor cores: per iteration, issue
+  // S_t = Q K_t and O += P_{t-1} V_{t-1}, wait for S_t, softmax it, wait for P V, release stage t - 1,
+  // rescale O by tile t's correction.
+  uint32_t pa[kBlockN / 16][4];
+  int prev_stage = 0;
+  if (n_tiles > 0) {
+    float s[kBlockN / 2];
+    prev_stage = wait_full(0);
+    my_turn();
+    wgmma_fence();
+    issue_qk_tile<Cfg>(s, q_addr, s_k + prev_stage * Cfg::kKvStageBytes);
+    your_turn();
+    wgmma_wait<0>();
+    fence_registers(s);
+    float correction[2];
+    softmax(s, 0, correction);  // O is still zero: nothing to rescale
+    pack_p<Cfg>(s, pa);
+  }
+  for (int64_t tile = 1; tile < n_tiles; ++tile) {
+    float s[kBlockN / 2];
+    const int stage = wait_full(tile);
+    fence_fragments(pa);
+    fence_registers(o);
+    my_turn();
+    wgmma_fence();
+    issue_qk_tile<Cfg>(s, q_addr, s_k + stage * Cfg::kKvStageBytes);
+    issue_pv_tile<Cfg>(o, pa, s_v + prev_stage * Cfg::kKvStageBytes);
+    your_turn();
+    wgmma_wait<1>();  // S_t is done (P V may still run)
+    fence_registers(s);
+    float correction[2];
+    softmax(s, tile, correction);
+    wgmma_wait<0>();  // P_{t-1} V_{t-1} is done: its registers and its stage are free
+    fence_registers(o);
+    fence_fragments(pa);
+    mbar_arrive(empty_bar + 8 * prev_stage);
+    if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {  // once maxima settle: rare
+#pragma unroll
+      for (int e = 0; e < kD / 2; ++e) o[e] *= correction[(e % 4) / 2];
+    }
+    pack_p<Cfg>(s, pa);
+    prev_stage = stage;
+  }
+  if (n_tiles > 0) {
+    fence_fragments(pa);
+    fence_registers(o);
+    my_turn();
+    wgmma_fence();
+    issue_pv_tile<Cfg>(o, pa, s_v + prev_stage * Cfg::kKvStageBytes);
+    your_turn();
+    wgmma_wait<0>();
+    fence_registers(o);
+    mbar_arrive(empty_bar + 8 * prev_stage);
+  }
+
+  write_rows<Cfg>(p, seq, cta, m0, row, o, row_max, row_sum, factor);
+}
+
+template <class Cfg>
 __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
   const AttnParams& p = a.p;
   extern __shared__ unsigned char smem_raw[];
@@ -650,7 +616,7 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
     write_nan_rows<Cfg>(p, cta, seq);
     return;
   }
-  Keys keys = visible_keys(p, seq, cta.m0, Cfg::kBlockM);
+  KeyRange keys = key_range(p, seq, cta.m0, Cfg::kBlockM, Cfg::kBlockN);
   const bool tma = (a.flags & kTma) != 0;
   if (tma && keys.last >= keys.first) {  // the first tile starts at a box boundary (produce_tma)
     const int64_t box = min(p.seq.page_size, static_cast<int64_t>(Cfg::kBlockN));

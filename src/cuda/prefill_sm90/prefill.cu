@@ -1,4 +1,4 @@
-// The sm_90a prefill path: which problems it takes, and the dispatch over (dtype, head dim).
+// The sm_90a prefill kernel: which problems its table rows take (prefill_sm90_supports).
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -41,32 +41,16 @@ bool prefill_sm90_supports(const FwdProblem& p) {
         (rows + p.page_size * c.slot_stride + p.num_kv_heads * c.head_stride + p.head_dim) / 8;
     return aligned && span16 < (int64_t{1} << 32) - 1;
   };
-  if (!rows_ok(p.k_cache) || !rows_ok(p.v_cache)) return false;
+  if (!rows_ok(p.k_cache) || !rows_ok(p.v_cache) || !kv_rows_vec16(p)) return false;
   // Prefill shapes only: below 128 packed rows a 128-row CTA would be mostly padding, and below 64 CTAs
   // (half a wave on the 114-132 SMs of sm_90 parts) the portable kernel's split-KV schedule fills the
   // machine instead. KVATTN_FORCE_SM90_PREFILL=1 (tests) drops this rule.
   const int64_t rows = static_cast<int64_t>(p.max_seqlen_q) * (p.num_q_heads / p.num_kv_heads);
   const int64_t block_m = 64 * prefill_tile(p.head_dim).consumers;
   const int64_t ctas = (rows + block_m - 1) / block_m * p.batch * p.num_kv_heads;
-  return (rows >= block_m && ctas >= 64) || env_is_1("KVATTN_FORCE_SM90_PREFILL");
-}
-
-bool prefill_takes(const FwdProblem& p, const AttnParams& params) {
-  if (!prefill_sm90_supports(p) || !params.kv_vec16) return false;
+  if (!(rows >= block_m && ctas >= 64) && !env_is_1("KVATTN_FORCE_SM90_PREFILL")) return false;
   // The sm_90a binary must be the one the device runs (not an sm_80 one picked for lack of it).
   return p.q_dtype == DType::bf16 ? loaded<__nv_bfloat16>(p.head_dim) : loaded<half>(p.head_dim);
-}
-
-kvattn_status launch_prefill(const FwdProblem& p, const AttnParams& params, cudaStream_t stream) {
-  const bool bf16 = p.q_dtype == DType::bf16;
-  switch (p.head_dim) {
-    case 128:
-      return bf16 ? launch_prefill_kernel<__nv_bfloat16, 128>(params, stream)
-                  : launch_prefill_kernel<half, 128>(params, stream);
-    default:
-      return fail(KVATTN_ERROR_UNSUPPORTED,
-                  "head_dim=" + std::to_string(p.head_dim) + ": no sm_90a prefill kernel");
-  }
 }
 
 }  // namespace kvattn::cuda::sm90

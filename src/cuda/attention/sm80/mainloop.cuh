@@ -48,21 +48,8 @@ struct Sm80Mainloop {
     float o[kNTilesO][4];
   };
 
-  // The scores of a warp as a ScoreTile (score_mod.cuh): element e of 8-key tile n is row e / 2, key
-  // column n * 8 + 2 * (lane % 4) + e % 2 (the mma C layout, known here only).
-  struct ScoreTile {
-    float (&s)[kNTilesS][4];
-    const QueryRow (&rows)[2];
-    int32_t kp0;  // kp of this thread's first column
-    template <class F>
-    __device__ __forceinline__ void for_each(F f) {
-#pragma unroll
-      for (int n = 0; n < kNTilesS; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) f(s[n][e], rows[e / 2], kp0 + n * 8 + (e & 1));
-      }
-    }
-  };
+  // The scores of a warp as a ScoreTile (score_mod.cuh): the mma C layout.
+  using ScoreTile = MmaScoreTile<kNTilesS>;
 
   const AttnParams& p;
   const Sequence& seq;
