@@ -15,12 +15,19 @@ struct PrefillTile {
   int regs_consumer;
 };
 
-// d = dv = 128: a 128 x 128 S and O per CTA, 64 fp32 accumulators each a consumer thread (plus S of the
-// next tile and P of the previous one while they overlap), three 64 KiB K/V stages (225 KiB of shared
-// memory with Q: the most that fits in 227 KiB).
-// (Only d = 128 is compiled so far, prefill_built; the other branch is a placeholder for d = 256.)
+// Per head dim (d = dv), two 64-row consumer warpgroups (a 128-row CTA) each:
+// - d = 128: a 128 x 128 S and O per CTA, 64 fp32 accumulators each a consumer thread (plus S of the next
+//   tile and P of the previous one while they overlap), three 64 KiB K/V stages (225 KiB of shared memory
+//   with Q: the most that fits in 227 KiB).
+// - d = 64: the same 128-key tiles at half the bytes: six 32 KiB stages (209 KiB with Q). A tile is half
+//   the FLOPs of d = 128 for the same softmax, so more stages cost nothing and hide more of the loads.
+// - d = 256: O alone is 128 accumulators a thread, so 64-key tiles (S 32, P 16 registers): 2 stages of 64
+//   KiB next to the 64 KiB Q (193 KiB; a third stage would need 257). Consumers at 232 registers, the
+//   producer at 40 (40 + 2 x 232 = 3 x 168: what the 384-thread launch holds).
 constexpr PrefillTile prefill_tile(int head_dim) {
-  return head_dim <= 128 ? PrefillTile{2, 128, 3, 56, 224} : PrefillTile{2, 64, 2, 40, 232};
+  return head_dim <= 64    ? PrefillTile{2, 128, 6, 56, 224}
+         : head_dim <= 128 ? PrefillTile{2, 128, 3, 56, 224}
+                           : PrefillTile{2, 64, 2, 40, 232};
 }
 
 // Dynamic shared memory: 1024 bytes of alignment slack, Q, the K and V stages, two mbarriers a stage.
@@ -44,7 +51,7 @@ constexpr bool prefill_built(DType dt, int head_dim) {
 #if defined(KVATTN_DEV_HEAD_DIM)
   if (head_dim != KVATTN_DEV_HEAD_DIM) return false;
 #endif
-  return (dt == DType::f16 || dt == DType::bf16) && head_dim == 128;
+  return (dt == DType::f16 || dt == DType::bf16) && (head_dim == 64 || head_dim == 128 || head_dim == 256);
 #endif
 }
 

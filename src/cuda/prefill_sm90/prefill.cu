@@ -18,8 +18,12 @@ bool env_is_1(const char* name) {
 template <typename T>
 bool loaded(int head_dim) {
   switch (head_dim) {
+    case 64:
+      return prefill_kernel_loaded<T, 64>();
     case 128:
       return prefill_kernel_loaded<T, 128>();
+    case 256:
+      return prefill_kernel_loaded<T, 256>();
     default:
       return false;
   }
@@ -60,9 +64,15 @@ bool prefill_takes(const FwdProblem& p, const AttnParams& params) {
 kvattn_status launch_prefill(const FwdProblem& p, const AttnParams& params, cudaStream_t stream) {
   const bool bf16 = p.q_dtype == DType::bf16;
   switch (p.head_dim) {
+    case 64:
+      return bf16 ? launch_prefill_kernel<__nv_bfloat16, 64>(params, stream)
+                  : launch_prefill_kernel<half, 64>(params, stream);
     case 128:
       return bf16 ? launch_prefill_kernel<__nv_bfloat16, 128>(params, stream)
                   : launch_prefill_kernel<half, 128>(params, stream);
+    case 256:
+      return bf16 ? launch_prefill_kernel<__nv_bfloat16, 256>(params, stream)
+                  : launch_prefill_kernel<half, 256>(params, stream);
     default:
       return fail(KVATTN_ERROR_UNSUPPORTED,
                   "head_dim=" + std::to_string(p.head_dim) + ": no sm_90a prefill kernel");
