@@ -45,8 +45,6 @@ enum PrefillFlags : uint32_t {
   // K/V by TMA (k_map / v_map valid): paged caches whose page size is a multiple of 8 and divides the key
   // tile or is a multiple of it; the tiles start at a multiple of min(page size, kBlockN) slots.
   kTma = 16,
-  // A/B only (KVATTN_SM90_CHAINS=1): the softmax's row max and row sum as one dependent chain, not 4.
-  kOneChain = 32,
 };
 struct PrefillArgs {
   AttnParams p;
@@ -93,36 +91,6 @@ struct RowCtx {
   int head;      // query head
   bool attends;  // row < seqused rows
 };
-
-// The max / the sum of the thread's share of accumulator row k (elements 4 j + 2 k and + 1) and init, over
-// kChains independent partial chains (dependent FMNMX / FADD chains of kN / (4 kChains) instead of kN / 4),
-// combined at the end. The consumers are latency-bound (bench/NOTES.md): the A/B of 1 against 4 chains is
-// KVATTN_SM90_CHAINS=1.
-template <int kChains, int kN>
-__device__ __forceinline__ float chain_max(const float (&s)[kN], int k, float init) {
-  float part[kChains];
-#pragma unroll
-  for (int c = 0; c < kChains; ++c) part[c] = c == 0 ? init : -INFINITY;
-#pragma unroll
-  for (int j = 0; j < kN / 4; ++j)
-    part[j % kChains] = fmaxf(part[j % kChains], fmaxf(s[4 * j + 2 * k], s[4 * j + 2 * k + 1]));
-  float mx = part[0];
-#pragma unroll
-  for (int c = 1; c < kChains; ++c) mx = fmaxf(mx, part[c]);
-  return mx;
-}
-template <int kChains, int kN>
-__device__ __forceinline__ float chain_sum(const float (&s)[kN], int k, float init) {
-  float part[kChains];
-#pragma unroll
-  for (int c = 0; c < kChains; ++c) part[c] = c == 0 ? init : 0.f;
-#pragma unroll
-  for (int j = 0; j < kN / 4; ++j) part[j % kChains] += s[4 * j + 2 * k] + s[4 * j + 2 * k + 1];
-  float sum = part[0];
-#pragma unroll
-  for (int c = 1; c < kChains; ++c) sum += part[c];
-  return sum;
-}
 
 // What takes the scores left by score_mods to log2 units: scale * log2(e) when score_mods leaves the raw
 // dot products alone (no softcap, no ALiBi: the softmax then folds the scale into its exp2 argument, one
@@ -429,7 +397,7 @@ template <class Cfg>
 __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
                                         const Keys& cta_keys, int64_t n_tiles, unsigned char* s_q_all,
                                         uint32_t s_k, uint32_t s_v, uint32_t full_bar, uint32_t empty_bar,
-                                        bool reader_fence, bool diag_no_softmax, bool one_chain) {
+                                        bool reader_fence, bool diag_no_softmax) {
   using T = typename Cfg::T;
   constexpr int kBlockN = Cfg::kBlockN, kD = Cfg::kHeadDim;
   const int consumer = threadIdx.x / 128 - 1;
@@ -495,22 +463,29 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     const bool inside = tile_kp0 >= mine.all_first && tile_kp0 + kBlockN - 1 <= mine.all_last;
     score_mods<kBlockN>(s, p, row, static_cast<int32_t>(tile_kp0), !inside, static_cast<int32_t>(kv_len),
                         quad);
-    // Row max and row sum over 4 partial chains each (chain_max, chain_sum).
+    // Row max and row sum over 4 partial chains each (dependent FMNMX / FADD chains of kBlockN / 32
+    // instead of kBlockN / 4: the consumers are latency-bound, bench/NOTES.md).
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-      float mx = one_chain ? chain_max<1>(s, k, row_max[k]) : chain_max<4>(s, k, row_max[k]);
+      float part[4] = {row_max[k], -INFINITY, -INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+        part[j % 4] = fmaxf(part[j % 4], fmaxf(s[4 * j + 2 * k], s[4 * j + 2 * k + 1]));
+      }
+      float mx = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float base = safe_max_base(mx) * factor;  // log2 units
       correction[k] = mx == row_max[k] ? 1.f : fast_exp2(row_max[k] * factor - base);
       row_max[k] = mx;
+      float sum[4] = {row_sum[k] * correction[k], 0.f, 0.f, 0.f};
 #pragma unroll
       for (int j = 0; j < kBlockN / 8; ++j) {
         s[4 * j + 2 * k] = fast_exp2(fmaf(s[4 * j + 2 * k], factor, -base));
         s[4 * j + 2 * k + 1] = fast_exp2(fmaf(s[4 * j + 2 * k + 1], factor, -base));
+        sum[j % 4] += s[4 * j + 2 * k] + s[4 * j + 2 * k + 1];
       }
-      const float carried = row_sum[k] * correction[k];
-      row_sum[k] = one_chain ? chain_sum<1>(s, k, carried) : chain_sum<4>(s, k, carried);
+      row_sum[k] = (sum[0] + sum[1]) + (sum[2] + sum[3]);
     }
   };
   // P leaves the S accumulators as the A fragments of P V (two 8-key blocks = one 16-key k-step).
@@ -706,8 +681,7 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
   } else {
     regs_alloc<Cfg::kRegsConsumer>();
     consume<Cfg>(p, seq, cta, keys, n_tiles, s_q, s_k, s_v, full_bar, empty_bar,
-                 (a.flags & kNoReaderFence) == 0, (a.flags & kDiagNoSoftmax) != 0,
-                 (a.flags & kOneChain) != 0);
+                 (a.flags & kNoReaderFence) == 0, (a.flags & kDiagNoSoftmax) != 0);
   }
 }
 

@@ -94,17 +94,13 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream) {
   a.p = params;
   a.m_blocks = static_cast<int32_t>((rows + Cfg::kBlockM - 1) / Cfg::kBlockM);
   a.flags = kUnitMajor;
-  // A/B knobs (bench/prefill_sm90_check.py): KVATTN_SM90_ORDER=0 m-block-major grid; KVATTN_SM90_NOFENCE=1;
-  // KVATTN_SM90_CHAINS=1 one-chain row max / sum.
+  // A/B knobs (bench/prefill_sm90_check.py): KVATTN_SM90_ORDER=0 m-block-major grid; KVATTN_SM90_NOFENCE=1.
   if (const char* v = std::getenv("KVATTN_SM90_ORDER"); v != nullptr && std::strcmp(v, "0") == 0) a.flags = 0;
   if (const char* v = std::getenv("KVATTN_SM90_NOFENCE"); v != nullptr && std::strcmp(v, "1") == 0) {
     a.flags |= kNoReaderFence;
   }
   if (const char* v = std::getenv("KVATTN_SM90_DIAG"); v != nullptr)
     a.flags |= std::atoi(v) & (kDiagNoLoad | kDiagNoSoftmax);
-  if (const char* v = std::getenv("KVATTN_SM90_CHAINS"); v != nullptr && std::strcmp(v, "1") == 0) {
-    a.flags |= kOneChain;
-  }
   if (make_kv_maps<Cfg>(params, a)) a.flags |= kTma;
   const int64_t ctas = static_cast<int64_t>(a.m_blocks) * params.seq.batch * params.num_kv_heads;
   if (ctas > 0x7fffffff) {
