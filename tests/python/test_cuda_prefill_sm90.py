@@ -3,8 +3,9 @@
 KVATTN_FORCE_SM90_PREFILL=1 drops the kernel's shape rule (>= 128 packed rows a kv head, >= half a wave of
 CTAs), so these small shapes (several 128-row blocks, several 128-key tiles, lengths that are not multiples
 of either) run on it wherever it covers the problem (d = dv in 64, 128, 256: every case runs at each of them;
-fp16/bf16, no qv, no fp8). Paged cases with page sizes 8-256 take its TMA producer, page 1 and the other
-layouts its cp.async one. On a device
+fp16/bf16, no qv, no fp8). Paged cases whose page size (a multiple of 8) divides the key tile or is a
+multiple of it take its TMA producer (tiles of 128 keys at d 64 and 128, 48 at d 256: pages 64-256 go by
+cp.async there), page 1 and the other layouts its cp.async one. On a device
 that is not sm_90, or a build without 90a, the same cases run on the portable kernel and still must pass.
 One case checks with the profiler that the kernel really ran on Hopper.
 """
