@@ -39,13 +39,15 @@ namespace {
         dtype_built(DType::compute) && head_dim_built(d), nullptr, &plan_portable, \
         &launch_attention<DType::compute, DType::kv, d, dv>                        \
   }
-// The sm_90a kernels, d = dv = 128, each with the supports predicate of what it covers. Among rows of one
-// arch and dims the first that supports a problem wins: the prefill rows come first, so a problem both take
-// (a decode shape under KVATTN_FORCE_SM90_PREFILL=1) runs on the prefill kernel.
-#define KVATTN_PREFILL_SM90(dt)                                                                           \
-  AttentionKernel {                                                                                       \
-    kArchSm90, DType::dt, DType::dt, DType::dt, 128, 128, sm90::prefill_built(DType::dt, 128),            \
-        &sm90::prefill_sm90_supports, &sm90::plan_prefill_sm90, &sm90::launch_prefill_row<DType::dt, 128> \
+// The sm_90a kernels, each with the supports predicate of what it covers: prefill at d = dv = 64, 128, 256
+// (a problem runs on the row of its own head dim: the smallest covering row wins, and the predicate
+// declines head dims without a built kernel), decode at d = dv = 128. Among rows of one arch and dims the
+// first that supports a problem wins: the prefill rows come first, so a problem both take (a decode shape
+// under KVATTN_FORCE_SM90_PREFILL=1) runs on the prefill kernel.
+#define KVATTN_PREFILL_SM90(dt, d)                                                                      \
+  AttentionKernel {                                                                                     \
+    kArchSm90, DType::dt, DType::dt, DType::dt, d, d, sm90::prefill_built(DType::dt, d),                \
+        &sm90::prefill_sm90_supports, &sm90::plan_prefill_sm90, &sm90::launch_prefill_row<DType::dt, d> \
   }
 #define KVATTN_DECODE_SM90(q, kv, compute)                                                            \
   AttentionKernel {                                                                                   \
@@ -59,8 +61,12 @@ constexpr AttentionKernel kAttentionTable[] = {
     KVATTN_PAIRS(KVATTN_PORTABLE, f16, fp8_e4m3, f16),
     KVATTN_PAIRS(KVATTN_PORTABLE, bf16, fp8_e4m3, bf16),
     KVATTN_PAIRS(KVATTN_PORTABLE, fp8_e4m3, fp8_e4m3, bf16),
-    KVATTN_PREFILL_SM90(f16),
-    KVATTN_PREFILL_SM90(bf16),
+    KVATTN_PREFILL_SM90(f16, 64),
+    KVATTN_PREFILL_SM90(bf16, 64),
+    KVATTN_PREFILL_SM90(f16, 128),
+    KVATTN_PREFILL_SM90(bf16, 128),
+    KVATTN_PREFILL_SM90(f16, 256),
+    KVATTN_PREFILL_SM90(bf16, 256),
     KVATTN_DECODE_SM90(f16, f16, f16),
     KVATTN_DECODE_SM90(bf16, bf16, bf16),
     KVATTN_DECODE_SM90(f16, fp8_e4m3, f16),

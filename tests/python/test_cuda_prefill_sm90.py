@@ -2,11 +2,15 @@
 
 KVATTN_FORCE_SM90_PREFILL=1 drops the kernel's shape rule (>= 128 packed rows a kv head, >= half a wave of
 CTAs), so these small shapes (several 128-row blocks, several 128-key tiles, lengths that are not multiples
-of either) run on it wherever it covers the problem (d = dv = 128, fp16/bf16, no qv, no fp8). Paged cases
-with page sizes 8-256 take its TMA producer, page 1 and the other layouts its cp.async one. On a device
+of either) run on it wherever it covers the problem (d = dv in 64, 128, 256: every case runs at each of them;
+fp16/bf16, no qv, no fp8). Paged cases whose page size (a multiple of 8) divides the key tile or is a
+multiple of it take its TMA producer (tiles of 128 keys at d 64 and 128, 48 at d 256: pages 64-256 go by
+cp.async there), page 1 and the other layouts its cp.async one. On a device
 that is not sm_90, or a build without 90a, the same cases run on the portable kernel and still must pass.
 One case checks with the profiler that the kernel really ran on Hopper.
 """
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -47,6 +51,7 @@ CASES = {
     "paged 16": prefill(layout="paged", page_size=16, seed=12),
     "paged 1": prefill(layout="paged", page_size=1, seqlens=(300, 150), sq=150, seed=13),
     "paged 64 hnd": prefill(layout="paged", page_size=64, hnd=True, causal=False, seed=14),
+    "paged 128": prefill(layout="paged", page_size=128, seqlens=(450, 300), leftpad=(0, 130), seed=28),
     "packed varlen": prefill(layout="packed", q_lens=(250, 3, 180), sq=0, seqlens=(260, 40, 181), seed=15),
     "batch idx + leftpad": prefill(batch_idx="scattered", leftpad=(50, 0), seed=16),
     "leftpad paged": prefill(layout="paged", page_size=16, leftpad=(33, 7), seed=17),
@@ -64,20 +69,27 @@ CASES = {
 }
 
 
+# The head dims the kernel is compiled for (src/cuda/prefill_sm90/config.hpp): each has its own tile shape.
+HEAD_DIMS = (64, 128, 256)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("name", list(CASES))
-def test_prefill_sm90(name):
-    run_and_compare(CASES[name], DEVICE)
+def test_prefill_sm90(name, d):
+    run_and_compare(dataclasses.replace(CASES[name], d=d), DEVICE)
 
 
-def test_prefill_sm90_cp_async_producer(monkeypatch):
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_cp_async_producer(monkeypatch, d):
     """The cp.async producer where the TMA one would run (KVATTN_SM90_TMA=0): page 16, leftpads."""
     monkeypatch.setenv("KVATTN_SM90_TMA", "0")
-    run_and_compare(prefill(layout="paged", page_size=16, leftpad=(33, 7), seed=25), DEVICE)
+    run_and_compare(prefill(layout="paged", page_size=16, leftpad=(33, 7), d=d, seed=25), DEVICE)
 
 
-def test_prefill_sm90_nan_page_is_contained():
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_nan_page_is_contained(d):
     """An out-of-range page id makes its sequence NaN (recorded as an error); the other stays right."""
-    case = prefill(layout="paged", page_size=16, seed=24)
+    case = prefill(layout="paged", page_size=16, d=d, seed=24)
     # run_and_compare would raise the device error; build the call by hand instead
     from cases import build
     from reference import reference_attention
@@ -99,13 +111,14 @@ def test_prefill_sm90_nan_page_is_contained():
     H.assert_close("out", out[1:], ref["out"][1:], H.TOL_OUT["bf16"])
 
 
-def test_prefill_sm90_runs_on_hopper():
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_runs_on_hopper(d):
     """The kernel, not the fallback, ran (sm_90 devices with a 90a build only)."""
     import torch
 
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("not an sm_90 device")
-    case = prefill(layout="paged", page_size=16)
+    case = prefill(layout="paged", page_size=16, d=d)
     from cases import build
 
     q, k_cache, v_cache, kw, _, _ = build(case)

@@ -15,12 +15,23 @@ struct PrefillTile {
   int regs_consumer;
 };
 
-// d = dv = 128: a 128 x 128 S and O per CTA, 64 fp32 accumulators each a consumer thread (plus S of the
-// next tile and P of the previous one while they overlap), three 64 KiB K/V stages (225 KiB of shared
-// memory with Q: the most that fits in 227 KiB).
-// (Only d = 128 is compiled so far, prefill_built; the other branch is a placeholder for d = 256.)
+// Per head dim (d = dv), two 64-row consumer warpgroups (a 128-row CTA) each:
+// - d = 128: a 128 x 128 S and O per CTA, 64 fp32 accumulators each a consumer thread (plus S of the next
+//   tile and P of the previous one while they overlap), three 64 KiB K/V stages (225 KiB of shared memory
+//   with Q: the most that fits in 227 KiB).
+// - d = 64: the same 128-key tiles at half the bytes: six 32 KiB stages (209 KiB with Q). A tile is half
+//   the FLOPs of d = 128 for the same softmax, so more stages cost nothing and hide more of the loads.
+// - d = 256: O alone is 128 accumulators a thread, and Q takes 64 KiB, so 48-key tiles (S 24, P 12
+//   registers) in three 48 KiB stages (209 KiB with Q). Two 64-key stages would fit, but a consumer holds
+//   two stages at once (K of tile t, V of tile t - 1 under the softmax overlap), so with two the next
+//   tile's load could only start when its compute is due: its whole latency exposed every tile. Three
+//   keep one tile of slack; the price: Q K^T rereads 2 KiB of Q a 16-channel k-step whatever the key
+//   count, so 48 keys read 17% more shared memory per FLOP than 64. Consumers at 232 registers, the
+//   producer at 40 (40 + 2 x 232 = 3 x 168: what the 384-thread launch holds).
 constexpr PrefillTile prefill_tile(int head_dim) {
-  return head_dim <= 128 ? PrefillTile{2, 128, 3, 56, 224} : PrefillTile{2, 64, 2, 40, 232};
+  return head_dim <= 64    ? PrefillTile{2, 128, 6, 56, 224}
+         : head_dim <= 128 ? PrefillTile{2, 128, 3, 56, 224}
+                           : PrefillTile{2, 48, 3, 40, 232};
 }
 
 // Dynamic shared memory: 1024 bytes of alignment slack, Q, the K and V stages, two mbarriers a stage.
@@ -44,7 +55,7 @@ constexpr bool prefill_built(DType dt, int head_dim) {
 #if defined(KVATTN_DEV_HEAD_DIM)
   if (head_dim != KVATTN_DEV_HEAD_DIM) return false;
 #endif
-  return (dt == DType::f16 || dt == DType::bf16) && head_dim == 128;
+  return (dt == DType::f16 || dt == DType::bf16) && (head_dim == 64 || head_dim == 128 || head_dim == 256);
 #endif
 }
 

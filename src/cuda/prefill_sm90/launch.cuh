@@ -121,10 +121,13 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
     return fail(KVATTN_ERROR_UNSUPPORTED, "the sm_90a prefill kernel for head_dim=" +
                                               std::to_string(kHeadDim) + " is not compiled in this build");
   } else {
-    // KVATTN_SM90_PINGPONG=0: the consumers issue their wgmma groups independently (for A/B timing).
-    const char* pingpong = std::getenv("KVATTN_SM90_PINGPONG");
-    if (pingpong != nullptr && std::strcmp(pingpong, "0") == 0) {
-      return launch_config<PrefillConfig<T, kHeadDim, false>>(params, stream);
+    // KVATTN_SM90_PINGPONG=0: the consumers issue their wgmma groups independently (for A/B timing; d = 128
+    // only, so that the other head dims compile one kernel each).
+    if constexpr (kHeadDim == 128) {
+      const char* pingpong = std::getenv("KVATTN_SM90_PINGPONG");
+      if (pingpong != nullptr && std::strcmp(pingpong, "0") == 0) {
+        return launch_config<PrefillConfig<T, kHeadDim, false>>(params, stream);
+      }
     }
     return launch_config<PrefillConfig<T, kHeadDim, true>>(params, stream);
   }

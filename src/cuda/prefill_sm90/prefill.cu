@@ -18,8 +18,12 @@ bool env_is_1(const char* name) {
 template <typename T>
 bool loaded(int head_dim) {
   switch (head_dim) {
+    case 64:
+      return prefill_kernel_loaded<T, 64>();
     case 128:
       return prefill_kernel_loaded<T, 128>();
+    case 256:
+      return prefill_kernel_loaded<T, 256>();
     default:
       return false;
   }

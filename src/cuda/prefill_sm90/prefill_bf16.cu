@@ -1,4 +1,4 @@
-// Explicit instantiations of the sm_90a prefill launchers, bf16.
+// Explicit instantiations of the sm_90a prefill launchers, bf16, head dim 128.
 #include "cuda/prefill_sm90/launch.cuh"
 
 namespace kvattn::cuda::sm90 {
