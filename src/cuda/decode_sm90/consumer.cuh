@@ -354,54 +354,32 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
       }
     }
 
-    // Merge: the (m, l, O) of warps 0 and 1 into shared memory (O in channel order); after a barrier warps
-    // 2 and 3 merge theirs into those of warps 0 and 1 (RowState::merge, each lane its own elements), and
-    // 128 threads combine the two: m = max_v m_v;  l = sum_v l_v 2^(m_v - m);  O = sum_v O_v 2^(m_v - m).
+    // Merge: each warp's (m, l, O) into shared memory (O in channel order), then 128 threads combine them:
+    // m = max_w m_w;  l = sum_w l_w 2^(m_w - m);  O = sum_w O_w 2^(m_w - m).
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], 1);
       row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], 2);
     }
-    static_assert(2 * Cfg::kMergeStates == kW, "warps w and w + kMergeStates share a merge state");
-    float* mine = s_state + (warp % Cfg::kMergeStates) * Cfg::kStateFloats;
-    float* mine_ml = mine + Cfg::kRows * Cfg::kOStride;  // m of the 16 rows, then l
-    const bool second = warp >= Cfg::kMergeStates;
-    if (second) consumers_sync<kCThreads>();          // the first warps' states are in place
-    MergeScales scale[2] = {{1.f, 0.f}, {1.f, 0.f}};  // of this warp's O, of the state's
-    if (second) {
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const int r = group + 8 * k;
-        RowState st{row_max[k], row_sum[k]};
-        scale[k] = st.merge(mine_ml[r], mine_ml[Cfg::kRows + r]);
-        row_max[k] = st.m;
-        row_sum[k] = st.l;
-      }
-      __syncwarp();  // every lane has read the rows' (m, l) before quad 0 overwrites them
-    }
+    float* mine = s_state + warp * Cfg::kStateFloats;
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       const int r = group + 8 * k;
 #pragma unroll
       for (int n = 0; n < kNTilesO; ++n) {
         if constexpr (Cfg::kFp8) {
-          float& o0 = mine[r * Cfg::kOStride + o_channel<true>(n, 2 * quad)];
-          float& o1 = mine[r * Cfg::kOStride + o_channel<true>(n, 2 * quad + 1)];
-          o0 = second ? o_acc[n][2 * k] * scale[k].a + o0 * scale[k].b : o_acc[n][2 * k];
-          o1 = second ? o_acc[n][2 * k + 1] * scale[k].a + o1 * scale[k].b : o_acc[n][2 * k + 1];
+          mine[r * Cfg::kOStride + o_channel<true>(n, 2 * quad)] = o_acc[n][2 * k];
+          mine[r * Cfg::kOStride + o_channel<true>(n, 2 * quad + 1)] = o_acc[n][2 * k + 1];
         } else {
-          float2* o = reinterpret_cast<float2*>(mine + r * Cfg::kOStride + 8 * n + 2 * quad);
-          const float2 theirs = second ? *o : make_float2(0.f, 0.f);
-          *o = make_float2(o_acc[n][2 * k] * scale[k].a + theirs.x * scale[k].b,
-                           o_acc[n][2 * k + 1] * scale[k].a + theirs.y * scale[k].b);
+          *reinterpret_cast<float2*>(mine + r * Cfg::kOStride + 8 * n + 2 * quad) =
+              make_float2(o_acc[n][2 * k], o_acc[n][2 * k + 1]);
         }
       }
       if (quad == 0) {
-        mine_ml[r] = row_max[k];
-        mine_ml[Cfg::kRows + r] = row_sum[k];
+        mine[Cfg::kRows * Cfg::kOStride + r] = row_max[k];
+        mine[Cfg::kRows * Cfg::kOStride + Cfg::kRows + r] = row_sum[k];
       }
     }
-    if (!second) consumers_sync<kCThreads>();  // pairs with the second warps' wait above
     const bool bad = consumers_or<kCThreads>(!ok);
 
     // Epilogue: thread tid has row tid / 8 and channels [16 (tid % 8), +16). A whole unit: out = O / l and
@@ -427,14 +405,14 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
       }
       return;
     }
-    float weight[Cfg::kMergeStates], m_all = -INFINITY;
+    float weight[kW], m_all = -INFINITY;
 #pragma unroll
-    for (int v = 0; v < Cfg::kMergeStates; ++v)
+    for (int v = 0; v < kW; ++v)
       m_all = fmaxf(m_all, s_state[v * Cfg::kStateFloats + Cfg::kRows * Cfg::kOStride + r]);
     const float base = safe_max_base(m_all);
     float l = 0.f;
 #pragma unroll
-    for (int v = 0; v < Cfg::kMergeStates; ++v) {
+    for (int v = 0; v < kW; ++v) {
       const float* theirs = s_state + v * Cfg::kStateFloats + Cfg::kRows * Cfg::kOStride;
       weight[v] = exp2f(theirs[r] - base);
       l += theirs[Cfg::kRows + r] * weight[v];
@@ -458,7 +436,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
     for (int c = 0; c < kCols; ++c) {
       float acc = 0.f;
 #pragma unroll
-      for (int v = 0; v < Cfg::kMergeStates; ++v)
+      for (int v = 0; v < kW; ++v)
         acc += s_state[v * Cfg::kStateFloats + r * Cfg::kOStride + c0 + c] * weight[v];
       o[c] = acc * inv_l;
     }

@@ -27,32 +27,26 @@ struct DecodeSm90Shape {
   static constexpr int kRows = kKeySplitRows;  // 16 packed rows (g x q), one mma row block
   static constexpr int kConsumerWarps = 4;
   static constexpr int threads(int producer_warps) { return 32 * (kConsumerWarps + producer_warps); }
-  // The ring: 10 stages (170 KB) with 2 producer warps; 8 with 8, 12 (204 KB, 16-bit caches; 8 for fp8,
-  // whose stages are larger) with 4: a multiple of P, so that every round of a slot is filled by the same
-  // producer warp (stage g by warp g mod P, slot g mod stages): a warp waiting on a slot's empty barrier
-  // can then never be a full round ahead of the slot (parity waits alias otherwise).
-  static constexpr int stages(int producer_warps, bool fp8) {
-    return producer_warps == 2 ? 10 : producer_warps == 4 && !fp8 ? 12 : 8;
-  }
+  // The ring: 10 stages (160 KB) with 2 producer warps; 8 with 4 or 8, so that every round of a slot is
+  // filled by the same producer warp (stage g by warp g mod P, slot g mod stages): a warp waiting on a
+  // slot's empty barrier can then never be a full round ahead of the slot (parity waits alias otherwise).
+  static constexpr int stages(int producer_warps) { return producer_warps == 2 ? 10 : 8; }
   static constexpr int kBlockN = 64;  // keys of a schedule tile (the balanced schedule's cost unit)
   static constexpr int kQStride = kHeadDim + 8;  // s_q row, elements (16-byte pad: no ldmatrix conflicts)
   static constexpr int kOStride = kHeadDim + 8;  // merge state row, floats (8 banks apart: float2 stores)
   static constexpr int kStateFloats = kRows * kOStride + 2 * kRows;  // O, m, l of one consumer warp
-  // The merge at a piece's end goes through 2 states, not 4: warps 0 and 1 write theirs, warps 2 and 3
-  // merge into them (26 KB of shared memory left to the ring).
-  static constexpr int kMergeStates = 2;
 
   // Keys of a stage: 16 KB of K + V per stage whatever the cache dtype.
   static constexpr int stage_keys(bool fp8) { return fp8 ? 64 : 32; }
   static constexpr int row_stride(bool fp8) { return kHeadDim * (fp8 ? 1 : 2) + 16; }  // bytes, padded
   static constexpr size_t stage_bytes(bool fp8) { return size_t(stage_keys(fp8)) * row_stride(fp8) * 2; }
   static constexpr size_t smem_bytes(bool fp8, int producer_warps) {
-    const int kStages = stages(producer_warps, fp8);
-    return kStages * stage_bytes(fp8)                 // the ring
-           + size_t(kMergeStates) * kStateFloats * 4  // the merge states
-           + size_t(kRows) * kQStride * 2             // Q
-           + 2 * kStages * 8                          // full / empty mbarriers
-           + kConsumerWarps * 4;                      // max |q| of each consumer warp
+    const int kStages = stages(producer_warps);
+    return kStages * stage_bytes(fp8)                   // the ring
+           + size_t(kConsumerWarps) * kStateFloats * 4  // the merge states
+           + size_t(kRows) * kQStride * 2               // Q
+           + 2 * kStages * 8                            // full / empty mbarriers
+           + kConsumerWarps * 4;                        // max |q| of each consumer warp
   }
 };
 

@@ -1,6 +1,6 @@
 // The Hopper decode kernel (decode_sm90.hpp says what it is for). One CTA an SM, 4 consumer warps and
-// P = 2, 4 or 8 producer warps; a ring of 10 (P = 2), 12 (P = 4, 16-bit caches) or 8 stages of 16-18 KB in
-// shared memory, each with a full and an empty mbarrier:
+// P = 2, 4 or 8 producer warps; a ring of 10 (P = 2) or 8 stages of 16 KB in shared memory, each with a full
+// and an empty mbarrier:
 //   producers (warps 4.., producer.cuh): walk the CTA's pieces of the balanced schedule (pieces.cuh); warp
 //     4 + (s mod P) fills stage s: it waits for the ring slot to be free (empty mbarrier), issues 16-byte
 //     cp.async copies, one warp instruction per 2 (16-bit) or 4 (fp8) whole rows, and arms the slot's full
@@ -12,8 +12,7 @@
 //     piece's keys (those of its keys stage by stage), load Q; then warp w computes stages w, w + 4, ... of
 //     the piece (the stage's full mbarrier is the only wait) with the portable decode kernel's key-split
 //     online softmax and score modifications (score_mods.cuh); at the piece's end the four (m, l, O) merge
-//     through two shared-memory states (warps 2, 3 into those of warps 0, 1) and 128 threads write out /
-//     lse, or the partial.
+//     through shared memory and 128 threads write out / lse, or the partial.
 // Invalid key slots of a stage (past the piece's keys) copy the piece's last valid row instead of a row
 // of zeros, so every stage moves the same bytes, and the mask sets their scores to -inf (P = 0 times a
 // finite row). fp8 caches: K and V are converted in registers (cvt e4m3x2 -> f16x2, [-> bf16x2]) from
@@ -34,7 +33,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_sm90_kernel(const __g
   unsigned char* ring = smem_raw;
   float* s_state = reinterpret_cast<float*>(ring + Cfg::kStages * Cfg::kStageBytes);
   using T = typename Cfg::T;
-  T* s_q = reinterpret_cast<T*>(s_state + Cfg::kMergeStates * Cfg::kStateFloats);
+  T* s_q = reinterpret_cast<T*>(s_state + Cfg::kConsumerWarps * Cfg::kStateFloats);
   uint64_t* full = reinterpret_cast<uint64_t*>(s_q + Cfg::kRows * Cfg::kQStride);
   uint64_t* empty = full + Cfg::kStages;
   allow_dependent_launch();  // the split combine may be scheduled now; it waits for this grid's end
