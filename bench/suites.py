@@ -98,6 +98,12 @@ def w1():
         name = f"W1 32/8 b{b} {_tok(L)} {_layout_tag(page)}"
         cases.append(Case("W1", name + " deterministic", 32, 8, b, L, page=page, deterministic=True,
                           baseline=name))
+    # Head dim 512 (Gemma's global layers; issue #11: >= 4.0 TB/s): W1's shapes at d = dv = 512, 4x the
+    # bytes a key of d 128.
+    for b, L, page in ((1, 128 * K, 16), (4, 32 * K, 0), (4, 32 * K, 1), (4, 32 * K, 16), (4, 32 * K, 64),
+                       (16, 32 * K, 16)):
+        cases.append(Case("W1", f"W1 32/8 b{b} {_tok(L)} {_layout_tag(page)} d512", 32, 8, b, L, d=512, dv=512,
+                          page=page, quick=(b, page) == (4, 16)))
     # Short contexts are latency-bound: compare their time with the floor (floor_us in the records) plus
     # a launch, not with the bandwidth ceiling.
     for L in (1 * K, 2 * K, 4 * K):

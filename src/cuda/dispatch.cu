@@ -4,9 +4,10 @@
 // The device's arch is a column: the highest arch the device runs wins, the portable sm_80 rows cover
 // every problem, and KVATTN_FORCE_PORTABLE=1 (or params.force_portable) keeps to them.
 // Head dims that are not in the table run on the smallest kernel whose dims cover them (channels past
-// d / dv are zero in shared memory and never written), so every d <= 256 (dv <= 512 with d <= 64) is
-// supported. The dtype pairs: (f16, f16), (bf16, bf16), (f16, fp8), (bf16, fp8) and (fp8, fp8), which
-// runs the (bf16, fp8) kernel (fp8 q is converted to bf16 as it is loaded; out is bf16).
+// d / dv are zero in shared memory and never written), so every d, dv <= 512 is supported (d > 256, or
+// dv > 256 with d > 64, on the (512, 512) kernel). The dtype pairs: (f16, f16), (bf16, bf16), (f16, fp8),
+// (bf16, fp8) and (fp8, fp8), which runs the (bf16, fp8) kernel (fp8 q is converted to bf16 as it is loaded;
+// out is bf16).
 //   cuda_fwd: [append if k_new] -> attention -> [split combine if splits > 1], all on p.stream, no host
 //   synchronization, no allocation, no host read of device data.
 //
@@ -32,7 +33,7 @@ namespace {
 #define KVATTN_PAIRS(ENTRY, q, kv, compute)                                                              \
   ENTRY(q, kv, compute, 64, 64), ENTRY(q, kv, compute, 96, 96), ENTRY(q, kv, compute, 128, 128),         \
       ENTRY(q, kv, compute, 192, 192), ENTRY(q, kv, compute, 256, 256), ENTRY(q, kv, compute, 192, 128), \
-      ENTRY(q, kv, compute, 64, 512)
+      ENTRY(q, kv, compute, 64, 512), ENTRY(q, kv, compute, 512, 512)
 #define KVATTN_PORTABLE(q, kv, compute, d, dv)                                     \
   AttentionKernel {                                                                \
     kArchPortable, DType::q, DType::kv, DType::compute, d, dv,                     \

@@ -29,8 +29,10 @@ constexpr int kKeySplitRows = 16;
 constexpr TileShape attention_tile(int head_dim, int head_dim_v) {
   const int warps = 4;
   const int warps_dv = head_dim_v > 256 ? 2 : 1;
-  // Wide heads take half-height key tiles so that two K/V stages stay near 100 KiB of shared memory.
-  const int block_n = std::max(head_dim, head_dim_v) >= 192 ? 32 : 64;
+  // Wide heads take half-height key tiles so that two K/V stages stay near 100 KiB of shared memory; d =
+  // dv = 512 (2 KiB of K + V a key in 16 bits) quarter-height ones, so that Q, two stages and qv (or the
+  // fp8 converted tile) fit sm_80's 163 KiB a block and two CTAs share an sm_90 SM.
+  const int block_n = head_dim >= 512 ? 16 : std::max(head_dim, head_dim_v) >= 192 ? 32 : 64;
   return {16 * (warps / warps_dv), block_n, warps, warps_dv, warps_dv == 1 && block_n / warps >= 16};
 }
 

@@ -104,6 +104,30 @@ TEST(Heuristics, SharedMemoryOfTheDecodeKernelLeavesRoomForThreeCtas) {
   EXPECT_LE(3 * cta, static_cast<size_t>(kSmemPerSm));
 }
 
+TEST(Heuristics, HeadDim512FitsAnSm80BlockAndTwoCtasAnSm90Sm) {
+  // d = dv = 512: 16-key tiles, O split over two warps per 16 rows. Every variant (qv, fp8 with its
+  // converted tile) fits the 163 KiB an sm_80 block may opt in to; bf16 without qv fits two CTAs an H200 SM.
+  const TileShape t = attention_tile(512, 512);
+  EXPECT_EQ(t.block_n, 16);
+  EXPECT_EQ(t.warps_dv, 2);
+  EXPECT_FALSE(t.key_split_ok);
+  constexpr size_t kSm80BlockLimit = 163 * 1024;
+  for (bool qv : {false, true}) {
+    for (bool fp8 : {false, true}) {
+      EXPECT_LE(attention_smem_bytes(512, 512, qv, false, fp8) + attention_static_smem_bytes(512, 512, false),
+                kSm80BlockLimit)
+          << "qv " << qv << " fp8 " << fp8;
+    }
+  }
+  FwdProblem p = decode(4, 32, 8);
+  p.head_dim = p.head_dim_v = 512;
+  const AttentionPlan plan = plan_attention(p, 512, 512, kSms, kSmemPerSm);
+  EXPECT_FALSE(plan.balanced);
+  EXPECT_GT(plan.splits, 1);  // 32 CTAs of one row block: split to fill the machine
+  const size_t cta = plan.smem_bytes + plan.static_smem_bytes + 1024;
+  EXPECT_LE(2 * cta, static_cast<size_t>(kSmemPerSm));
+}
+
 // ---- the dispatch table's arch column (kernel_table.hpp), with rows of its own
 
 kvattn_status no_launch(const AttnParams&, const AttentionPlan&, CUstream_st*) {

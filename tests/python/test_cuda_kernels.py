@@ -14,14 +14,14 @@ from cases import Case, build, run_and_compare
 pytestmark = pytest.mark.skipif(not H._cuda_ready(), reason="needs torch, a GPU and a CUDA build")
 DEVICE = "cuda"
 
-HEAD_DIMS = [(64, 64), (96, 96), (128, 128), (192, 192), (256, 256), (192, 128), (64, 512)]
+HEAD_DIMS = [(64, 64), (96, 96), (128, 128), (192, 192), (256, 256), (192, 128), (64, 512), (512, 512)]
 
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 @pytest.mark.parametrize("d,dv", HEAD_DIMS)
 def test_head_dims_decode_paged(d, dv, dtype):
     """GQA decode over several tiles, scattered pages of 16, with append + rotary; splits chosen."""
-    qv = dv == 512
+    qv = d < dv  # the MLA shape (64, 512)
     case = Case(dtype=dtype, d=d, dv=dv, hq=8, hk=2, seqlens=(300, 77, 1), new=(1, 1, 1), sq=1, causal=True,
                 layout="paged", page_size=16, rotary=None if qv else "neox", qv=qv, num_splits=0, seed=d + dv)
     run_and_compare(case, DEVICE)
@@ -32,7 +32,7 @@ def test_head_dims_decode_paged(d, dv, dtype):
 def test_head_dims_prefill_causal(d, dv, dtype):
     """Chunked prefill: 70 new tokens (several row blocks of packed GQA rows) over a prefix, causal."""
     case = Case(dtype=dtype, d=d, dv=dv, hq=4, hk=2, seqlens=(130, 5), new=(70, 70), sq=70, causal=True,
-                rotary="interleaved" if dv != 512 else None, qv=dv == 512, num_splits=1, seed=3)
+                rotary=None if d < dv else "interleaved", qv=d < dv, num_splits=1, seed=3)
     run_and_compare(case, DEVICE)
 
 
@@ -47,7 +47,7 @@ FP8_QS = ["fp16", "bf16", "fp8"]
 def test_fp8_head_dims_decode_paged(d, dv, dtype):
     """fp8 caches, GQA decode (the key-split variant where it exists) over several tiles and scattered pages,
     with append (quantized on write) + rotary; splits chosen."""
-    qv = dv == 512
+    qv = d < dv  # the MLA shape (64, 512)
     case = Case(dtype=dtype, kv_fp8=True, d=d, dv=dv, hq=8, hk=2, seqlens=(300, 77, 1), new=(1, 1, 1), sq=1,
                 causal=True, layout="paged", page_size=16, rotary=None if qv else "neox", qv=qv, num_splits=0,
                 seed=d + dv)
@@ -59,7 +59,7 @@ def test_fp8_head_dims_decode_paged(d, dv, dtype):
 def test_fp8_head_dims_prefill_causal(d, dv, dtype):
     """fp8 caches, chunked prefill: several row blocks, append + rotary (qv for the MLA shape), no split."""
     case = Case(dtype=dtype, kv_fp8=True, d=d, dv=dv, hq=4, hk=2, seqlens=(130, 5), new=(70, 70), sq=70,
-                causal=True, rotary="interleaved" if dv != 512 else None, qv=dv == 512, num_splits=1, seed=3)
+                causal=True, rotary=None if d < dv else "interleaved", qv=d < dv, num_splits=1, seed=3)
     run_and_compare(case, DEVICE)
 
 

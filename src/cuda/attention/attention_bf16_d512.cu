@@ -1,0 +1,9 @@
+// Explicit instantiation of the attention launcher: bf16, d = dv = 512 (Gemma's global layers; one file of
+// its own, the slowest instantiation to compile).
+#include "cuda/attention/launch.cuh"
+
+namespace kvattn::cuda {
+template kvattn_status launch_attention<DType::bf16, DType::bf16, 512, 512>(const AttnParams&,
+                                                                            const AttentionPlan&,
+                                                                            cudaStream_t);
+}  // namespace kvattn::cuda
