@@ -10,6 +10,7 @@
 #include "cuda/common/softmax.cuh"
 #include "cuda/decode_sm90/pieces.cuh"
 #include "cuda/decode_sm90/sync.cuh"
+#include "cuda/decode_sm90/timeline.cuh"
 
 namespace kvattn::cuda::sm90 {
 
@@ -422,7 +423,12 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int group = lane / 4, quad = lane % 4;
   uint32_t stage_count = 0;
+  [[maybe_unused]] int piece_index = -1;
   for_each_piece<Cfg>(p, st, [&](const Piece& w, bool first_of_unit, int64_t unit_pieces) {
+    KVATTN_TL(++piece_index; if (tid == 0) {
+      tl_set(kTlPieces, piece_index + 1);
+      tl_stamp_piece(piece_index, kTlpBegin);
+    });
     if (first_of_unit && tid == 0) record_unit_pieces(p, w, unit_pieces);  // for the combine
     const PieceKeys pk = piece_keys<Cfg>(p, w, tid == 0);
     const Sequence& seq = pk.seq;
@@ -433,6 +439,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
     bool ok = piece_ok<Cfg>(p, w, pk, tid);
     uint32_t q_frag[Cfg::kHeadDim / 16][4];
     const float q_unscale = load_q_fragments<Cfg>(p, seq, i, kv_head, s_q, s_qmax, q_frag);
+    KVATTN_TL(if (tid == 0) tl_stamp_piece(piece_index, kTlpQ));
     float qk_descale = 1.f, o_descale = 1.f;
     if constexpr (Cfg::kFp8) {
       qk_descale = descale_at(p.q_descale, p.q_descale_strides, i, kv_head) *
@@ -464,6 +471,10 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
         stage_page[j] = paged && kp < pk.kp_end ? page_entry(p.seq, seq, seq.leftpad + kp) : 0;
       }
       mbar_wait(&full[slot], (g / Cfg::kStages) & 1);
+      KVATTN_TL(if (lane == 0) {
+        if (g == 0) tl_stamp(kTlFirstFull);
+        if (s == 0) tl_stamp_piece(piece_index, kTlpFirstFull);
+      });
       const unsigned char* s_k = ring + slot * Cfg::kStageBytes;
       float s_acc[kNTilesS][4];
       stage_scores<Cfg>(s_acc, q_frag, s_k, qk_descale);
@@ -475,6 +486,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
       stage_softmax<Cfg>(s_acc, row_max, row_sum, o_acc);
       stage_pv<Cfg>(o_acc, s_acc, s_k + Cfg::kStageKeys * Cfg::kRowStride);
       mbar_arrive(&empty[slot]);  // every lane: its reads of the stage are done
+      KVATTN_TL(if (lane == 0 && s == pk.stages - 1) tl_stamp_piece(piece_index, kTlpLastConsumed));
 #pragma unroll
       for (int j = 0; j < Cfg::kKeysPerLane; ++j) {
         if (stage_page[j] < 0 || stage_page[j] >= p.seq.num_pages) {
@@ -486,6 +498,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
     }
     store_warp_state<Cfg>(s_state, o_acc, row_max, row_sum);
     write_piece<Cfg>(p, w, seq, s_state, o_descale, consumers_or<32 * kW>(!ok));
+    KVATTN_TL(if (tid == 0) tl_stamp_piece(piece_index, kTlpEnd));
   });
 }
 

@@ -23,6 +23,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/decode_sm90/consumer.cuh"
 #include "cuda/decode_sm90/producer.cuh"
+#include "cuda/decode_sm90/timeline.cuh"
 
 namespace kvattn::cuda::sm90 {
 
@@ -37,13 +38,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_sm90_kernel(const __g
   uint64_t* full = reinterpret_cast<uint64_t*>(s_q + Cfg::kRows * Cfg::kQStride);
   uint64_t* empty = full + Cfg::kStages;
   allow_dependent_launch();  // the split combine may be scheduled now; it waits for this grid's end
+  KVATTN_TL(tl_enter());
   if (threadIdx.x < Cfg::kStages) {
     mbar_init(&full[threadIdx.x], 32);  // the 32 lanes of the stage's producer warp
     mbar_init(&empty[threadIdx.x], 32);
   }
   mbar_init_fence();
   const BalancedStart st = balanced_start<Cfg::kRows, Cfg::kBlockN, Cfg::kThreads>(p);  // block-wide barriers
+  KVATTN_TL(if (threadIdx.x == 0) tl_stamp(kTlStarted));
   wait_for_prior_grid();  // launched early after the append (PDL): the appended K/V are in place past here
+  KVATTN_TL(if (threadIdx.x == 0) tl_stamp(kTlPdl));
   // 8 producer warps (384 threads, 168 registers each at launch): the producers' warpgroups give registers
   // back and the consumers' warpgroup takes them (8 x 32 x 96 + 4 x 32 x 240 < 64 K).
   if (threadIdx.x >= 32 * Cfg::kConsumerWarps) {
@@ -54,6 +58,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_sm90_kernel(const __g
     if constexpr (Cfg::kProducerWarps == 8)
       asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
     consume<Cfg>(p, st, ring, full, empty, s_state, s_q, reinterpret_cast<float*>(empty + Cfg::kStages));
+    KVATTN_TL(if (threadIdx.x == 0) {
+      tl_stamp(kTlExit);
+      tl_stamp_ns(kTlExitNs);
+    });
   }
 #endif
 }

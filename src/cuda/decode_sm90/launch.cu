@@ -166,3 +166,15 @@ kvattn_status launch_decode_sm90(const AttnParams& params, const AttentionPlan& 
 }
 
 }  // namespace kvattn::cuda
+
+#if KVATTN_DECODE_TIMELINE
+// The developer timeline (timeline.cuh): `count` words of g_decode_timeline (kTlSlots a CTA) into host
+// memory after the stream's work; returns the cudaError_t.
+extern "C" __attribute__((visibility("default"))) int kvattn_debug_decode_timeline(unsigned long long* host,
+                                                                                   int count) {
+  using namespace kvattn::cuda::sm90;
+  if (cudaDeviceSynchronize() != cudaSuccess) return static_cast<int>(cudaGetLastError());
+  const int n = count < kTlMaxCtas * kTlSlots ? count : kTlMaxCtas * kTlSlots;
+  return static_cast<int>(cudaMemcpyFromSymbol(host, g_decode_timeline, sizeof(unsigned long long) * n));
+}
+#endif

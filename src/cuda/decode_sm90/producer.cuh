@@ -4,6 +4,7 @@
 
 #include "cuda/decode_sm90/pieces.cuh"
 #include "cuda/decode_sm90/sync.cuh"
+#include "cuda/decode_sm90/timeline.cuh"
 
 namespace kvattn::cuda::sm90 {
 
@@ -22,7 +23,9 @@ __device__ __forceinline__ void produce(const AttnParams& p, const BalancedStart
   const int chunk = lane % kLanesPerRow, row_in_copy = lane / kLanesPerRow;
   const uint64_t policy = evict_first_policy();
   uint32_t stage_count = 0;  // CTA-wide stage index of the piece's first stage
+  [[maybe_unused]] int piece_index = -1;
   for_each_piece<Cfg>(p, st, [&](const Piece& w, bool, int64_t) {
+    KVATTN_TL(++piece_index);
     const PieceKeys pk = piece_keys<Cfg>(p, w, false);
     const uint32_t first_stage = stage_count;
     stage_count += pk.stages;
@@ -90,6 +93,10 @@ __device__ __forceinline__ void produce(const AttnParams& p, const BalancedStart
         cp_async_16_hint(v_dst + row_bytes, vo < 0 ? zero : v_base + vo * sizeof(TKV), policy);
       }
       cp_async_mbar_arrive(&full[slot]);  // this lane's copies of the stage, once landed
+      KVATTN_TL(if (lane == 0) {
+        if (g == 0) tl_stamp(kTlFirstIssue);
+        if (s == pk.stages - 1) tl_stamp_piece(piece_index, kTlpLastIssued);
+      });
     }
   });
 }
