@@ -11,7 +11,6 @@ median over the CTAs).
 """
 import argparse
 import ctypes
-import json
 import os
 
 import torch
@@ -81,6 +80,7 @@ def report(name, kv_bytes, rows):
         s = stats([(r[b] - r[a]) / rate / 1e3 for r in working if r[a] and r[b]])
         if s:
             print(f"  d {label:20s} {s[0]:7.2f} {s[1]:7.2f} {s[2]:7.2f}")
+    last = PIECE0 + (MAX_PIECES - 1) * PER_PIECE
     tails = []
     for r in working:
         n = min(r[PIECES], MAX_PIECES)
@@ -90,12 +90,12 @@ def report(name, kv_bytes, rows):
     if tails:
         s = stats(tails)
         print(f"  d {'last piece epilogue':20s} {s[0]:7.2f} {s[1]:7.2f} {s[2]:7.2f}")
+    del last
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--filter", default="")
-    ap.add_argument("--raw", default="", help="a folder: the stamps of each case as JSON")
     args = ap.parse_args()
     lib = ctypes.CDLL(os.environ["KVATTN_LIBRARY"])
     lib.kvattn_debug_decode_timeline.argtypes = [ctypes.c_void_p, ctypes.c_int]
@@ -110,11 +110,7 @@ def main():
             s = sets[rep % len(sets)]
             kvattn.flash_attn_with_kvcache(s[0], s[1], s[2], **s[3])
         torch.cuda.synchronize()
-        rows = read_timeline(lib)
-        report(name, kv_bytes, rows)
-        if args.raw:
-            with open(os.path.join(args.raw, name.replace(" ", "_") + ".json"), "w") as f:
-                json.dump(rows, f)
+        report(name, kv_bytes, read_timeline(lib))
         del sets
         torch.cuda.empty_cache()
 

@@ -27,26 +27,6 @@
 
 namespace kvattn::cuda::sm90 {
 
-// Every launch brings new parameters, so the first read of each line of `p` misses the SM's constant caches,
-// and balanced_start / load_sequence / the pieces' prologues read its fields one dependent branch after
-// another (the timeline, bench/NOTES.md 2026-12-01: 3-5 us of block scan and 6-10 us of piece prologue
-// before the first stage, the same on every CTA). One read a 32-byte line, by different threads at once:
-// the misses overlap instead of queueing behind each branch.
-template <int kThreads>
-__device__ __forceinline__ void warm_params(const AttnParams& p) {
-  constexpr int kLine = 32, kWarps = kThreads / 32;
-  constexpr int kLines = static_cast<int>((sizeof(AttnParams) + kLine - 1) / kLine);
-  const uint32_t* words = reinterpret_cast<const uint32_t*>(&p);
-  const int warp = threadIdx.x / 32;
-  uint32_t sum = 0;
-#pragma unroll
-  for (int k = 0; k < (kLines + kWarps - 1) / kWarps; ++k) {
-    const int line = warp + k * kWarps;  // warp-uniform: one address a load, the loads independent
-    if (line < kLines) sum ^= words[line * (kLine / 4)];
-  }
-  asm volatile("" ::"r"(sum));  // keeps the loads
-}
-
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_sm90_kernel(const __grid_constant__ AttnParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -57,7 +37,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_sm90_kernel(const __g
   T* s_q = reinterpret_cast<T*>(s_state + Cfg::kConsumerWarps * Cfg::kStateFloats);
   uint64_t* full = reinterpret_cast<uint64_t*>(s_q + Cfg::kRows * Cfg::kQStride);
   uint64_t* empty = full + Cfg::kStages;
-  warm_params<Cfg::kThreads>(p);
   allow_dependent_launch();  // the split combine may be scheduled now; it waits for this grid's end
   KVATTN_TL(tl_enter());
   if (threadIdx.x < Cfg::kStages) {
