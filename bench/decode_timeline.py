@@ -1,7 +1,9 @@
 """Per-CTA timeline of the Hopper decode kernel (src/cuda/decode_sm90/timeline.cuh), for a library built
 with -DKVATTN_DECODE_TIMELINE=1 (a developer build; the stamps cost a few global stores a piece):
 
-    PYTHONPATH=python KVATTN_LIBRARY=<so> python3 -m bench.decode_timeline [--filter TEXT]
+    cmake -S . -B build-tl -DKVATTN_CUDA=ON -DKVATTN_CUDA_ARCHS=90a -DKVATTN_DEV_HEAD_DIM=128 \
+        -DKVATTN_DEV_DTYPE=bf16 -DCMAKE_CUDA_FLAGS=-DKVATTN_DECODE_TIMELINE=1 && cmake --build build-tl
+    PYTHONPATH=python KVATTN_LIBRARY=build-tl/libkvattn.so python3 -m bench.decode_timeline [--filter TEXT]
 
 For each case (bf16, 32/8 heads, d 128, page 16, random page permutation) it calls the kernel on input sets
 rotated past the L2, reads the stamps of the last call, and prints each phase's distribution over the CTAs
