@@ -45,6 +45,7 @@ run)
   work=$(mktemp -d)
   cp "$dir"/*.py "$root/tools/fa3_shim/conftest.py" "$work/"
   einops=$(ls "$dir"/einops-*.whl 2>/dev/null | head -1)
+  [ -n "$einops" ] && einops=$(cd "$(dirname "$einops")" && pwd)/$(basename "$einops")  # the tests run elsewhere
   default_lib=build-cuda/libkvattn.so
   [ "${KVATTN_FA3_DEVICE:-}" = cpu ] && default_lib=build/libkvattn.so
   export KVATTN_LIBRARY=${KVATTN_LIBRARY:-$root/$default_lib}
