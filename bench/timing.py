@@ -126,6 +126,7 @@ class CParams:
         from kvattn import tensors as T
         self.lib = lib = _lib.load()
         self.call = call = T.Call()
+        self.kw = dict(kw)  # the descriptors hold raw pointers: keep every tensor (out too) alive with them
         self.p = p = _lib.FwdParams()
         lib.kvattn_fwd_params_init(ctypes.byref(p))
         for name in _TENSORS:
