@@ -186,8 +186,8 @@ def test_sglang_ragged_replay_can_fail(mode):
 def test_sglang_ragged_sliding_window_pool(mode, device):
     """A sliding-window layer with SGLang's SWA pool: a separate, smaller pool for the window layers
     (full_to_swa_index_mapping; slots of tokens that left the window are freed: NaN), and the window index
-    that SGLang's FlashInfer backend builds for such layers: only each request's last tokens (their full slots
-    translated to SWA slots), cache_seqlens = that length, window_size = (w, 0). The meaning checked:
+    that SGLang's Triton backend builds for such layers (update_sliding_window_buffer): only each request's
+    last tokens (their full slots translated to SWA slots), cache_seqlens = that length, window_size = (w, 0). The meaning checked:
     windowed causal attention over the whole sequence (the oracle reads every token from a dense copy), so
     the shift of positions by the dropped head is checked too."""
     seed = 350 + ["decode", "extend"].index(mode)
@@ -201,8 +201,8 @@ def test_sglang_ragged_sliding_window_pool(mode, device):
         k_seq[i, seq_lens[i]:], v_seq[i, seq_lens[i]:] = np.nan, np.nan
     q = randn(rng, (int(q_lens.sum()), hq, d), dtype)
     # The window index: the tail that the step's queries see, plus 1-3 tokens that the window must mask (SGLang
-    # frees out-of-window slots lazily; its FA3 backend passes whole rows): without them decode could not tell
-    # a wrong window from the right one.
+    # frees out-of-window slots lazily, and its backends differ by one in the tail they keep): without them
+    # decode could not tell a wrong window from the right one.
     kept = np.minimum(seq_lens, w + q_lens + rng.integers(1, 4, b))
     swa_size = int(kept.sum()) + 6
     k_swa, v_swa = np.full((swa_size + 1, hk, d), np.nan, dtype), np.full((swa_size + 1, hk, d), np.nan, dtype)
