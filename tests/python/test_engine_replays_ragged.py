@@ -67,8 +67,9 @@ def _ragged_and_dense(device, name, q, k_pool, v_pool, indptr, indices, kw, ref,
         for what, got, dense, want in pools:
             H.assert_cache_equal(f"{name} {what} pool", got, want, False, dtype)
             H.assert_cache_equal(f"{name} {what} pool dense", dense, want, False, dtype)
-    else:  # nothing to write: the pool is left as it was
-        H.assert_cache_equal(f"{name} k pool", k_after, np.asarray(k_pool), False, dtype)
+    else:  # nothing to write: the pools are left as they were
+        H.assert_cache_equal(f"{name} k pool", k_after, k_pool, False, dtype)
+        H.assert_cache_equal(f"{name} v pool", v_after, v_pool, False, dtype)
     return out
 
 
@@ -91,11 +92,9 @@ class _SGLangPool:
         return slots
 
     def write(self, slots):
-        """set_kv_buffer: random K/V at `slots` (returned, as the model computed them)."""
-        k = randn(self.rng, (len(slots),) + self.k.shape[1:], self.dtype)
-        v = randn(self.rng, (len(slots),) + self.v.shape[1:], self.dtype)
-        self.k[slots], self.v[slots] = k, v
-        return k, v
+        """set_kv_buffer: random K/V (as the model computed them) at `slots`."""
+        self.k[slots] = randn(self.rng, (len(slots),) + self.k.shape[1:], self.dtype)
+        self.v[slots] = randn(self.rng, (len(slots),) + self.v.shape[1:], self.dtype)
 
     def kv_index(self, req_pool_indices, seq_lens):
         """create_flashinfer_kv_indices_triton: kv_indptr = cumsum(seq_lens), kv_indices the rows' slots
@@ -187,9 +186,9 @@ def test_sglang_ragged_sliding_window_pool(mode, device):
     """A sliding-window layer with SGLang's SWA pool: a separate, smaller pool for the window layers
     (full_to_swa_index_mapping; slots of tokens that left the window are freed: NaN), and the window index
     that SGLang's Triton backend builds for such layers (update_sliding_window_buffer): only each request's
-    last tokens (their full slots translated to SWA slots), cache_seqlens = that length, window_size = (w, 0). The meaning checked:
-    windowed causal attention over the whole sequence (the oracle reads every token from a dense copy), so
-    the shift of positions by the dropped head is checked too."""
+    last tokens (their full slots translated to SWA slots), cache_seqlens = that length, window_size = (w, 0).
+    The meaning checked: windowed causal attention over the whole sequence (the oracle reads every token from
+    a dense copy), so the shift of positions by the dropped head is checked too."""
     seed = 350 + ["decode", "extend"].index(mode)
     rng = np.random.default_rng(seed)
     b, hq, hk, d, dtype, w = 3, 8, 2, 128, DTYPES["bf16"], int(rng.integers(3, 9))
