@@ -1,6 +1,6 @@
-"""kvattn.integrations.transformers: tiny random-weight models (fp32, CPU) with attn_implementation="kvattn"
-against the same weights with transformers' eager attention: logits, greedy generate(), a left-padded batch,
-and the inputs the integration refuses. Skipped without torch or transformers. KVATTN_TF_SEED (default 0)
+"""kvattn.integrations.transformers: tiny random-weight models (fp32 on the CPU, bf16 on a GPU) with
+attn_implementation="kvattn" against the same weights with transformers' eager attention: logits, greedy
+generate(), a left-padded batch, and the inputs the integration refuses. Skipped without torch or transformers. KVATTN_TF_SEED (default 0)
 shifts the weights and inputs (seeds 0-9 all pass)."""
 import copy
 import os
@@ -170,3 +170,56 @@ def test_refuses_static_cache():
         ours.generate(ids, max_new_tokens=2, do_sample=False, cache_implementation="static", pad_token_id=0)
     with torch.no_grad(), pytest.raises(KvattnError, match="static cache"):
         ours(ids, past_key_values=transformers.StaticCache(config=ours.config, max_cache_len=16), use_cache=True)
+
+
+CUDA = pytest.mark.skipif(not (torch.cuda.is_available() and __import__("kvattn").has_backend("cuda")),
+                          reason="needs a GPU and a CUDA build")
+BF16_MARGIN = 0.5  # top-2 logit gap (fp32 reference) below which bf16 rounding may pick either token
+
+
+@CUDA
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_cuda_left_padded_generate_matches_fp32_eager(name):
+    """On the GPU: bf16, head_dim 128 (a developer build's shape), a left-padded batch through generate();
+    the reference is eager attention on the same (bf16-rounded) weights in fp32. Logits of the valid rows
+    within bf16 tolerance; greedy tokens equal up to the first step whose reference top-2 margin is a tie
+    at bf16 precision."""
+    cfg = copy.deepcopy(CONFIGS[name])
+    cfg.head_dim = 128
+    if hasattr(cfg, "query_pre_attn_scalar"):
+        cfg.query_pre_attn_scalar = 64
+    torch.manual_seed(SEED + sorted(CONFIGS).index(name))
+    ours = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation="kvattn")
+    if name.startswith("gptoss"):
+        with torch.no_grad():
+            for layer in ours.model.layers:
+                layer.self_attn.sinks.normal_(0.0, 2.0)
+    ours = ours.to(device="cuda", dtype=torch.bfloat16).eval()
+    eager = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation="eager")
+    eager.load_state_dict({k: v.float() for k, v in ours.state_dict().items()})
+    eager = eager.to("cuda").eval()
+    ids = torch.randint(1, 97, (3, 11), device="cuda")
+    mask = torch.ones_like(ids)
+    for row, pad in enumerate((4, 0, 7)):
+        mask[row, :pad] = 0
+        ids[row, :pad] = 0
+    with torch.no_grad():
+        CALLS.clear()
+        got = ours(ids, attention_mask=mask).logits.float()
+        assert len(CALLS) == 2  # both layers went through kvattn
+        want = eager(ids, attention_mask=mask).logits
+    valid = mask.bool()
+    torch.testing.assert_close(got[valid], want[valid], rtol=5e-2, atol=5e-2)
+    seq_got, _ = _generate(ours, ids, mask)
+    seq_want, logits_want = _generate(eager, ids, mask)
+    top2 = logits_want.float().topk(2, dim=-1).values  # (steps, batch, 2)
+    margins = top2[..., 0] - top2[..., 1]
+    new_got, new_want = seq_got[:, ids.shape[1]:], seq_want[:, ids.shape[1]:]
+    for b in range(ids.shape[0]):
+        for step in range(new_want.shape[1]):
+            if new_got[b, step] == new_want[b, step]:
+                continue
+            assert margins[step, b] < BF16_MARGIN, (
+                f"row {b} step {step}: kvattn {new_got[b].tolist()}, eager {new_want[b].tolist()} "
+                f"(top-2 margin {margins[step, b]:.3f})")
+            break  # past a near tie the two runs continue different sequences
