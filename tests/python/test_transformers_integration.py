@@ -1,7 +1,7 @@
 """kvattn.integrations.transformers: tiny random-weight models (fp32 on the CPU, bf16 on a GPU) with
 attn_implementation="kvattn" against the same weights with transformers' eager attention: logits, greedy
-generate(), a left-padded batch, and the inputs the integration refuses. Skipped without torch or transformers. KVATTN_TF_SEED (default 0)
-shifts the weights and inputs (seeds 0-9 all pass)."""
+generate(), a left-padded batch, and the inputs the integration refuses. Skipped without torch or
+transformers. KVATTN_TF_SEED (default 0) shifts the weights and inputs (seeds 0-9 all pass)."""
 import copy
 import os
 
