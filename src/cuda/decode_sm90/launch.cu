@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cuda/attention/launch.hpp"
+#include "cuda/common/host.hpp"
 #include "cuda/decode_sm90/decode_sm90.hpp"
 #include "cuda/decode_sm90/kernel.cuh"
 
@@ -15,15 +16,22 @@ namespace {
 
 using DecodeKernel = void (*)(AttnParams);
 
+// A kernel variant and the devices it has opted into its shared memory on (set_max_dynamic_smem_once).
+struct DecodeVariant {
+  DecodeKernel kernel = nullptr;
+  std::atomic<uint64_t>* opted_in = nullptr;
+};
+
 template <typename T, typename TKV, bool kFp8F16 = true>
-DecodeKernel kernel_of(int producer_warps) {
+DecodeVariant kernel_of(int producer_warps) {
+  static std::atomic<uint64_t> opted_in[3] = {};  // per producer-warp count: 2, 4, 8
   switch (producer_warps) {
     case 2:
-      return sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV, 2, kFp8F16>>;
+      return {sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV, 2, kFp8F16>>, &opted_in[0]};
     case 4:
-      return sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV, 4, kFp8F16>>;
+      return {sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV, 4, kFp8F16>>, &opted_in[1]};
     default:
-      return sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV, 8, kFp8F16>>;
+      return {sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV, 8, kFp8F16>>, &opted_in[2]};
   }
 }
 
@@ -34,12 +42,13 @@ bool fp8_in_bf16() {
   return e != nullptr && std::strcmp(e, "1") == 0;
 }
 
-// The kernel for (compute dtype, cache dtype, producer warps), or nullptr when this build has none.
-DecodeKernel pick_kernel(DType compute, DType kv, int producer_warps) {
-  if (!dtype_built(compute) || !head_dim_built(DecodeSm90Shape::kHeadDim)) return nullptr;
-  if (producer_warps != 2 && producer_warps != 4 && producer_warps != 8) return nullptr;
+// The kernel for (compute dtype, cache dtype, producer warps); its kernel is nullptr when this build has
+// none.
+DecodeVariant pick_kernel(DType compute, DType kv, int producer_warps) {
+  if (!dtype_built(compute) || !head_dim_built(DecodeSm90Shape::kHeadDim)) return {};
+  if (producer_warps != 2 && producer_warps != 4 && producer_warps != 8) return {};
   const bool fp8 = kv == DType::fp8_e4m3;
-  if (!fp8 && kv != compute) return nullptr;
+  if (!fp8 && kv != compute) return {};
   if constexpr (dtype_built(DType::bf16)) {
     if (compute == DType::bf16) {
       if (!fp8) return kernel_of<__nv_bfloat16, __nv_bfloat16>(producer_warps);
@@ -52,7 +61,7 @@ DecodeKernel pick_kernel(DType compute, DType kv, int producer_warps) {
       return fp8 ? kernel_of<half, __nv_fp8_e4m3>(producer_warps) : kernel_of<half, half>(producer_warps);
     }
   }
-  return nullptr;
+  return {};
 }
 
 // Whether the library holds sm_90 machine code of the kernels (built with 90a in KVATTN_CUDA_ARCHS): asked
@@ -68,29 +77,6 @@ bool built_for_sm90(DecodeKernel kernel) {
     known.store(v, std::memory_order_relaxed);
   }
   return v == 1;
-}
-
-// cudaFuncSetAttribute(max dynamic shared memory) once per (kernel, device) instead of every call (0.3-0.5
-// us on the H200 host): a kernel's value is fixed (its ring) and outlives the call. 16 slots of kernels
-// (15 variants exist) with a bit per device < 64; anything past them opts in every call.
-cudaError_t opt_in_once(DecodeKernel kernel, int bytes) {
-  constexpr int kSlots = 16;
-  static std::atomic<DecodeKernel> keys[kSlots] = {};
-  static std::atomic<uint64_t> done[kSlots] = {};
-  int device = 0;
-  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
-  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
-  std::atomic<uint64_t>* slot = nullptr;
-  for (int i = 0; i < kSlots && slot == nullptr; ++i) {
-    DecodeKernel key = keys[i].load(std::memory_order_acquire);
-    if (key == nullptr && keys[i].compare_exchange_strong(key, kernel, std::memory_order_acq_rel))
-      key = kernel;
-    if (key == kernel) slot = &done[i];
-  }
-  if (slot != nullptr && (slot->load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
-  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (err == cudaSuccess && slot != nullptr) slot->fetch_or(bit, std::memory_order_acq_rel);
-  return err;
 }
 
 }  // namespace
@@ -124,7 +110,7 @@ bool decode_sm90_supports(const FwdProblem& p) {
   const int producer_warps = decode_sm90_producer_warps();
   if (producer_warps == 0) return false;
   const DType compute_dtype = p.q_dtype == DType::fp8_e4m3 ? DType::bf16 : p.q_dtype;
-  const DecodeKernel kernel = pick_kernel(compute_dtype, p.kv_dtype, producer_warps);
+  const DecodeKernel kernel = pick_kernel(compute_dtype, p.kv_dtype, producer_warps).kernel;
   return kernel != nullptr && built_for_sm90(kernel);
 }
 
@@ -142,14 +128,24 @@ kvattn_status launch_decode_sm90(const AttnParams& params, const AttentionPlan& 
                                  DType kv_dtype, cudaStream_t stream) {
   using S = DecodeSm90Shape;
   const int producer_warps = decode_sm90_producer_warps();
-  const DecodeKernel kernel = pick_kernel(compute_dtype, kv_dtype, producer_warps);
-  if (kernel == nullptr) return fail(KVATTN_ERROR_UNSUPPORTED, "decode_sm90: no kernel for this dtype pair");
+  const DecodeVariant variant = pick_kernel(compute_dtype, kv_dtype, producer_warps);
+  if (variant.kernel == nullptr) {
+    return fail(KVATTN_ERROR_UNSUPPORTED, "decode_sm90: no kernel for this dtype pair");
+  }
   if (std::getenv("KVATTN_DEBUG_DISPATCH") != nullptr) {
     std::fprintf(stderr, "kvattn: decode_sm90 kernel, %d producer warps\n", producer_warps);
   }
   const size_t smem = S::smem_bytes(kv_dtype == DType::fp8_e4m3, producer_warps);
-  cudaError_t err = opt_in_once(kernel, static_cast<int>(smem));
-  if (err != cudaSuccess) return cuda_fail(err, "decode_sm90_kernel shared memory");
+  int device = 0;
+  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {
+    return cuda_fail(err, "decode_sm90_kernel device");
+  }
+  if (const kvattn_status st =
+          set_max_dynamic_smem_once(reinterpret_cast<const void*>(variant.kernel), device,
+                                    static_cast<int>(smem), variant.opted_in, "decode_sm90_kernel");
+      st != KVATTN_OK) {
+    return st;
+  }
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(params.balanced_ctas));  // the plan's grid
   config.blockDim = dim3(S::threads(producer_warps));
@@ -160,7 +156,7 @@ kvattn_status launch_decode_sm90(const AttnParams& params, const AttentionPlan& 
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
   config.numAttrs = plan.early_launch ? 1 : 0;
-  err = cudaLaunchKernelEx(&config, kernel, params);
+  const cudaError_t err = cudaLaunchKernelEx(&config, variant.kernel, params);
   if (err != cudaSuccess) return cuda_fail(err, "launching decode_sm90_kernel");
   return check_launch("decode_sm90_kernel");
 }

@@ -5,6 +5,7 @@
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -108,9 +109,16 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream) {
                                               " CTAs exceeds the grid limit");
   }
   const int smem = static_cast<int>(prefill_smem_bytes(Cfg::kHeadDim));
-  cudaError_t err =
-      cudaFuncSetAttribute(prefill_kernel<Cfg>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (err != cudaSuccess) return cuda_fail(err, "prefill_kernel shared memory");
+  static std::atomic<uint64_t> opted_in{0};  // the devices this kernel has opted into its shared memory on
+  int device = 0;
+  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {
+    return cuda_fail(err, "prefill_kernel device");
+  }
+  if (const kvattn_status st = set_max_dynamic_smem_once(reinterpret_cast<const void*>(prefill_kernel<Cfg>),
+                                                         device, smem, &opted_in, "prefill_kernel");
+      st != KVATTN_OK) {
+    return st;
+  }
   prefill_kernel<Cfg><<<static_cast<unsigned>(ctas), Cfg::kThreads, smem, stream>>>(a);
   return check_launch("prefill_kernel (sm_90a)");
 }
