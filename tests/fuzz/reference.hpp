@@ -406,6 +406,10 @@ inline Expected fwd_expected(const kvattn_fwd_params& a, const Memory& mem) {
           // kernels' float32 intermediates may overflow there (docs/DESIGN.md), so the row is not compared
           // (the call must still run, stay in bounds and write only its outputs).
           bool near_overflow = false;
+          // A key whose weight float32 may flush to 0 (< 2^-100: a CPU vector exp, an ftz exp2, a split's
+          // rescale) while float64 keeps it: a non-finite V channel of that key may or may not show (the
+          // library never multiplies a zero weight, docs/DESIGN.md), so that out channel is not judged.
+          std::vector<char> either(size_t(dv), 0);
           auto emit = [&](const std::vector<double>& o, double lse, double mag) {
             if (near_overflow || score_err > 1 || vmax > 1e36) {
               for (int64_t c = 0; c < dv; ++c)
@@ -415,10 +419,16 @@ inline Expected fwd_expected(const kvattn_fwd_params& a, const Memory& mem) {
               return;
             }
             const double o_slack = std::isfinite(score_err) ? std::min(1.0, 2 * score_err) : 1.0;
-            for (int64_t c = 0; c < dv; ++c)
-              put_out(varlen ? std::initializer_list<int64_t>{row, h, c}
-                             : std::initializer_list<int64_t>{i, t, h, c},
-                      o[c], mag * (1 + o_slack / out_tolerance(out_dtype)));
+            for (int64_t c = 0; c < dv; ++c) {
+              if (either[size_t(c)]) {
+                unchecked(varlen ? std::initializer_list<int64_t>{row, h, c}
+                                 : std::initializer_list<int64_t>{i, t, h, c});
+              } else {
+                put_out(varlen ? std::initializer_list<int64_t>{row, h, c}
+                               : std::initializer_list<int64_t>{i, t, h, c},
+                        o[c], mag * (1 + o_slack / out_tolerance(out_dtype)));
+              }
+            }
             put_lse(i, h, varlen ? row : t, lse,
                     std::fabs(lse) + (std::isfinite(score_err) ? score_err / lse_tolerance(out_dtype) : 0));
           };
@@ -494,7 +504,13 @@ inline Expected fwd_expected(const kvattn_fwd_params& a, const Memory& mem) {
             const double w = w_of(xs[k]);
             if (w == 0) continue;
             denom += w;
-            for (int64_t c = 0; c < dv; ++c) o[c] += w * vs[k][c];
+            for (int64_t c = 0; c < dv; ++c) {
+              if (w < 0x1p-100 && !std::isfinite(vs[k][c])) {
+                either[size_t(c)] = 1;
+              } else {
+                o[c] += w * vs[k][c];
+              }
+            }
           }
           for (int64_t c = 0; c < dv; ++c) o[c] /= denom;
           const double lse = m + std::log(denom);
