@@ -859,6 +859,8 @@ int main_impl(int argc, char** argv) {
       // A NaN V under a weight of ~e^-100: float32 flushes it to 0 (never multiplied), float64 did not
       // (the reference now leaves such a channel unjudged).
       {20261201, 4649433},
+      // A rotated q channel of ~1e-45 times an infinite K: +inf in float64, 0 x inf = NaN in float32.
+      {20261202, 7577143},
   };
   Stats stats;
   for (auto [s, k] : kRegressions) {

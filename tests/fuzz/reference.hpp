@@ -410,8 +410,9 @@ inline Expected fwd_expected(const kvattn_fwd_params& a, const Memory& mem) {
           // rescale) while float64 keeps it: a non-finite V channel of that key may or may not show (the
           // library never multiplies a zero weight, docs/DESIGN.md), so that out channel is not judged.
           std::vector<char> either(size_t(dv), 0);
+          bool tiny_times_inf = false;
           auto emit = [&](const std::vector<double>& o, double lse, double mag) {
-            if (near_overflow || score_err > 1 || vmax > 1e36) {
+            if (near_overflow || tiny_times_inf || score_err > 1 || vmax > 1e36) {
               for (int64_t c = 0; c < dv; ++c)
                 unchecked(varlen ? std::initializer_list<int64_t>{row, h, c}
                                  : std::initializer_list<int64_t>{i, t, h, c});
@@ -459,7 +460,12 @@ inline Expected fwd_expected(const kvattn_fwd_params& a, const Memory& mem) {
             std::vector<double> v(dv);
             double dot = 0, abs_dot = 0;
             for (int64_t c = 0; c < d; ++c) {
-              const double term = qr[c] * (decode(kd, cache_at(kc, i, slot, kh, c)) * kds);
+              const double kv = decode(kd, cache_at(kc, i, slot, kh, c)) * kds;
+              // A q channel below float32's normal range (a rotated or descaled q) may round or flush to 0
+              // in the kernels: times an infinite K it is +-inf or NaN there, so the row is not judged.
+              tiny_times_inf =
+                  tiny_times_inf || (!std::isfinite(kv) && qr[c] != 0 && std::fabs(qr[c]) < 0x1p-126);
+              const double term = qr[c] * kv;
               dot += term;
               abs_dot += std::fabs(term);
             }
