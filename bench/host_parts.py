@@ -95,12 +95,16 @@ def main(argv=None):
     values = [kw.get(a.name, a.default) for a in S.FWD]
     op_args, out, lse_flag = _fwd.normalize(values)
     row("  _fwd.normalize", lambda: _fwd.normalize(values))
+    row("  torch_ops._eager", torch_ops._eager)
     row("  torch_ops._eager + _plain", lambda: torch_ops._eager() and torch_ops._plain(op_args, None))
     row("  _fwd.run (ctypes path)", lambda: _fwd.run(op_args, None, False))
     if op:
         row("  _stable.run (the op)", lambda: _stable.run(op_args, None, False))
-        tensors, ints, floats = _stable._lists(op_args)
-        row("  the op alone", lambda: op(tensors, ints, floats, None, False))
+        present, ints = _stable._lists(op_args, None, False)
+        row("  the op alone", lambda: op(present, ints))
+        tensor_type, _stable.TENSOR = _stable.TENSOR, None  # the generated fast path declines
+        row("eager, general path (normalize, torch_ops.fwd)", lambda: fa(**kw))
+        _stable.TENSOR = tensor_type
         _stable._op = False
         row("eager, ctypes path (op disabled)", lambda: fa(**kw))
         _stable._op = op

@@ -10,40 +10,72 @@ ctypes path runs it or raises its KvattnError naming the argument. Eager only: u
 or tracing the registered Python ops (torch_ops.py) run, as before.
 """
 import os
+import struct
 import sys
 
 from . import _lib
 from . import _signature as S
 from . import tensors as T
 
-# The op's tensors and scalars in src/torch/stable_op.cpp's order, by op argument name.
+# The op's tensors and scalars in src/torch/stable_op.cpp's order, by op argument name: the op takes the list
+# of the tensors given (bit i of the mask says tensor i is among them; bit len(TENSORS): out) and one int
+# list, [mask, want_lse, *INTS, *FLOATS as their bits] (each argument and list entry of a boxed call costs
+# the caller ~0.1-0.5 us, so there are two of them and no None entries).
 TENSORS = ("q", "k_cache", "v_cache", "k", "v", "qv", "rotary_cos", "rotary_sin", "rotary_seqlens",
            "cache_seqlens", "cache_batch_idx", "cache_leftpad", "page_table", "cu_seqlens_q", "seqused_q",
-           "cu_seqlens_k_new", "cu_seqlens_k", "alibi_slopes", "sinks", "q_descale", "k_descale", "v_descale")
+           "cu_seqlens_k_new", "cu_seqlens_k", "alibi_slopes", "sinks", "q_descale", "k_descale", "v_descale",
+           "kv_indptr", "kv_indices")
 INTS = ("cache_seqlens_value", "max_seqlen_q", "causal", "window_left", "window_right", "attention_chunk",
         "rotary_interleaved", "num_splits", "pack_gqa", "sm_margin", "deterministic")
 FLOATS = ("softmax_scale", "softcap")
+OUT_BIT = 1 << len(TENSORS)
+# Every op argument the library reads reaches the op (a new one left out would be silently dropped).
+assert set(S.op_arg_names()) - {"scheduler_metadata"} == set(TENSORS + INTS + FLOATS), "_stable.py's tables"
 
 _I = {name: i for i, name in enumerate(S.op_arg_names())}
 _TENSOR_POS = tuple(_I[n] for n in TENSORS)
 _SINKS = _I["sinks"]
+_DOUBLE = struct.Struct("<d")
+
+
+def bits(x):
+    """A float's IEEE-754 bits as an int64 (the op's int list carries the two floats)."""
+    return int.from_bytes(_DOUBLE.pack(x), "little", signed=True)
+
+
+# The op's value of each scalar from its op argument's (None -> the ABI's "absent": max_seqlen_q 0,
+# pack_gqa -1, softmax_scale 0.0; bools -> 0/1; floats -> bits), as source with {x} the argument.
+_SCALAR_SOURCE = {"max_seqlen_q": "(0 if {x} is None else {x})", "pack_gqa": "(-1 if {x} is None else 1 if {x} else 0)",
+                  "causal": "(1 if {x} else 0)", "rotary_interleaved": "(1 if {x} else 0)",
+                  "deterministic": "(1 if {x} else 0)", "softmax_scale": "(0 if {x} is None else _bits({x}))",
+                  "softcap": "(_bits({x}) if {x} else 0)"}
+
+
+def scalar_source(name, x):
+    """The op's int for scalar `name` (of INTS or FLOATS) whose value is the expression `x`."""
+    return _SCALAR_SOURCE.get(name, "{x}").format(x=x)
 
 
 def _lists_builder():
-    """A function: op args -> (tensors, ints, floats), one generated expression (None -> the ABI's "absent":
-    max_seqlen_q 0, pack_gqa -1, softmax_scale 0.0; bools -> 0/1)."""
-    conv = {"max_seqlen_q": "(0 if v[{i}] is None else v[{i}])", "pack_gqa": "(-1 if v[{i}] is None else int(v[{i}]))",
-            "causal": "int(v[{i}])", "rotary_interleaved": "int(v[{i}])", "deterministic": "int(v[{i}])",
-            "softmax_scale": "(0.0 if v[{i}] is None else v[{i}])"}
-    item = lambda n: conv.get(n, "v[{i}]").format(i=_I[n])  # noqa: E731
-    tensors = ", ".join(f"v[{_I[n]}]" for n in TENSORS)
-    ints = ", ".join(item(n) for n in INTS)
-    floats = ", ".join(item(n) for n in FLOATS)
-    return eval(f"lambda v: ([{tensors}], [{ints}], [{floats}])")  # noqa: S307 (our own table)
+    """A function: (op args, out, want_lse) -> the op's (present tensors, ints)."""
+    lines = ["def lists(v, out, want_lse):", "    t = [v[0], v[1], v[2]]", "    m = 7"]
+    for bit, name in enumerate(TENSORS[3:], 3):
+        lines += [f"    if v[{_I[name]}] is not None:", f"        t.append(v[{_I[name]}])", f"        m |= {1 << bit}"]
+    lines += ["    if out is not None:", "        t.append(out)", f"        m |= {OUT_BIT}"]
+    ints = ", ".join(scalar_source(n, f"v[{_I[n]}]") for n in INTS + FLOATS)
+    lines += [f"    return t, [m, 1 if want_lse else 0, {ints}]"]
+    env = {"_bits": bits}
+    exec("\n".join(lines), env)  # noqa: S102 (our own table)
+    return env["lists"]
 
 
 _lists = _lists_builder()
 _op = None  # the op's C++ callable once loaded; False: not available
+# Set with _op when it loads (the generated eager entry point reads them; torch is not imported before).
+TENSOR = None  # torch.Tensor
+GRAD_ENABLED = None  # torch.is_grad_enabled
+BUMP = None  # torch._C._increment_version (autograd's version counters of the tensors a call wrote)
+F32 = None  # torch.float32 (the op takes fp32 sinks only)
 # CPU tensors take the ctypes path, whose long calls run on a helper thread so that Ctrl-C reaches Python;
 # tests set this to run the op on the CPU backend.
 CPU_CALLS = False
@@ -68,6 +100,11 @@ def load():
                 lib = _lib.load()
                 torch.ops.kvattn_stable.init(lib._name)
                 overload = torch.ops.kvattn_stable.fwd.default
+                if "Tensor[] present" not in str(overload._schema):
+                    raise ImportError("an extension of another kvattn version")
+                global TENSOR, GRAD_ENABLED, BUMP, F32
+                TENSOR, GRAD_ENABLED, BUMP, F32 = (torch.Tensor, torch.is_grad_enabled, torch._C._increment_version,
+                                                   torch.float32)
                 _op = getattr(overload, "_op", overload)
             except Exception:  # noqa: BLE001 (an extension of another build: the ctypes path serves)
                 _op = False
@@ -89,14 +126,13 @@ def run(op_args, out, want_lse):
     if out is not None and (type(out) is not tensor or (grad and out.requires_grad)):
         return None
     q = op_args[0]
-    if q is None or not (CPU_CALLS or q.is_cuda):
+    if q is None or op_args[1] is None or op_args[2] is None or not (CPU_CALLS or q.is_cuda):
         return None
-    tensors, ints, floats = _lists(op_args)
     sinks = op_args[_SINKS]
     if sinks is not None and T.dtype_code(sinks) != _lib.DTYPE_F32:
         return None  # fp16/bf16 sinks: the ctypes path makes the fp32 copy
     try:
-        result = op(tensors, ints, floats, out, want_lse)
+        result = op(*_lists(op_args, out, want_lse))
     except Exception:  # noqa: BLE001 (rejected or unusual: the ctypes path raises the named error)
         return None
     return (result[0], result[1]) if want_lse else (result[0], None)

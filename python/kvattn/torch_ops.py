@@ -85,6 +85,62 @@ def fwd(op_args, out, names=_fwd.NAMES, want_lse=True):
     return result
 
 
+def fast_prologue(defaults):
+    """flash_attn_with_kvcache's eager fast path, as source lines for _signature.make_function: when the
+    stable-ABI op is loaded, the call is eager (_eager) and every argument is a plain value (_args.PLAIN:
+    torch.Tensor itself, no grad needed, Python scalars its check passes as they are, no alias), the FA3
+    arguments go straight to the op (torch_ops.fwd's and _stable.run's conditions, without building the
+    op's arguments in between). Anything else, or a call the op declines (it raises), takes the general
+    path (normalize, torch_ops.fwd), whose checks and KvattnErrors apply. Returns (lines, names)."""
+    import math
+
+    from . import _args as A
+
+    order = {name: bit for bit, name in enumerate(_stable.TENSORS)}
+    ignored = dict((a, given) for a, given in _fwd.IGNORED_WITHOUT)
+    guards, tensors = [], []
+    for a in S.FWD[1:]:
+        guards.append(A.PLAIN[a.kind].format(x=a.name, d=defaults.get(a.name)))
+        if a.name in order and a.name not in ("k_cache", "v_cache"):
+            tensors.append(a.name)
+    guards += [f"({w} is None or {a} is not None)" for a, w, _ in _fwd.REQUIRED_WITH]
+    tensors.sort(key=order.get)  # the op's order
+    guards += ["(sinks is None or sinks.dtype is _s.F32)", "(q.is_cuda or _s.CPU_CALLS)"]
+    needs_grad = " or ".join(["q.requires_grad", "k_cache.requires_grad", "v_cache.requires_grad"] + [
+        f"{n} is not None and {n}.requires_grad" for n in tensors + ["out"]])
+    lines = ["_op = _s._op",
+             "if _op and type(q) is _s.TENSOR and _ops._eager():",
+             "    _T = _s.TENSOR",
+             "    if (" + "\n            and ".join(guards) + "):",
+             f"        if not (_s.GRAD_ENABLED() and ({needs_grad})):",
+             "            _t = [q, k_cache, v_cache]",
+             "            _m = 7"]
+    for name in tensors:
+        given = ignored.get(name)
+        when = f"{name} is not None" + (" and (" + " or ".join(f"{g} is not None" for g in given) + ")"
+                                        if given else "")
+        lines += [f"            if {when}:", f"                _t.append({name})",
+                  f"                _m |= {1 << order[name]}"]
+    lines += ["            if out is not None:", "                _t.append(out)", f"                _m |= {_stable.OUT_BIT}"]
+    window = defaults["window_size"]
+    value = {"cache_seqlens_value": "-1", "window_left": f"(-1 if window_size is {window} else window_size[0])",
+             "window_right": f"(-1 if window_size is {window} else window_size[1])"}
+    ints = ", ".join(_stable.scalar_source(n, n) if n not in value else value[n]
+                     for n in _stable.INTS + _stable.FLOATS)
+    lines += ["            try:",
+              f"                _r = _op(_t, [_m, 1 if return_softmax_lse else 0, {ints}])",
+              "            except Exception:",
+              "                _r = None  # declined or rejected: the general path, whose error names the argument",
+              "            if _r is not None:",
+              "                if k is not None or v is not None:",
+              "                    _s.BUMP((k_cache, v_cache) if out is None else (k_cache, v_cache, out))",
+              "                elif out is not None:",
+              "                    _s.BUMP((out,))",
+              "                return (_r[0], _r[1]) if return_softmax_lse else _r[0]"]
+    return lines, {"_s": _stable, "_ops": sys.modules[__name__], "_inf": math.inf, "_metadata": A.metadata,
+                   "_bits": _stable.bits}
+
+
 def _appends(op_args):
     return op_args[_K] is not None or op_args[_V] is not None
 
