@@ -34,7 +34,7 @@ _WINDOW = _INDEX["window_size"]
 IGNORED_WITHOUT = (("rotary_seqlens", ("rotary_cos", "rotary_sin")), ("cu_seqlens_k_new", ("k", "v")))
 # ... and an argument required with another (what it is).
 REQUIRED_WITH = (("max_seqlen_q", "cu_seqlens_q", "the longest query sequence"),)
-_IGNORED = tuple((_INDEX[a], tuple(_INDEX[g] for g in given)) for a, given in IGNORED_WITHOUT)
+_IGNORED = tuple((_INDEX[a], _INDEX[g], _INDEX[h]) for a, (g, h) in IGNORED_WITHOUT)  # pairs: no genexpr a call
 _REQUIRED = tuple((_INDEX[a], _INDEX[w], f"{a}: required with {w} ({what}), got None") for a, w, what in REQUIRED_WITH)
 _DEFAULT_WINDOW = S.FWD[_WINDOW].default
 
@@ -77,8 +77,8 @@ def normalize(values, names=None):
     left, right = (-1, -1) if window is _DEFAULT_WINDOW else A.window(window)
     if v[_INDEX["scheduler_metadata"]] is not None:
         v[_INDEX["scheduler_metadata"]] = A.metadata("scheduler_metadata", v[_INDEX["scheduler_metadata"]], v[0])
-    for i, given in _IGNORED:
-        if all(v[g] is None for g in given):
+    for i, g, h in _IGNORED:
+        if v[g] is None and v[h] is None:
             v[i] = None
     for i, w, message in _REQUIRED:
         if v[w] is not None and v[i] is None:
