@@ -17,15 +17,12 @@ from .errors import KvattnError
 I32 = (-(2**31), 2**31 - 1)
 I64 = (-(2**63), 2**63 - 1)
 
-# Per kind (_signature.py), the plain values its check passes unchanged, as a source expression of the
-# argument {x} (its default is {d}; _T is torch.Tensor): the generated eager entry point
-# (torch_ops.fast_prologue) runs the op at once when every argument is such a value, and hands anything
-# else to the general path and these checks. So each entry is a subset of what its check accepts as is.
+# Per scalar kind (_signature.py), the plain values its check passes unchanged, as a source expression of
+# the argument {x} (its default is {d}): the generated eager entry point (torch_ops.fast_prologue) runs the
+# op at once when every argument is such a value (a tensor argument: torch.Tensor itself, or None), and
+# hands anything else to the general path and these checks. So each entry is a subset of what its check
+# accepts as it is.
 PLAIN = {
-    "tensor": "type({x}) is _T",
-    "cache": "type({x}) is _T",
-    "opt": "({x} is None or type({x}) is _T)",
-    "seqlens": "({x} is None or type({x}) is _T)",  # an int: the general path (seqlens)
     "int": f"({{x}} is {{d}} or type({{x}}) is int and {I32[0]} <= {{x}} <= {I32[1]})",
     "opt_int": f"({{x}} is None or type({{x}}) is int and {I64[0]} <= {{x}} <= {I64[1]})",
     "float": "type({x}) is float",
@@ -37,7 +34,6 @@ PLAIN = {
     "metadata": "({x} is None or _metadata({x!r}, {x}, None) is {x})",
     "alias": "{x} is None",
     "lse_flag": "({x} is True or {x} is False)",
-    "out": "({x} is None or type({x}) is _T)",
 }
 
 

@@ -29,6 +29,10 @@ INTS = ("cache_seqlens_value", "max_seqlen_q", "causal", "window_left", "window_
         "rotary_interleaved", "num_splits", "pack_gqa", "sm_margin", "deterministic")
 FLOATS = ("softmax_scale", "softcap")
 OUT_BIT = 1 << len(TENSORS)
+# The index arrays: int32 by the ABI (the library rejects any other dtype) and an int tensor cannot require
+# grad, so the fast path (torch_ops.fast_prologue) need not ask them.
+INDEX_TENSORS = ("rotary_seqlens", "cache_seqlens", "cache_batch_idx", "cache_leftpad", "page_table", "cu_seqlens_q",
+                 "seqused_q", "cu_seqlens_k_new", "cu_seqlens_k", "kv_indptr", "kv_indices")
 # Every op argument the library reads reaches the op (a new one left out would be silently dropped).
 assert set(S.op_arg_names()) - {"scheduler_metadata"} == set(TENSORS + INTS + FLOATS), "_stable.py's tables"
 

@@ -87,56 +87,63 @@ def fwd(op_args, out, names=_fwd.NAMES, want_lse=True):
 
 def fast_prologue(defaults):
     """flash_attn_with_kvcache's eager fast path, as source lines for _signature.make_function: when the
-    stable-ABI op is loaded, the call is eager (_eager) and every argument is a plain value (_args.PLAIN:
-    torch.Tensor itself, no grad needed, Python scalars its check passes as they are, no alias), the FA3
-    arguments go straight to the op (torch_ops.fwd's and _stable.run's conditions, without building the
-    op's arguments in between). Anything else, or a call the op declines (it raises), takes the general
-    path (normalize, torch_ops.fwd), whose checks and KvattnErrors apply. Returns (lines, names)."""
+    stable-ABI op is loaded, the call is eager (_eager) and every argument is a plain value (each tensor
+    torch.Tensor itself, none needing grad; each scalar one that _args.PLAIN says its check passes as it
+    is; no alias), the FA3 arguments go straight to the op (torch_ops.fwd's and _stable.run's conditions,
+    without normalize and the op's argument tuple in between). Anything else, or a call the op declines
+    (it raises), takes the general path (normalize, torch_ops.fwd), whose checks and KvattnErrors apply.
+    One pass over the tensor arguments both checks them and builds the op's list. Returns (lines, names)."""
     import math
 
     from . import _args as A
 
     order = {name: bit for bit, name in enumerate(_stable.TENSORS)}
     ignored = dict((a, given) for a, given in _fwd.IGNORED_WITHOUT)
+    tensor_kinds = ("tensor", "cache", "opt", "seqlens", "out")
     guards, tensors = [], []
     for a in S.FWD[1:]:
-        guards.append(A.PLAIN[a.kind].format(x=a.name, d=defaults.get(a.name)))
-        if a.name in order and a.name not in ("k_cache", "v_cache"):
-            tensors.append(a.name)
+        if a.kind in tensor_kinds:
+            if a.name not in ("k_cache", "v_cache"):
+                tensors.append(a.name)
+        else:
+            guards.append(A.PLAIN[a.kind].format(x=a.name, d=defaults.get(a.name)))
+    assert set(tensors) == set(_stable.TENSORS[3:]) | {"out"}, "every tensor argument reaches the op"
+    tensors.sort(key=lambda n: order.get(n, len(order)))  # the op's order, out last
     guards += [f"({w} is None or {a} is not None)" for a, w, _ in _fwd.REQUIRED_WITH]
-    tensors.sort(key=order.get)  # the op's order
     guards += ["(sinks is None or sinks.dtype is _s.F32)", "(q.is_cuda or _s.CPU_CALLS)"]
     needs_grad = " or ".join(["q.requires_grad", "k_cache.requires_grad", "v_cache.requires_grad"] + [
-        f"{n} is not None and {n}.requires_grad" for n in tensors + ["out"]])
+        f"{n} is not None and {n}.requires_grad" for n in tensors if n not in _stable.INDEX_TENSORS])
     lines = ["_op = _s._op",
              "if _op and type(q) is _s.TENSOR and _ops._eager():",
              "    _T = _s.TENSOR",
-             "    if (" + "\n            and ".join(guards) + "):",
-             f"        if not (_s.GRAD_ENABLED() and ({needs_grad})):",
-             "            _t = [q, k_cache, v_cache]",
-             "            _m = 7"]
+             "    _plain = type(k_cache) is _T and type(v_cache) is _T",
+             "    _t = [q, k_cache, v_cache]",
+             "    _m = 7"]
     for name in tensors:
-        given = ignored.get(name)
+        given = ignored.get(name)  # FA3: ignored (not even checked) without these
         when = f"{name} is not None" + (" and (" + " or ".join(f"{g} is not None" for g in given) + ")"
                                         if given else "")
-        lines += [f"            if {when}:", f"                _t.append({name})",
-                  f"                _m |= {1 << order[name]}"]
-    lines += ["            if out is not None:", "                _t.append(out)", f"                _m |= {_stable.OUT_BIT}"]
+        bit = _stable.OUT_BIT if name == "out" else 1 << order[name]
+        lines += [f"    if {when}:", f"        if type({name}) is _T:", f"            _t.append({name})",
+                  f"            _m |= {bit}", "        else:", "            _plain = False"]
     window = defaults["window_size"]
     value = {"cache_seqlens_value": "-1", "window_left": f"(-1 if window_size is {window} else window_size[0])",
              "window_right": f"(-1 if window_size is {window} else window_size[1])"}
     ints = ", ".join(_stable.scalar_source(n, n) if n not in value else value[n]
                      for n in _stable.INTS + _stable.FLOATS)
-    lines += ["            try:",
-              f"                _r = _op(_t, [_m, 1 if return_softmax_lse else 0, {ints}])",
-              "            except Exception:",
-              "                _r = None  # declined or rejected: the general path, whose error names the argument",
-              "            if _r is not None:",
-              "                if k is not None or v is not None:",
-              "                    _s.BUMP((k_cache, v_cache) if out is None else (k_cache, v_cache, out))",
-              "                elif out is not None:",
-              "                    _s.BUMP((out,))",
-              "                return (_r[0], _r[1]) if return_softmax_lse else _r[0]"]
+    lines += ["    if (_plain",
+              "            and " + "\n            and ".join(guards),
+              f"            and not (_s.GRAD_ENABLED() and ({needs_grad}))):",
+              "        try:",
+              f"            _r = _op(_t, [_m, 1 if return_softmax_lse else 0, {ints}])",
+              "        except Exception:",
+              "            _r = None  # declined or rejected: the general path, whose error names the argument",
+              "        if _r is not None:",
+              "            if k is not None or v is not None:",
+              "                _s.BUMP((k_cache, v_cache) if out is None else (k_cache, v_cache, out))",
+              "            elif out is not None:",
+              "                _s.BUMP((out,))",
+              "            return (_r[0], _r[1]) if return_softmax_lse else _r[0]"]
     return lines, {"_s": _stable, "_ops": sys.modules[__name__], "_inf": math.inf, "_metadata": A.metadata,
                    "_bits": _stable.bits}
 
@@ -215,12 +222,29 @@ def _torch_dtype(name, dtype):
 
 
 def _eager():
-    """No torch.compile trace, mode, transform, jit trace or profiler that should see the op."""
+    """No torch.compile trace, mode, transform, jit trace or profiler that should see the op. (register()
+    replaces it with _bound_eager(): the same checks, torch's functions looked up once.)"""
     torch = _torch()
     c = torch._C
     return not (torch.compiler.is_compiling() or c._len_torch_dispatch_stack() or c._len_torch_function_stack()
                 or c._autograd._profiler_enabled() or c._get_tracing_state() is not None
                 or c._functorch.peek_interpreter_stack() is not None)
+
+
+def _bound_eager():
+    """_eager with torch's functions bound (their attribute lookups were about a third of its ~0.6 us)."""
+    torch = _torch()
+    c = torch._C
+    compiling, dispatch_modes, function_modes = (torch.compiler.is_compiling, c._len_torch_dispatch_stack,
+                                                 c._len_torch_function_stack)
+    profiling, tracing, transforms = c._autograd._profiler_enabled, c._is_tracing, c._functorch.peek_interpreter_stack
+
+    def _eager():  # _is_tracing: _get_tracing_state() is not None, without returning the state (0.06 us less)
+        return not (compiling() or dispatch_modes() or function_modes() or profiling() or tracing()
+                    or transforms() is not None)
+
+    _eager.__doc__ = globals()["_eager"].__doc__
+    return _eager
 
 
 def _plain(op_args, out):
@@ -255,12 +279,13 @@ def _check_tensor(name, x):
 
 def register():
     """Define the kvattn ops with torch.library once (imports torch); returns torch.ops.kvattn."""
-    global _ops
+    global _ops, _eager
     if _ops is not None:
         return _ops
     with _lock:
         if _ops is None:
             _define()
+            _eager = _bound_eager()
             _ops = getattr(_torch().ops, NAMESPACE)
     return _ops
 

@@ -260,3 +260,37 @@ def test_compile_traces_past_the_fast_path():
     assert ran == [True]
     assert torch.equal(got, want) and torch.equal(got_lse, want_lse)
     assert torch.equal(a["k_cache"], b["k_cache"]) and torch.equal(a["v_cache"], b["v_cache"])
+
+
+def test_modes_and_profiler_see_the_registered_op():
+    """Under a dispatch mode, a function mode or the profiler the fast path declines (_eager): they see
+    kvattn::fwd, and the result equals the op's."""
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    kw = _inputs("cpu", False, seed=23)
+    with _counting_op() as ran:
+        want = kvattn.flash_attn_with_kvcache(**kw)
+    assert ran == [True]
+    seen = []
+
+    class Dispatch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    class Function(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    for mode in (Dispatch, Function):
+        seen.clear()
+        with _counting_op() as ran, mode():
+            got = kvattn.flash_attn_with_kvcache(**kw)
+        assert ran == [] and any("kvattn.fwd" in s or "kvattn::fwd" in s for s in seen), (mode, seen[:5])
+        assert torch.equal(got, want)
+    with _counting_op() as ran, torch.profiler.profile() as prof:
+        got = kvattn.flash_attn_with_kvcache(**kw)
+    assert ran == [] and any("kvattn::fwd" in e.name for e in prof.events())
+    assert torch.equal(got, want)
