@@ -100,7 +100,7 @@ def main(argv=None):
     row("  _fwd.run (ctypes path)", lambda: _fwd.run(op_args, None, False))
     if op:
         row("  _stable.run (the op)", lambda: _stable.run(op_args, None, False))
-        present, ints = _stable._lists(op_args, None, False)
+        present, ints = _stable._lists(op_args, None)
         row("  the op alone", lambda: op(present, ints))
         tensor_type, _stable.TENSOR = _stable.TENSOR, None  # the generated fast path declines
         row("eager, general path (normalize, torch_ops.fwd)", lambda: fa(**kw))

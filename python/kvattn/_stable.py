@@ -17,10 +17,10 @@ from . import _lib
 from . import _signature as S
 from . import tensors as T
 
-# The op's tensors and scalars in src/torch/stable_op.cpp's order, by op argument name: the op takes the list
-# of the tensors given (bit i of the mask says tensor i is among them; bit len(TENSORS): out) and one int
-# list, [mask, want_lse, *INTS, *FLOATS as their bits] (each argument and list entry of a boxed call costs
-# the caller ~0.1-0.5 us, so there are two of them and no None entries).
+# The op's tensors and scalars in src/torch/stable_op.cpp's order, by op argument name: the ops (fwd -> out,
+# fwd_lse -> [out, lse]) take the list of the tensors given (bit i of the mask says tensor i is among them;
+# bit len(TENSORS): out) and one int list, [mask, *INTS, *FLOATS as their bits] (each argument and list
+# entry of a boxed call costs the caller ~0.1-0.5 us, so there are two of them and no None entries).
 TENSORS = ("q", "k_cache", "v_cache", "k", "v", "qv", "rotary_cos", "rotary_sin", "rotary_seqlens",
            "cache_seqlens", "cache_batch_idx", "cache_leftpad", "page_table", "cu_seqlens_q", "seqused_q",
            "cu_seqlens_k_new", "cu_seqlens_k", "alibi_slopes", "sinks", "q_descale", "k_descale", "v_descale",
@@ -61,20 +61,21 @@ def scalar_source(name, x):
 
 
 def _lists_builder():
-    """A function: (op args, out, want_lse) -> the op's (present tensors, ints)."""
-    lines = ["def lists(v, out, want_lse):", "    t = [v[0], v[1], v[2]]", "    m = 7"]
+    """A function: (op args, out) -> the op's (present tensors, ints)."""
+    lines = ["def lists(v, out):", "    t = [v[0], v[1], v[2]]", "    m = 7"]
     for bit, name in enumerate(TENSORS[3:], 3):
         lines += [f"    if v[{_I[name]}] is not None:", f"        t.append(v[{_I[name]}])", f"        m |= {1 << bit}"]
     lines += ["    if out is not None:", "        t.append(out)", f"        m |= {OUT_BIT}"]
     ints = ", ".join(scalar_source(n, f"v[{_I[n]}]") for n in INTS + FLOATS)
-    lines += [f"    return t, [m, 1 if want_lse else 0, {ints}]"]
+    lines += [f"    return t, [m, {ints}]"]
     env = {"_bits": bits}
     exec("\n".join(lines), env)  # noqa: S102 (our own table)
     return env["lists"]
 
 
 _lists = _lists_builder()
-_op = None  # the op's C++ callable once loaded; False: not available
+_op = None  # the op's C++ callable (kvattn_stable::fwd) once loaded; False: not available
+_op_lse = None  # kvattn_stable::fwd_lse, loaded with it
 # Set with _op when it loads (the generated eager entry point reads them; torch is not imported before).
 TENSOR = None  # torch.Tensor
 GRAD_ENABLED = None  # torch.is_grad_enabled
@@ -103,13 +104,12 @@ def load():
                 torch.ops.load_library(where)
                 lib = _lib.load()
                 torch.ops.kvattn_stable.init(lib._name)
-                overload = torch.ops.kvattn_stable.fwd.default
-                if "Tensor[] present" not in str(overload._schema):
-                    raise ImportError("an extension of another kvattn version")
-                global TENSOR, GRAD_ENABLED, BUMP, F32
+                ops = torch.ops.kvattn_stable
+                overloads = ops.fwd.default, ops.fwd_lse.default  # an older build lacks fwd_lse: not used
+                global TENSOR, GRAD_ENABLED, BUMP, F32, _op_lse
                 TENSOR, GRAD_ENABLED, BUMP, F32 = (torch.Tensor, torch.is_grad_enabled, torch._C._increment_version,
                                                    torch.float32)
-                _op = getattr(overload, "_op", overload)
+                _op, _op_lse = (getattr(o, "_op", o) for o in overloads)
             except Exception:  # noqa: BLE001 (an extension of another build: the ctypes path serves)
                 _op = False
     return _op or None
@@ -136,7 +136,7 @@ def run(op_args, out, want_lse):
     if sinks is not None and T.dtype_code(sinks) != _lib.DTYPE_F32:
         return None  # fp16/bf16 sinks: the ctypes path makes the fp32 copy
     try:
-        result = op(*_lists(op_args, out, want_lse))
+        result = (_op_lse if want_lse else op)(*_lists(op_args, out))
     except Exception:  # noqa: BLE001 (rejected or unusual: the ctypes path raises the named error)
         return None
-    return (result[0], result[1]) if want_lse else (result[0], None)
+    return (result[0], result[1]) if want_lse else (result, None)

@@ -135,7 +135,7 @@ def fast_prologue(defaults):
               "            and " + "\n            and ".join(guards),
               f"            and not (_s.GRAD_ENABLED() and ({needs_grad}))):",
               "        try:",
-              f"            _r = _op(_t, [_m, 1 if return_softmax_lse else 0, {ints}])",
+              f"            _r = (_s._op_lse if return_softmax_lse else _op)(_t, [_m, {ints}])",
               "        except Exception:",
               "            _r = None  # declined or rejected: the general path, whose error names the argument",
               "        if _r is not None:",
@@ -143,7 +143,7 @@ def fast_prologue(defaults):
               "                _s.BUMP((k_cache, v_cache) if out is None else (k_cache, v_cache, out))",
               "            elif out is not None:",
               "                _s.BUMP((out,))",
-              "            return (_r[0], _r[1]) if return_softmax_lse else _r[0]"]
+              "            return (_r[0], _r[1]) if return_softmax_lse else _r"]
     return lines, {"_s": _stable, "_ops": sys.modules[__name__], "_inf": math.inf, "_metadata": A.metadata,
                    "_bits": _stable.bits}
 

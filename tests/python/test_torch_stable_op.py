@@ -58,23 +58,25 @@ def _fresh(kw):
 
 @contextlib.contextmanager
 def _counting_op():
-    """A list of the op's calls while inside (True: it ran; False: it raised, declining the call)."""
-    op, ran = _stable._op, []
+    """A list of the ops' calls while inside (True: it ran; False: it raised, declining the call)."""
+    ops, ran = (_stable._op, _stable._op_lse), []
 
-    def counted(*args):
-        try:
-            result = op(*args)
-        except Exception:
-            ran.append(False)
-            raise
-        ran.append(True)
-        return result
+    def counting(op):
+        def counted(*args):
+            try:
+                result = op(*args)
+            except Exception:
+                ran.append(False)
+                raise
+            ran.append(True)
+            return result
+        return counted
 
-    _stable._op = counted
+    _stable._op, _stable._op_lse = (counting(op) for op in ops)
     try:
         yield ran
     finally:
-        _stable._op = op
+        _stable._op, _stable._op_lse = ops
 
 
 def _general(fn, *args, **kw):
