@@ -39,20 +39,19 @@ assert set(S.op_arg_names()) - {"scheduler_metadata"} == set(TENSORS + INTS + FL
 _I = {name: i for i, name in enumerate(S.op_arg_names())}
 _TENSOR_POS = tuple(_I[n] for n in TENSORS)
 _SINKS = _I["sinks"]
-_DOUBLE = struct.Struct("<d")
-
-
-def bits(x):
-    """A float's IEEE-754 bits as an int64 (the op's int list carries the two floats)."""
-    return int.from_bytes(_DOUBLE.pack(x), "little", signed=True)
+# A float's IEEE-754 bits as an int64, inline in the generated code (the op's int list carries the two
+# floats): _unpack(_pack(x))[0], 0.18 us against 0.25 through int.from_bytes and a function call.
+SOURCE_NAMES = {"_pack": struct.Struct("<d").pack, "_unpack": struct.Struct("<q").unpack}
 
 
 # The op's value of each scalar from its op argument's (None -> the ABI's "absent": max_seqlen_q 0,
 # pack_gqa -1, softmax_scale 0.0; bools -> 0/1; floats -> bits), as source with {x} the argument.
-_SCALAR_SOURCE = {"max_seqlen_q": "(0 if {x} is None else {x})", "pack_gqa": "(-1 if {x} is None else 1 if {x} else 0)",
+_SCALAR_SOURCE = {"max_seqlen_q": "(0 if {x} is None else {x})",
+                  "pack_gqa": "(-1 if {x} is None else 1 if {x} else 0)",
                   "causal": "(1 if {x} else 0)", "rotary_interleaved": "(1 if {x} else 0)",
-                  "deterministic": "(1 if {x} else 0)", "softmax_scale": "(0 if {x} is None else _bits({x}))",
-                  "softcap": "(_bits({x}) if {x} else 0)"}
+                  "deterministic": "(1 if {x} else 0)",
+                  "softmax_scale": "(0 if {x} is None else _unpack(_pack({x}))[0])",
+                  "softcap": "(_unpack(_pack({x}))[0] if {x} else 0)"}
 
 
 def scalar_source(name, x):
@@ -68,7 +67,7 @@ def _lists_builder():
     lines += ["    if out is not None:", "        t.append(out)", f"        m |= {OUT_BIT}"]
     ints = ", ".join(scalar_source(n, f"v[{_I[n]}]") for n in INTS + FLOATS)
     lines += [f"    return t, [m, {ints}]"]
-    env = {"_bits": bits}
+    env = dict(SOURCE_NAMES)
     exec("\n".join(lines), env)  # noqa: S102 (our own table)
     return env["lists"]
 

@@ -144,8 +144,8 @@ def fast_prologue(defaults):
               "            elif out is not None:",
               "                _s.BUMP((out,))",
               "            return (_r[0], _r[1]) if return_softmax_lse else _r"]
-    return lines, {"_s": _stable, "_ops": sys.modules[__name__], "_inf": math.inf, "_metadata": A.metadata,
-                   "_bits": _stable.bits}
+    return lines, dict(_stable.SOURCE_NAMES, _s=_stable, _ops=sys.modules[__name__], _inf=math.inf,
+                       _metadata=A.metadata)
 
 
 def _appends(op_args):

@@ -238,7 +238,8 @@ def test_fast_path_appends_and_bumps_versions(device):
     assert ran == [True]
     assert a["k_cache"]._version > versions[0] and a["v_cache"]._version > versions[1]
     want = _general(kvattn.flash_attn_with_kvcache, **b)
-    assert torch.equal(got, want) and torch.equal(a["k_cache"], b["k_cache"]) and torch.equal(a["v_cache"], b["v_cache"])
+    assert torch.equal(got, want)
+    assert torch.equal(a["k_cache"], b["k_cache"]) and torch.equal(a["v_cache"], b["v_cache"])
     out = torch.empty_like(kw["q"])
     version = out._version
     kvattn.flash_attn_with_kvcache(**_fresh(kw), out=out)
