@@ -38,7 +38,7 @@ assert set(S.op_arg_names()) - {"scheduler_metadata"} == set(TENSORS + INTS + FL
 
 _I = {name: i for i, name in enumerate(S.op_arg_names())}
 _TENSOR_POS = tuple(_I[n] for n in TENSORS)
-_SINKS = _I["sinks"]
+_SINKS, _K, _V = _I["sinks"], _I["k"], _I["v"]
 # A float's IEEE-754 bits as an int64, inline in the generated code (the op's int list carries the two
 # floats): _unpack(_pack(x))[0], 0.18 us against 0.25 through int.from_bytes and a function call.
 SOURCE_NAMES = {"_pack": struct.Struct("<d").pack, "_unpack": struct.Struct("<q").unpack}
@@ -128,8 +128,12 @@ def run(op_args, out, want_lse):
             return None
     if out is not None and (type(out) is not tensor or (grad and out.requires_grad)):
         return None
-    q = op_args[0]
-    if q is None or op_args[1] is None or op_args[2] is None or not (CPU_CALLS or q.is_cuda):
+    q, k_cache, v_cache = op_args[0], op_args[1], op_args[2]
+    if q is None or k_cache is None or v_cache is None or not (CPU_CALLS or q.is_cuda):
+        return None
+    # A written tensor with the negative bit: the dispatcher would hand the op a resolved copy (the write lost).
+    if (out is not None and out.is_neg()) or ((op_args[_K] is not None or op_args[_V] is not None)
+                                              and (k_cache.is_neg() or v_cache.is_neg())):
         return None
     sinks = op_args[_SINKS]
     if sinks is not None and T.dtype_code(sinks) != _lib.DTYPE_F32:

@@ -66,6 +66,7 @@ def fwd(op_args, out, names=_fwd.NAMES, want_lse=True):
         return out, _op("fwd_out")(*op_args, out)
     result = _stable.run(op_args, out, want_lse)  # the C++ op where built and the call is plain; else None
     if result is None:
+        _check_written_not_negated(op_args, out, names)
         if not _plain(op_args, out):
             return (_op("fwd")(*op_args) if out is None else (out, _op("fwd_out")(*op_args, out)))
         k_cache, v_cache = op_args[_K_CACHE], op_args[_V_CACHE]
@@ -110,6 +111,9 @@ def fast_prologue(defaults):
     assert set(tensors) == set(_stable.TENSORS[3:]) | {"out"}, "every tensor argument reaches the op"
     tensors.sort(key=lambda n: order.get(n, len(order)))  # the op's order, out last
     guards += [f"({w} is None or {a} is not None)" for a, w, _ in _fwd.REQUIRED_WITH]
+    # A written tensor with the negative bit: the dispatcher would hand the op a resolved copy (the write lost).
+    guards += ["(k is None and v is None or not (k_cache.is_neg() or v_cache.is_neg()))",
+               "(out is None or not out.is_neg())"]
     guards += ["(sinks is None or sinks.dtype is _s.F32)", "(q.is_cuda or _s.CPU_CALLS)"]
     needs_grad = " or ".join(["q.requires_grad", "k_cache.requires_grad", "v_cache.requires_grad"] + [
         f"{n} is not None and {n}.requires_grad" for n in tensors if n not in _stable.INDEX_TENSORS])
@@ -146,6 +150,16 @@ def fast_prologue(defaults):
               "            return (_r[0], _r[1]) if return_softmax_lse else _r"]
     return lines, dict(_stable.SOURCE_NAMES, _s=_stable, _ops=sys.modules[__name__], _inf=math.inf,
                        _metadata=A.metadata)
+
+
+def _check_written_not_negated(op_args, out, names):
+    """A KvattnError for a written tensor with the negative bit (a lazy negated view): the dispatcher would
+    write a resolved copy (the write lost) or fail inside torch."""
+    written = (("k_cache", op_args[_K_CACHE]), ("v_cache", op_args[_V_CACHE])) if _appends(op_args) else ()
+    for name, x in written + (("out", out),):
+        if isinstance(x, _torch().Tensor) and x.is_neg():
+            raise KvattnError(f"{names.get(name, name)}: is a lazily negated view (is_neg()), and kvattn writes "
+                              "it in place; pass a tensor without the negative bit (.resolve_neg())")
 
 
 def _appends(op_args):

@@ -297,3 +297,24 @@ def test_modes_and_profiler_see_the_registered_op():
         got = kvattn.flash_attn_with_kvcache(**kw)
     assert ran == [] and any("kvattn::fwd" in e.name for e in prof.events())
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("use_op", [True, False])
+def test_negated_views(use_op):
+    """Tensors with the negative bit: read ones are resolved (the dispatcher's copy), written ones (out, the
+    caches of an append) raise a KvattnError naming them (their writes would land in a copy)."""
+    kw = _inputs("cpu", True, seed=29)
+    want = kvattn.flash_attn_with_kvcache(**_fresh(dict(kw, q=-kw["q"])))
+    _stable._op, op = (_stable._op if use_op else False), _stable._op
+    try:
+        got = kvattn.flash_attn_with_kvcache(**dict(_fresh(kw), q=torch._neg_view(kw["q"])))
+        assert torch.equal(got, want)
+        for name in ("k_cache", "v_cache"):
+            negated = torch._neg_view(-kw[name])  # (a clone would drop the bit)
+            assert negated.is_neg() and torch.equal(negated, kw[name])
+            with pytest.raises(kvattn.KvattnError, match=name):
+                kvattn.flash_attn_with_kvcache(**dict(_fresh(kw), **{name: negated}))
+        with pytest.raises(kvattn.KvattnError, match="out"):
+            kvattn.flash_attn_with_kvcache(**_fresh(kw), out=torch._neg_view(torch.zeros_like(kw["q"])))
+    finally:
+        _stable._op = op
