@@ -108,6 +108,7 @@ def fast_prologue(defaults):
                 tensors.append(a.name)
         else:
             guards.append(A.PLAIN[a.kind].format(x=a.name, d=defaults.get(a.name)))
+    guards.sort(key=lambda g: g.startswith("(scheduler_metadata"))  # last: its check may raise, as in normalize
     assert set(tensors) == set(_stable.TENSORS[3:]) | {"out"}, "every tensor argument reaches the op"
     tensors.sort(key=lambda n: order.get(n, len(order)))  # the op's order, out last
     guards += [f"({w} is None or {a} is not None)" for a, w, _ in _fwd.REQUIRED_WITH]
