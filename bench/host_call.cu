@@ -1,8 +1,8 @@
 // Host time per call of the C ABI on a W1 decode shape (32/8 heads, d 128, bf16, paged 16, 32k keys, b 4),
 // split into its parts: validation (kvattn_check), validation + plan (kvattn_fwd_workspace_size), the
 // whole call (kvattn_fwd, kvattn_fwd_sized; also with the portable kernels), the CUDA runtime calls a
-// call may make (cudaGetDevice, cudaGetLastError, cudaFuncSetAttribute, getenv) and the floor: bare
-// launches of an empty kernel with a parameter block as large as the attention kernel's, on an idle GPU
+// call may make (cudaGetDevice, cudaGetLastError, cudaSetDevice, cudaFuncSetAttribute, getenv) and the floor:
+// bare launches of an empty kernel with a parameter block as large as the attention kernel's, on an idle GPU
 // and queued behind a long kernel. Calls are queued back to back in batches of 100; the synchronization
 // between batches is not timed. Build (here) and run (on the GPU machine):
 //   nvcc -O2 -std=c++17 -Iinclude bench/host_call.cu -o build/host_call -Lbuild -lkvattn -lcuda -Xlinker
@@ -123,6 +123,7 @@ int main() {
   int device = 0;
   row("cudaGetDevice", per_call_us([&] { cudaGetDevice(&device); }));
   row("cudaGetLastError", per_call_us([&] { cudaGetLastError(); }));
+  row("cudaSetDevice (the current one)", per_call_us([&] { cudaSetDevice(device); }));
   row("getenv", per_call_us([&] { (void)std::getenv("KVATTN_FORCE_PORTABLE"); }));
   row("cudaFuncSetAttribute (same value)", per_call_us([&] {
         cudaFuncSetAttribute(empty_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024);

@@ -17,6 +17,25 @@ from .errors import KvattnError
 I32 = (-(2**31), 2**31 - 1)
 I64 = (-(2**63), 2**63 - 1)
 
+# Per scalar kind (_signature.py), the plain values its check passes unchanged, as a source expression of
+# the argument {x} (its default is {d}): the generated eager entry point (torch_ops.fast_prologue) runs the
+# op at once when every argument is such a value (a tensor argument: torch.Tensor itself, or None), and
+# hands anything else to the general path and these checks. So each entry is a subset of what its check
+# accepts as it is.
+PLAIN = {
+    "int": f"({{x}} is {{d}} or type({{x}}) is int and {I32[0]} <= {{x}} <= {I32[1]})",
+    "opt_int": f"({{x}} is None or type({{x}}) is int and {I64[0]} <= {{x}} <= {I64[1]})",
+    "float": "type({x}) is float",
+    "scale": "({x} is None or type({x}) is float and 0.0 < {x} < _inf)",
+    "bool": "({x} is True or {x} is False)",
+    "opt_bool": "({x} is None or {x} is True or {x} is False)",
+    "window": (f"({{x}} is {{d}} or type({{x}}) is tuple and len({{x}}) == 2 and type({{x}}[0]) is int and "
+               f"type({{x}}[1]) is int and {I32[0]} <= {{x}}[0] <= {I32[1]} and {I32[0]} <= {{x}}[1] <= {I32[1]})"),
+    "metadata": "({x} is None or _metadata({x!r}, {x}, None) is {x})",
+    "alias": "{x} is None",
+    "lse_flag": "({x} is True or {x} is False)",
+}
+
 
 def _symbolic(x, kind):
     torch = sys.modules.get("torch")

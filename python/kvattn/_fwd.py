@@ -28,6 +28,14 @@ _SCALARS = tuple((i, a.name, a.default, _SCALAR_CHECKS[a.kind]) for i, a in enum
 _ALIASES = tuple((_INDEX[t], tuple((a.name, i) for i, a in enumerate(S.FWD) if a.target == t and a.kind == "alias"))
                  for t in dict.fromkeys(a.target for a in S.FWD if a.kind == "alias"))
 _WINDOW = _INDEX["window_size"]
+# FA3's rules between arguments (also read by the generated eager entry point, torch_ops.fast_prologue):
+# an argument ignored unless one of the arguments that give it meaning is given (rotary positions with
+# nothing to rotate; SGLang passes cu_seqlens_k_new with nothing to append) ...
+IGNORED_WITHOUT = (("rotary_seqlens", ("rotary_cos", "rotary_sin")), ("cu_seqlens_k_new", ("k", "v")))
+# ... and an argument required with another (what it is).
+REQUIRED_WITH = (("max_seqlen_q", "cu_seqlens_q", "the longest query sequence"),)
+_IGNORED = tuple((_INDEX[a], _INDEX[g], _INDEX[h]) for a, (g, h) in IGNORED_WITHOUT)  # pairs: no genexpr a call
+_REQUIRED = tuple((_INDEX[a], _INDEX[w], f"{a}: required with {w} ({what}), got None") for a, w, what in REQUIRED_WITH)
 _DEFAULT_WINDOW = S.FWD[_WINDOW].default
 
 
@@ -69,12 +77,12 @@ def normalize(values, names=None):
     left, right = (-1, -1) if window is _DEFAULT_WINDOW else A.window(window)
     if v[_INDEX["scheduler_metadata"]] is not None:
         v[_INDEX["scheduler_metadata"]] = A.metadata("scheduler_metadata", v[_INDEX["scheduler_metadata"]], v[0])
-    if v[_INDEX["rotary_cos"]] is None and v[_INDEX["rotary_sin"]] is None:
-        v[_INDEX["rotary_seqlens"]] = None  # FA3's rule: nothing to rotate, so no positions to check
-    if v[_INDEX["k"]] is None and v[_INDEX["v"]] is None:
-        v[_INDEX["cu_seqlens_k_new"]] = None  # FA3's rule: nothing to append (SGLang passes it on every call)
-    if v[_INDEX["cu_seqlens_q"]] is not None and v[_INDEX["max_seqlen_q"]] is None:
-        raise KvattnError("max_seqlen_q: required with cu_seqlens_q (the longest query sequence), got None")
+    for i, g, h in _IGNORED:
+        if v[g] is None and v[h] is None:
+            v[i] = None
+    for i, w, message in _REQUIRED:
+        if v[w] is not None and v[i] is None:
+            raise KvattnError(message)
     return_lse = v[_INDEX["return_softmax_lse"]]
     if return_lse is not False:
         return_lse = A.check_bool("return_softmax_lse", return_lse)

@@ -276,10 +276,13 @@ def argument_doc(fn, name):
 _made = 0
 
 
-def make_function(name, args, body, doc):
+def make_function(name, args, body, doc, prologue=None):
     """A function `name` with the signature `args` (names, positions, defaults) that calls
     `body(values)` with the tuple of its argument values in `args` order. Generated source, so that the
-    signature is a real one (inspect, help(), tracebacks and torch.compile see it)."""
+    signature is a real one (inspect, help(), tracebacks and torch.compile see it).
+
+    `prologue(defaults)`, if given, returns (source lines, names they use) that run first (a fast path that
+    may return): `defaults` maps each argument with a default to the global name holding it."""
     global _made
     params, values, seen_kw = [], [], False
     env = {"_body": body}
@@ -293,7 +296,12 @@ def make_function(name, args, body, doc):
             env[f"_d{i}"] = a.default
             params.append(f"{a.name}=_d{i}")
         values.append(a.name)
-    source = f"def {name}({', '.join(params)}):\n    return _body(({', '.join(values)},))\n"
+    lines = []
+    if prologue is not None:
+        lines, names = prologue({a.name: f"_d{i}" for i, a in enumerate(args) if a.default is not REQUIRED})
+        env.update(names)
+    source = "".join(f"{line}\n" for line in [f"def {name}({', '.join(params)}):"] + [
+        "    " + line for line in lines] + [f"    return _body(({', '.join(values)},))"])
     _made += 1
     filename = f"<kvattn generated {name} {_made}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)

@@ -39,7 +39,7 @@ flash_attn_with_kvcache = S.make_function("flash_attn_with_kvcache", S.FWD, _for
 
 FlashAttention-3's arguments, positions and defaults, plus kvattn's keyword-only ones. Wherever an int
 is expected, anything operator.index takes is one (a numpy int, a 0-d integer array or tensor).""",
-    S.FWD, _RETURNS_LSE.format(flag="return_softmax_lse")))
+    S.FWD, _RETURNS_LSE.format(flag="return_softmax_lse")), prologue=torch_ops.fast_prologue)
 
 
 def _mapper(args):

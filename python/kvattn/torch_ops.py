@@ -66,6 +66,7 @@ def fwd(op_args, out, names=_fwd.NAMES, want_lse=True):
         return out, _op("fwd_out")(*op_args, out)
     result = _stable.run(op_args, out, want_lse)  # the C++ op where built and the call is plain; else None
     if result is None:
+        _check_written_not_negated(op_args, out, names)
         if not _plain(op_args, out):
             return (_op("fwd")(*op_args) if out is None else (out, _op("fwd_out")(*op_args, out)))
         k_cache, v_cache = op_args[_K_CACHE], op_args[_V_CACHE]
@@ -83,6 +84,83 @@ def fwd(op_args, out, names=_fwd.NAMES, want_lse=True):
     if written:
         _torch()._C._increment_version(written)
     return result
+
+
+def fast_prologue(defaults):
+    """flash_attn_with_kvcache's eager fast path, as source lines for _signature.make_function: when the
+    stable-ABI op is loaded, the call is eager (_eager) and every argument is a plain value (each tensor
+    torch.Tensor itself, none needing grad; each scalar one that _args.PLAIN says its check passes as it
+    is; no alias), the FA3 arguments go straight to the op (torch_ops.fwd's and _stable.run's conditions,
+    without normalize and the op's argument tuple in between). Anything else, or a call the op declines
+    (it raises), takes the general path (normalize, torch_ops.fwd), whose checks and KvattnErrors apply.
+    One pass over the tensor arguments both checks them and builds the op's list. Returns (lines, names)."""
+    import math
+
+    from . import _args as A
+
+    order = {name: bit for bit, name in enumerate(_stable.TENSORS)}
+    ignored = dict((a, given) for a, given in _fwd.IGNORED_WITHOUT)
+    tensor_kinds = ("tensor", "cache", "opt", "seqlens", "out")
+    guards, tensors = [], []
+    for a in S.FWD[1:]:
+        if a.kind in tensor_kinds:
+            if a.name not in ("k_cache", "v_cache"):
+                tensors.append(a.name)
+        else:
+            guards.append(A.PLAIN[a.kind].format(x=a.name, d=defaults.get(a.name)))
+    guards.sort(key=lambda g: g.startswith("(scheduler_metadata"))  # last: its check may raise, as in normalize
+    assert set(tensors) == set(_stable.TENSORS[3:]) | {"out"}, "every tensor argument reaches the op"
+    tensors.sort(key=lambda n: order.get(n, len(order)))  # the op's order, out last
+    guards += [f"({w} is None or {a} is not None)" for a, w, _ in _fwd.REQUIRED_WITH]
+    # A written tensor with the negative bit: the dispatcher would hand the op a resolved copy (the write lost).
+    guards += ["(k is None and v is None or not (k_cache.is_neg() or v_cache.is_neg()))",
+               "(out is None or not out.is_neg())"]
+    guards += ["(sinks is None or sinks.dtype is _s.F32)", "(q.is_cuda or _s.CPU_CALLS)"]
+    needs_grad = " or ".join(["q.requires_grad", "k_cache.requires_grad", "v_cache.requires_grad"] + [
+        f"{n} is not None and {n}.requires_grad" for n in tensors if n not in _stable.INDEX_TENSORS])
+    lines = ["_op = _s._op",
+             "if _op and type(q) is _s.TENSOR and _ops._eager():",
+             "    _T = _s.TENSOR",
+             "    _plain = type(k_cache) is _T and type(v_cache) is _T",
+             "    _t = [q, k_cache, v_cache]",
+             "    _m = 7"]
+    for name in tensors:
+        given = ignored.get(name)  # FA3: ignored (not even checked) without these
+        when = f"{name} is not None" + (" and (" + " or ".join(f"{g} is not None" for g in given) + ")"
+                                        if given else "")
+        bit = _stable.OUT_BIT if name == "out" else 1 << order[name]
+        lines += [f"    if {when}:", f"        if type({name}) is _T:", f"            _t.append({name})",
+                  f"            _m |= {bit}", "        else:", "            _plain = False"]
+    window = defaults["window_size"]
+    value = {"cache_seqlens_value": "-1", "window_left": f"(-1 if window_size is {window} else window_size[0])",
+             "window_right": f"(-1 if window_size is {window} else window_size[1])"}
+    ints = ", ".join(_stable.scalar_source(n, n) if n not in value else value[n]
+                     for n in _stable.INTS + _stable.FLOATS)
+    lines += ["    if (_plain",
+              "            and " + "\n            and ".join(guards),
+              f"            and not (_s.GRAD_ENABLED() and ({needs_grad}))):",
+              "        try:",
+              f"            _r = (_s._op_lse if return_softmax_lse else _op)(_t, [_m, {ints}])",
+              "        except Exception:",
+              "            _r = None  # declined or rejected: the general path, whose error names the argument",
+              "        if _r is not None:",
+              "            if k is not None or v is not None:",
+              "                _s.BUMP((k_cache, v_cache) if out is None else (k_cache, v_cache, out))",
+              "            elif out is not None:",
+              "                _s.BUMP((out,))",
+              "            return (_r[0], _r[1]) if return_softmax_lse else _r"]
+    return lines, dict(_stable.SOURCE_NAMES, _s=_stable, _ops=sys.modules[__name__], _inf=math.inf,
+                       _metadata=A.metadata)
+
+
+def _check_written_not_negated(op_args, out, names):
+    """A KvattnError for a written tensor with the negative bit (a lazy negated view): the dispatcher would
+    write a resolved copy (the write lost) or fail inside torch."""
+    written = (("k_cache", op_args[_K_CACHE]), ("v_cache", op_args[_V_CACHE])) if _appends(op_args) else ()
+    for name, x in written + (("out", out),):
+        if isinstance(x, _torch().Tensor) and x.is_neg():
+            raise KvattnError(f"{names.get(name, name)}: is a lazily negated view (is_neg()), and kvattn writes "
+                              "it in place; pass a tensor without the negative bit (.resolve_neg())")
 
 
 def _appends(op_args):
@@ -159,12 +237,29 @@ def _torch_dtype(name, dtype):
 
 
 def _eager():
-    """No torch.compile trace, mode, transform, jit trace or profiler that should see the op."""
+    """No torch.compile trace, mode, transform, jit trace or profiler that should see the op. (register()
+    replaces it with _bound_eager(): the same checks, torch's functions looked up once.)"""
     torch = _torch()
     c = torch._C
     return not (torch.compiler.is_compiling() or c._len_torch_dispatch_stack() or c._len_torch_function_stack()
                 or c._autograd._profiler_enabled() or c._get_tracing_state() is not None
                 or c._functorch.peek_interpreter_stack() is not None)
+
+
+def _bound_eager():
+    """_eager with torch's functions bound (their attribute lookups were about a third of its ~0.6 us)."""
+    torch = _torch()
+    c = torch._C
+    compiling, dispatch_modes, function_modes = (torch.compiler.is_compiling, c._len_torch_dispatch_stack,
+                                                 c._len_torch_function_stack)
+    profiling, tracing, transforms = c._autograd._profiler_enabled, c._is_tracing, c._functorch.peek_interpreter_stack
+
+    def _eager():  # _is_tracing: _get_tracing_state() is not None, without returning the state (0.06 us less)
+        return not (compiling() or dispatch_modes() or function_modes() or profiling() or tracing()
+                    or transforms() is not None)
+
+    _eager.__doc__ = globals()["_eager"].__doc__
+    return _eager
 
 
 def _plain(op_args, out):
@@ -199,12 +294,13 @@ def _check_tensor(name, x):
 
 def register():
     """Define the kvattn ops with torch.library once (imports torch); returns torch.ops.kvattn."""
-    global _ops
+    global _ops, _eager
     if _ops is not None:
         return _ops
     with _lock:
         if _ops is None:
             _define()
+            _eager = _bound_eager()
             _ops = getattr(_torch().ops, NAMESPACE)
     return _ops
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
 #include <string>
 
 #include "api/checks.hpp"
@@ -111,26 +112,27 @@ bool overlap(const Extent& a, const Extent& b) {
 
 }  // namespace
 
-void expect_disjoint_outputs(const std::vector<Access>& written, const std::vector<Access>& read) {
-  std::vector<Extent> w(written.size()), r(read.size());
-  for (size_t i = 0; i < written.size(); ++i) {
+void expect_disjoint_outputs(const Access* written, size_t n_written, const Access* read, size_t n_read) {
+  if (n_written > kMaxAccesses || n_read > kMaxAccesses) throw std::length_error("expect_disjoint_outputs");
+  Extent w[kMaxAccesses], r[kMaxAccesses];
+  for (size_t i = 0; i < n_written; ++i) {
     if (!given(*written[i].tensor)) continue;
     w[i] = expect_extent(written[i].name, *written[i].tensor);
     expect_no_self_overlap(written[i].name, *written[i].tensor);
   }
-  for (size_t j = 0; j < read.size(); ++j) {
+  for (size_t j = 0; j < n_read; ++j) {
     if (given(*read[j].tensor)) r[j] = expect_extent(read[j].name, *read[j].tensor);
   }
   auto reject_overlap = [](const Access& x, const Access& y, const char* role) {
     invalid(std::string(x.name) + ": is written, and its memory overlaps " + y.name + " (" + role +
             "); outputs must not alias other arguments");
   };
-  for (size_t i = 0; i < written.size(); ++i) {
-    for (size_t k = i + 1; k < written.size(); ++k) {
+  for (size_t i = 0; i < n_written; ++i) {
+    for (size_t k = i + 1; k < n_written; ++k) {
       if (written[i].shared_state && written[k].shared_state) continue;
       if (overlap(w[i], w[k])) reject_overlap(written[i], written[k], "also written");
     }
-    for (size_t j = 0; j < read.size(); ++j) {
+    for (size_t j = 0; j < n_read; ++j) {
       if (overlap(w[i], r[j])) reject_overlap(written[i], read[j], "an input");
     }
   }

@@ -3,8 +3,9 @@
 // is aligned to the dtype, and written tensors overlap neither the tensors read nor each other.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <vector>
+#include <initializer_list>
 
 #include "kvattn/kvattn.h"
 
@@ -37,6 +38,12 @@ struct Access {
 // A written tensor overlaps no tensor that is only read, no other written tensor (except two shared_state
 // ones), and itself (two indices never reach one element). Absent tensors are skipped. Overlap is decided
 // on byte intervals [begin, end): conservative for interleaved views of one buffer, exact otherwise.
-void expect_disjoint_outputs(const std::vector<Access>& written, const std::vector<Access>& read);
+// At most kMaxAccesses of each (the extents live on the stack: no allocation on the success path).
+constexpr size_t kMaxAccesses = 32;
+void expect_disjoint_outputs(const Access* written, size_t n_written, const Access* read, size_t n_read);
+inline void expect_disjoint_outputs(std::initializer_list<Access> written,
+                                    std::initializer_list<Access> read) {
+  expect_disjoint_outputs(written.begin(), written.size(), read.begin(), read.size());
+}
 
 }  // namespace kvattn

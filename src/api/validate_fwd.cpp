@@ -2,6 +2,7 @@
 // as a checklist in contract order. Per-sequence index values are checked in validate_fwd_seqs.cpp.
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -392,19 +393,21 @@ class FwdValidator {
   // out and lse are written, and so are k_cache and v_cache when k, v are appended (in place, on purpose:
   // they may be views of one buffer). Everything else is only read. docs/DESIGN.md, "Aliasing".
   void check_aliasing() {
+    static_assert(std::size(kTensors) <= kMaxAccesses, "expect_disjoint_outputs' bound");
     const bool append = given(a_.k);
-    std::vector<Access> written{{"out", &a_.out}, {"lse", &a_.lse}};
-    std::vector<Access> read;
+    Access written[kMaxAccesses] = {{"out", &a_.out}, {"lse", &a_.lse}};
+    Access read[kMaxAccesses];
+    size_t n_written = 2, n_read = 0;
     for (const NamedTensor& t : kTensors) {
       const bool cache = t.member == &kvattn_fwd_params::k_cache || t.member == &kvattn_fwd_params::v_cache;
       if (t.member == &kvattn_fwd_params::out || t.member == &kvattn_fwd_params::lse) continue;
       if (cache && append) {
-        written.push_back({t.name, &(a_.*t.member), true});
+        written[n_written++] = {t.name, &(a_.*t.member), true};
       } else {
-        read.push_back({t.name, &(a_.*t.member)});
+        read[n_read++] = {t.name, &(a_.*t.member)};
       }
     }
-    expect_disjoint_outputs(written, read);
+    expect_disjoint_outputs(written, n_written, read, n_read);
   }
 
   const kvattn_fwd_params& a_;

@@ -13,15 +13,19 @@
 
 namespace kvattn::cuda {
 
-// Makes `device_id` current for the scope and restores the previous device on exit.
+// Makes `device_id` current for the scope and restores the previous device on exit; when it already was
+// current (every call of a one-GPU process) that is one cudaGetDevice and nothing else.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device_id) {
     if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device_id) status_ = cudaSetDevice(device_id);
+    if (previous_ != device_id) {
+      status_ = cudaSetDevice(device_id);
+      switched_ = status_ == cudaSuccess && previous_ >= 0;
+    }
   }
   ~DeviceGuard() {
-    if (previous_ >= 0 && status_ == cudaSuccess) cudaSetDevice(previous_);
+    if (switched_) cudaSetDevice(previous_);
   }
   cudaError_t status() const { return status_; }
   DeviceGuard(const DeviceGuard&) = delete;
@@ -30,6 +34,7 @@ class DeviceGuard {
  private:
   int previous_ = -1;
   cudaError_t status_ = cudaSuccess;
+  bool switched_ = false;  // made device_id current: restore previous_
 };
 
 inline kvattn_status cuda_fail(cudaError_t err, const std::string& what) {

@@ -119,7 +119,8 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
   const int64_t sms = std::max(1, device.sm_count - std::max(0, p.sm_margin));
   plan.balanced_ctas = std::max<int64_t>(1, std::min<int64_t>(sms, plan.balanced_ctas));
   plan.balanced_slots = plan.balanced_ctas;
-  plan.smem_bytes = DecodeSm90Shape::smem_bytes(p.kv_dtype == DType::fp8_e4m3, decode_sm90_producer_warps());
+  plan.producer_warps = decode_sm90_producer_warps();
+  plan.smem_bytes = DecodeSm90Shape::smem_bytes(p.kv_dtype == DType::fp8_e4m3, plan.producer_warps);
   plan.static_smem_bytes = 0;
   return plan;
 }
@@ -127,15 +128,16 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
 kvattn_status launch_decode_sm90(const AttnParams& params, const AttentionPlan& plan, DType compute_dtype,
                                  DType kv_dtype, cudaStream_t stream) {
   using S = DecodeSm90Shape;
-  const int producer_warps = decode_sm90_producer_warps();
+  const int producer_warps = plan.producer_warps;  // the plan's (its smem_bytes), not the environment's now
   const DecodeVariant variant = pick_kernel(compute_dtype, kv_dtype, producer_warps);
   if (variant.kernel == nullptr) {
     return fail(KVATTN_ERROR_UNSUPPORTED, "decode_sm90: no kernel for this dtype pair");
   }
-  if (std::getenv("KVATTN_DEBUG_DISPATCH") != nullptr) {
+  static const bool debug_dispatch = std::getenv("KVATTN_DEBUG_DISPATCH") != nullptr;  // read once
+  if (debug_dispatch) {
     std::fprintf(stderr, "kvattn: decode_sm90 kernel, %d producer warps\n", producer_warps);
   }
-  const size_t smem = S::smem_bytes(kv_dtype == DType::fp8_e4m3, producer_warps);
+  const size_t smem = plan.smem_bytes;
   int device = 0;
   if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {
     return cuda_fail(err, "decode_sm90_kernel device");
