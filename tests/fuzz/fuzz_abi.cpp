@@ -861,6 +861,8 @@ int main_impl(int argc, char** argv) {
       {20261201, 4649433},
       // A rotated q channel of ~1e-45 times an infinite K: +inf in float64, 0 x inf = NaN in float32.
       {20261202, 7577143},
+      // v_descale = inf: (sum of P V) x inf, as the kernels do, against the sum of P (V x inf).
+      {20261203, 16600921},
   };
   Stats stats;
   for (auto [s, k] : kRegressions) {

@@ -470,8 +470,12 @@ inline Expected fwd_expected(const kvattn_fwd_params& a, const Memory& mem) {
               abs_dot += std::fabs(term);
             }
             for (int64_t c = 0; c < dv; ++c) {
-              v[c] = decode(kd, cache_at(vc, i, slot, kh, c)) * vds;
+              const double raw = decode(kd, cache_at(vc, i, slot, kh, c));
+              v[c] = raw * vds;
               if (std::isfinite(v[c])) vmax = std::max(vmax, std::fabs(v[c]));
+              // A finite V that the descale makes infinite (v_descale inf, or overflowing): the kernels
+              // apply the descale after P V's sum, so its order with the sum's signs is not defined.
+              if (std::isfinite(raw) && raw != 0 && !std::isfinite(v[c])) near_overflow = true;
             }
             if (given(a.qv))
               for (int64_t c = 0; c < dv; ++c) {
