@@ -33,15 +33,9 @@ __device__ __forceinline__ void write_row(const AttnParams& p, const Piece& w, c
                                           const QueryRow& q, RowState st, float o_scale, bool lse_writer,
                                           Cols cols) {
   const int64_t t = r / p.group;
-  if (!q.attends) st.l = 0.f;  // rows past seqused_q: out 0, lse -inf, no sink
-  float lse = st.lse(), rescale = 1.f;
   const int64_t prow = piece_partial_row(p, w, seq, r);
-  if (prow < 0 && p.sinks && q.attends) {
-    const SinkFold fold = fold_sink(st, p.sinks[q.head]);
-    rescale = fold.o_scale;
-    lse = fold.lse;
-  }
-  const float inv_l = st.l > 0.f ? rescale / st.l * o_scale : 0.f;
+  const RowEnd end = end_row(st, q.attends, prow < 0, p.sinks, q.head, o_scale);
+  const float lse = end.lse, inv_l = end.o_scale;
   if (prow >= 0) {
     float* o = p.o_partial + prow * p.head_dim_v;
     cols([&](int c, float v) {

@@ -380,19 +380,8 @@ __device__ __forceinline__ void write_piece(const AttnParams& p, const Piece& w,
     l += theirs[Cfg::kRows + r] * weight[v];
   }
   const bool attends = r < static_cast<int64_t>(seq.q_used) * p.group;
-  if (!attends) l = 0.f;
-  float m = m_all, rescale = 1.f;
-  float lse = l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
-  if (prow < 0 && p.sinks && attends) {
-    const float sink_nat = p.sinks[h], sink = sink_nat * kLog2e;
-    const float m_new = fmaxf(m, sink);
-    rescale = exp2f(m - m_new);
-    const bool empty_row = l == 0.f;
-    l = l * rescale + exp2f(sink - m_new);
-    m = m_new;
-    lse = empty_row ? sink_nat : (m + log2f(l)) * kLn2;
-  }
-  const float inv_l = l > 0.f ? rescale / l * o_descale : 0.f;
+  const RowEnd end = end_row(RowState{m_all, l}, attends, prow < 0, p.sinks, h, o_descale);
+  const float lse = end.lse, inv_l = end.o_scale;
   float o[kCols];
 #pragma unroll
   for (int c = 0; c < kCols; ++c) {

@@ -440,18 +440,9 @@ __device__ __forceinline__ void write_rows(const AttnParams& p, const Sequence& 
     if (r >= rows) continue;
     const int64_t t = r / p.group;
     const int h = row[k].head;
-    float m = row_max[k] * factor, l = row[k].attends ? row_sum[k] : 0.f, rescale = 1.f;  // log2 units
-    float lse = l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
-    if (p.sinks && row[k].attends) {
-      const float sink_nat = p.sinks[h], sink = sink_nat * kLog2e;
-      const float m_new = fmaxf(m, sink);
-      rescale = exp2f(m - m_new);
-      const bool empty = l == 0.f;
-      l = l * rescale + exp2f(sink - m_new);
-      m = m_new;
-      lse = empty ? sink_nat : (m + log2f(l)) * kLn2;  // an empty row's lse is the sink, exactly
-    }
-    const float inv_l = l > 0.f ? rescale / l : 0.f;
+    const RowState st{row_max[k] * factor, row_sum[k]};  // log2 units
+    const RowEnd end = end_row(st, row[k].attends, true, p.sinks, h, 1.f);
+    const float lse = end.lse, inv_l = end.o_scale;
     T* out = static_cast<T*>(p.out.ptr) + cta.i * p.out.batch_stride + (seq.q_row0 + t) * p.out.token_stride +
              h * p.out.head_stride;
 #pragma unroll
