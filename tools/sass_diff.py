@@ -6,12 +6,20 @@
   tools/sass_diff.py dump BUILD_DIR_OR_FILES... -o after.json
   tools/sass_diff.py diff before.json after.json [--show 40] [--kernel REGEX]
 
+A recipe (one build dir, rebuilt incrementally; a clean baseline from `git archive BASE | tar -x -C DIR`):
+  cmake -S . -B build-dev -DKVATTN_CUDA=ON -DKVATTN_CUDA_ARCHS="80;90a" -DKVATTN_DEV_HEAD_DIM=128 ...
+        ... -DKVATTN_DEV_DTYPE=bf16; cmake --build build-dev -j2 --target kvattn
+  tools/sass_diff.py dump build-dev/CMakeFiles/kvattn.dir/src/cuda -o before.json
+The dev build compiles the sm_90a prefill kernel of its head dim only: for 64 and 256 configure with that
+KVATTN_DEV_HEAD_DIM (archs 90a) and build the whole target; `make src/cuda/.../x.o` alone does not see a
+changed header (CMake reads the compiler's dependency files in the target build only): delete the .o first.
+
 A snapshot holds, per (object file, arch, kernel): the SASS as its instruction sequence (addresses and
 encodings dropped; branch targets renamed L0, L1, ... in address order, so that an inserted instruction
 moves no other line) and the resources of `cuobjdump -res-usage` (REG, STACK, SHARED, LOCAL, ...).
 A directory argument is searched for *.o files (a CMake build dir: CMakeFiles/<target>.dir/...).
-cuobjdump: $CUOBJDUMP, else PATH, else /usr/local/cuda/bin. Where the toolkit lacks it (this machine's nvcc
-does), its PyPI wheel carries it:
+cuobjdump: $CUOBJDUMP, else PATH, else /usr/local/cuda/bin. Where the toolkit lacks it (the developer
+machine's does), its PyPI wheel carries it:
   pip install --target build-tools nvidia-cuda-cuobjdump==13.5.37
   export PATH=$PWD/build-tools/nvidia/cu13/bin:$PATH      # build*/ is git-ignored
 

@@ -132,6 +132,11 @@ TEST(RowState, TheEndOfARowFoldsTheSinkOnceOnlyIntoWholeRowsThatAttend) {
   EXPECT_EQ(empty.lse, sinks[1]);
   EXPECT_EQ(empty.o_scale, 0.f);
   EXPECT_EQ(end_row(RowState{}, true, true, nullptr, 1, 1.f).lse, -INFINITY);
+  // A +inf sink takes the whole weight (DESIGN.md, non-finite scores): out 0, lse +inf, never inf - inf.
+  const float inf_sink[1] = {INFINITY};
+  const RowEnd swamped = end_row(seen, true, true, inf_sink, 0, 1.f);
+  EXPECT_EQ(swamped.lse, INFINITY);
+  EXPECT_EQ(swamped.o_scale, 0.f);
   // A row past seqused_q: out 0 and lse -inf whatever it saw, and no sink.
   for (const float* s : {sinks, static_cast<const float*>(nullptr)}) {
     const RowEnd idle = end_row(seen, false, true, s, 1, 1.f);
