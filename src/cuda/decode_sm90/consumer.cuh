@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "cuda/attention/epilogue.cuh"
 #include "cuda/attention/score_mod.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/rotary.cuh"
@@ -352,11 +353,8 @@ __device__ __forceinline__ void write_piece(const AttnParams& p, const Piece& w,
   const int64_t t = r / p.group;
   const int h = w.kv_head * p.group + r % p.group;
   const int64_t prow = piece_partial_row(p, w, seq, r);
-  float* lse_out =
-      p.lse ? p.lse + i * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_row0 + t) * p.lse_token_stride
-            : nullptr;
-  T* out = static_cast<T*>(p.out.ptr) + i * p.out.batch_stride + (seq.q_row0 + t) * p.out.token_stride +
-           h * p.out.head_stride;
+  float* lse_out = p.lse ? lse_at(p, seq, i, t, h) : nullptr;
+  T* out = out_row<T>(p, seq, i, t, h);
   if (bad) {
     if (prow >= 0) {
       for (int c = 0; c < kCols; ++c) p.o_partial[prow * p.head_dim_v + c0 + c] = NAN;

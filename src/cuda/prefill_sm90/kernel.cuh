@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/attention/epilogue.cuh"
 #include "cuda/attention/params.cuh"
 #include "cuda/attention/schedule.cuh"
 #include "cuda/attention/score_mod.cuh"
@@ -142,12 +143,8 @@ __device__ void write_nan_rows(const AttnParams& p, const CtaRows& c, const Sequ
     if (r >= rows) continue;
     const int64_t t = r / p.group;
     const int h = c.kv_head * p.group + static_cast<int>(r % p.group);
-    T* o = static_cast<T*>(p.out.ptr) + c.i * p.out.batch_stride + (seq.q_row0 + t) * p.out.token_stride +
-           h * p.out.head_stride;
-    o[ch] = from_float<T>(NAN);
-    if (ch == 0 && p.lse) {
-      p.lse[c.i * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_row0 + t) * p.lse_token_stride] = NAN;
-    }
+    out_row<T>(p, seq, c.i, t, h)[ch] = from_float<T>(NAN);
+    if (ch == 0 && p.lse) *lse_at(p, seq, c.i, t, h) = NAN;
   }
 }
 
@@ -443,17 +440,14 @@ __device__ __forceinline__ void write_rows(const AttnParams& p, const Sequence& 
     const RowState st{row_max[k] * factor, row_sum[k]};  // log2 units
     const RowEnd end = end_row(st, row[k].attends, true, p.sinks, h, 1.f);
     const float lse = end.lse, inv_l = end.o_scale;
-    T* out = static_cast<T*>(p.out.ptr) + cta.i * p.out.batch_stride + (seq.q_row0 + t) * p.out.token_stride +
-             h * p.out.head_stride;
+    T* out = out_row<T>(p, seq, cta.i, t, h);
 #pragma unroll
     for (int j = 0; j < kD / 8; ++j) {
       const int c = 8 * j + 2 * quad;
       out[c] = from_float<T>(o[4 * j + 2 * k] * inv_l);
       out[c + 1] = from_float<T>(o[4 * j + 2 * k + 1] * inv_l);
     }
-    if (p.lse && quad == 0) {
-      p.lse[cta.i * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_row0 + t) * p.lse_token_stride] = lse;
-    }
+    if (p.lse && quad == 0) *lse_at(p, seq, cta.i, t, h) = lse;
   }
 }
 
