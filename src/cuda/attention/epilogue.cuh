@@ -18,8 +18,7 @@ namespace kvattn::cuda {
 // Row (i, token t, head h) of out and of lse (optional, nullptr when absent).
 template <typename T>
 __device__ __forceinline__ T* out_row(const AttnParams& p, const Sequence& seq, int i, int64_t t, int h) {
-  return static_cast<T*>(p.out.ptr) + i * p.out.batch_stride + (seq.q_row0 + t) * p.out.token_stride +
-         h * p.out.head_stride;
+  return token_row<T>(p.out, seq, i, t, h);
 }
 __device__ __forceinline__ float* lse_at(const AttnParams& p, const Sequence& seq, int i, int64_t t, int h) {
   return p.lse + i * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_row0 + t) * p.lse_token_stride;

@@ -67,8 +67,7 @@ __device__ inline float load_q_rows(const AttnParams& p, const Sequence& seq, in
   if (row < used_rows) {
     const int64_t t = row / p.group;
     const int h = kv_head * p.group + row % p.group;
-    const TQ* src = static_cast<const TQ*>(p.q.ptr) + i * p.q.batch_stride +
-                    (seq.q_row0 + t) * p.q.token_stride + h * p.q.head_stride;
+    const TQ* src = token_row<const TQ>(p.q, seq, i, t, h);
     const int64_t pos = seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0);
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) {

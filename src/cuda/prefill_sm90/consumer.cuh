@@ -34,8 +34,7 @@ __device__ __forceinline__ void load_q(const AttnParams& p, const Sequence& seq,
     if (r < used_rows) {
       const int64_t t = r / p.group;
       const int h = kv_head * p.group + static_cast<int>(r % p.group);
-      const T* src = static_cast<const T*>(p.q.ptr) + i * p.q.batch_stride +
-                     (seq.q_row0 + t) * p.q.token_stride + h * p.q.head_stride;
+      const T* src = token_row<const T>(p.q, seq, i, t, h);
       const int64_t pos = seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0);
       if (c * 8 >= p.rotary.rotary_dim && reinterpret_cast<uintptr_t>(src + c * 8) % 16 == 0) {
         *reinterpret_cast<uint4*>(vals) = *reinterpret_cast<const uint4*>(src + c * 8);
