@@ -53,7 +53,7 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
-// K/V by TMA (producer.cuh, produce_tma) where the cache allows it: paged (not packed), page size a multiple
+// K/V by TMA (kernel.cuh, produce_tma) where the cache allows it: paged (not packed), page size a multiple
 // of 8 that divides the key tile or is a multiple of it, 16-byte aligned base and strides (prefill_sm90_
 // supports checked those), and the driver encodes both maps. Else the cp.async producer (any page size).
 // KVATTN_SM90_TMA=0 forces the cp.async producer (A/B).
