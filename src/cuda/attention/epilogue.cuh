@@ -32,9 +32,17 @@ __device__ __forceinline__ void write_row(const AttnParams& p, const Piece& w, c
                                           const QueryRow& q, RowState st, float o_scale, bool lse_writer,
                                           Cols cols) {
   const int64_t t = r / p.group;
+  // end_row's rule written out: computing prow first (to call end_row) moves this kernel's register
+  // allocation and main-loop instructions (tools/sass_diff.py), a change a benchmark could see.
+  if (!q.attends) st.l = 0.f;  // rows past seqused_q: out 0, lse -inf, no sink
+  float lse = st.lse(), rescale = 1.f;
   const int64_t prow = piece_partial_row(p, w, seq, r);
-  const RowEnd end = end_row(st, q.attends, prow < 0, p.sinks, q.head, o_scale);
-  const float lse = end.lse, inv_l = end.o_scale;
+  if (prow < 0 && p.sinks && q.attends) {
+    const SinkFold fold = fold_sink(st, p.sinks[q.head]);
+    rescale = fold.o_scale;
+    lse = fold.lse;
+  }
+  const float inv_l = st.l > 0.f ? rescale / st.l * o_scale : 0.f;
   if (prow >= 0) {
     float* o = p.o_partial + prow * p.head_dim_v;
     cols([&](int c, float v) {

@@ -1,5 +1,5 @@
 // The softmax state of a row and its one merge (CONTRACT.md step 7), host and device code: the kernels
-// (warp merge, sink fold, the end of a row in every epilogue), the split combine, and
+// (warp merge, sink fold, the end of a row), the split combine, and
 // tests/cpp/test_row_state.cpp, which checks the merge.
 #pragma once
 
@@ -67,7 +67,8 @@ KVATTN_STATE_FN SinkFold fold_sink(RowState& st, float sink) {
   return {empty ? sink : st.lse(), o_scale};
 }
 
-// The end of a row, as every epilogue writes it: out = O * o_scale and lse (natural log). A row that does
+// The end of a row, as the Hopper epilogues write it (the portable write_row writes the same rule out, for
+// its code generation): out = O * o_scale and lse (natural log). A row that does
 // not attend (past seqused_q) gets 0 and -inf and no sink; the row's sink, sinks[head] (natural log; sinks
 // may be nullptr), is folded in here when the row is its unit's whole (a split's partial rows leave it to
 // the combine). o_descale: the kernel's factor of O (fp8: the v descale; 1 otherwise).
