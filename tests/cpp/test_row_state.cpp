@@ -1,5 +1,5 @@
 // The one (m, l) merge of the CUDA kernels (row_state.hpp: the decode kernel's warp merge, the sink fold,
-// the split combine), checked on the host against float64 softmax sums, without a GPU.
+// the end of a row, the split combine), checked on the host against float64 softmax sums, without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -108,6 +108,41 @@ TEST(RowState, AnEmptyRowFoldsToTheSinkExactly) {
   const kvattn::cuda::SinkFold fold = kvattn::cuda::fold_sink(seen, 0.5f);
   EXPECT_NEAR(fold.lse, std::log(std::exp(2.0) + std::exp(0.5)), 1e-6);
   EXPECT_EQ(fold.o_scale, 1.f);  // the max (2) did not move
+}
+
+TEST(RowState, TheEndOfARowFoldsTheSinkOnceOnlyIntoWholeRowsThatAttend) {
+  using kvattn::cuda::end_row;
+  using kvattn::cuda::RowEnd;
+  const float sinks[2] = {0.f, -7.78999424f};  // head 1's does not round-trip through log2 units
+  const double sink = sinks[1];
+  RowState seen;
+  seen.merge(2.f * kLog2e, 3.f);  // three keys of logit 2 (natural): lse = 2 + log 3
+  // A whole unit's row: the sink counted once; out = O * o_scale with O relative to the keys' max.
+  const RowEnd whole = end_row(seen, true, true, sinks, 1, 0.5f);
+  EXPECT_NEAR(whole.lse, std::log(3 * std::exp(2.0) + std::exp(sink)), 1e-6);
+  EXPECT_NEAR(whole.o_scale, 0.5 / (3 + std::exp(sink - 2)), 1e-7);
+  // A split's partial row, or no sinks at all: O / l and m + log l, scaled by the descale.
+  for (const RowEnd plain :
+       {end_row(seen, true, false, sinks, 1, 0.5f), end_row(seen, true, true, nullptr, 1, 0.5f)}) {
+    EXPECT_NEAR(plain.lse, 2 + std::log(3.0), 1e-6);
+    EXPECT_FLOAT_EQ(plain.o_scale, 0.5f / 3);
+  }
+  // A row that saw no key: the sink exactly, O weight 0; without a sink -inf.
+  const RowEnd empty = end_row(RowState{}, true, true, sinks, 1, 1.f);
+  EXPECT_EQ(empty.lse, sinks[1]);
+  EXPECT_EQ(empty.o_scale, 0.f);
+  EXPECT_EQ(end_row(RowState{}, true, true, nullptr, 1, 1.f).lse, -INFINITY);
+  // A +inf sink takes the whole weight (DESIGN.md, non-finite scores): out 0, lse +inf, never inf - inf.
+  const float inf_sink[1] = {INFINITY};
+  const RowEnd swamped = end_row(seen, true, true, inf_sink, 0, 1.f);
+  EXPECT_EQ(swamped.lse, INFINITY);
+  EXPECT_EQ(swamped.o_scale, 0.f);
+  // A row past seqused_q: out 0 and lse -inf whatever it saw, and no sink.
+  for (const float* s : {sinks, static_cast<const float*>(nullptr)}) {
+    const RowEnd idle = end_row(seen, false, true, s, 1, 1.f);
+    EXPECT_EQ(idle.lse, -INFINITY);
+    EXPECT_EQ(idle.o_scale, 0.f);
+  }
 }
 
 }  // namespace

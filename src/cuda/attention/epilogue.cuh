@@ -18,8 +18,7 @@ namespace kvattn::cuda {
 // Row (i, token t, head h) of out and of lse (optional, nullptr when absent).
 template <typename T>
 __device__ __forceinline__ T* out_row(const AttnParams& p, const Sequence& seq, int i, int64_t t, int h) {
-  return static_cast<T*>(p.out.ptr) + i * p.out.batch_stride + (seq.q_row0 + t) * p.out.token_stride +
-         h * p.out.head_stride;
+  return token_row<T>(p.out, seq, i, t, h);
 }
 __device__ __forceinline__ float* lse_at(const AttnParams& p, const Sequence& seq, int i, int64_t t, int h) {
   return p.lse + i * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_row0 + t) * p.lse_token_stride;
@@ -33,6 +32,8 @@ __device__ __forceinline__ void write_row(const AttnParams& p, const Piece& w, c
                                           const QueryRow& q, RowState st, float o_scale, bool lse_writer,
                                           Cols cols) {
   const int64_t t = r / p.group;
+  // end_row's rule written out: computing prow first (to call end_row) moves this kernel's register
+  // allocation and main-loop instructions (tools/sass_diff.py), a change a benchmark could see.
   if (!q.attends) st.l = 0.f;  // rows past seqused_q: out 0, lse -inf, no sink
   float lse = st.lse(), rescale = 1.f;
   const int64_t prow = piece_partial_row(p, w, seq, r);

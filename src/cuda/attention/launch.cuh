@@ -46,19 +46,8 @@ kvattn_status launch_attention(const AttnParams& params, const AttentionPlan& pl
     }
     const dim3 grid = plan.balanced ? dim3(static_cast<unsigned>(plan.balanced_ctas), 1)
                                     : dim3(static_cast<unsigned>(ctas), plan.splits);
-    cudaLaunchConfig_t config = {};
-    config.gridDim = grid;
-    config.blockDim = dim3(Cfg::kNThreads);
-    config.dynamicSmemBytes = plan.smem_bytes;
-    config.stream = stream;
-    cudaLaunchAttribute attribute = {};
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = &attribute;
-    config.numAttrs = plan.early_launch ? 1 : 0;
-    const cudaError_t err = cudaLaunchKernelEx(&config, kernel, params);
-    if (err != cudaSuccess) return cuda_fail(err, "launching attention_kernel");
-    return check_launch("attention_kernel");
+    return launch_kernel("attention_kernel", kernel,
+                         {grid, dim3(Cfg::kNThreads), plan.smem_bytes, stream, plan.early_launch}, params);
   }
 }
 

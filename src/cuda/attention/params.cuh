@@ -80,6 +80,12 @@ __device__ __forceinline__ float descale_at(const float* ptr, const int64_t (&st
   return ptr ? ptr[i * strides[0] + h * strides[1]] : 1.f;
 }
 
+// Row (sequence i, token t, head h) of a query-side TokenTensor (q, qv, out): problem.hpp's rule.
+template <typename T>
+__device__ __forceinline__ T* token_row(const TokenTensor& x, const Sequence& seq, int i, int64_t t, int h) {
+  return static_cast<T*>(x.ptr) + i * x.batch_stride + (seq.q_row0 + t) * x.token_stride + h * x.head_stride;
+}
+
 // Row of (sequence, token) in the workspace partials: the row of q when varlen, else i * sq + t.
 __device__ __forceinline__ int64_t partial_row(const SeqParams& p, const Sequence& seq, int i, int64_t t) {
   return (p.cu_seqlens_q ? seq.q_row0 : static_cast<int64_t>(i) * p.max_seqlen_q) + t;

@@ -85,18 +85,10 @@ kvattn_status launch_split_combine(const AttnParams& params, int head_dim_v, DTy
       blocks_for(static_cast<int64_t>(params.seq.batch) * params.seq.max_seqlen_q * params.num_q_heads);
   if (blocks == 0) return KVATTN_OK;
   if (blocks > 0x7fffffff) return fail(KVATTN_ERROR_UNSUPPORTED, "q: too many rows for the split combine");
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(32 * kRowsPerBlock);
-  config.stream = stream;
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = early_launch ? 1 : 0;
-  const cudaError_t err = cudaLaunchKernelEx(&config, split_combine_kernel, params, head_dim_v, out_dtype);
-  if (err != cudaSuccess) return cuda_fail(err, "launching split_combine_kernel");
-  return check_launch("split_combine_kernel");
+  return launch_kernel(
+      "split_combine_kernel", split_combine_kernel,
+      {dim3(static_cast<unsigned>(blocks)), dim3(32 * kRowsPerBlock), 0, stream, early_launch}, params,
+      head_dim_v, out_dtype);
 }
 
 }  // namespace kvattn::cuda

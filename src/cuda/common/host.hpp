@@ -1,11 +1,14 @@
-// Host-side helpers shared by the launchers: device selection, CUDA error -> status, device properties.
+// Host-side helpers shared by the launchers: device selection, CUDA error -> status, device properties,
+// the kernel launch.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "api/status.hpp"
 #include "cuda/common/device_error.cuh"
@@ -61,6 +64,35 @@ inline kvattn_status check_launch(const char* kernel) {
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return cuda_fail(err, std::string("launching ") + kernel);
   return KVATTN_OK;
+}
+
+// A kernel launch's shape. early_launch: programmatic dependent launch (common/pdl.cuh), the kernel may
+// start while the one ahead of it on the stream ends (the plan decides: AttentionPlan::early_launch).
+struct LaunchShape {
+  dim3 grid;
+  dim3 block;
+  size_t smem_bytes;  // dynamic shared memory
+  cudaStream_t stream;
+  bool early_launch;
+};
+
+// kernel(args...) launched with `shape`; the status names the kernel.
+template <typename... Params, typename... Args>
+kvattn_status launch_kernel(const char* name, void (*kernel)(Params...), const LaunchShape& shape,
+                            Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = shape.grid;
+  config.blockDim = shape.block;
+  config.dynamicSmemBytes = shape.smem_bytes;
+  config.stream = shape.stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = shape.early_launch ? 1 : 0;
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  if (err != cudaSuccess) return cuda_fail(err, std::string("launching ") + name);
+  return check_launch(name);
 }
 
 // The device's error record (device_errors.cu), for the kernels to write into.

@@ -1,5 +1,6 @@
 // The softmax state of a row and its one merge (CONTRACT.md step 7), host and device code: the kernels
-// (warp merge, sink fold), the split combine, and tests/cpp/test_row_state.cpp, which checks the merge.
+// (warp merge, sink fold, the end of a row), the split combine, and
+// tests/cpp/test_row_state.cpp, which checks the merge.
 #pragma once
 
 #include <cmath>
@@ -64,6 +65,28 @@ KVATTN_STATE_FN SinkFold fold_sink(RowState& st, float sink) {
   const bool empty = st.l == 0.f;
   const float o_scale = st.merge(sink * kLog2e, 1.f).a;
   return {empty ? sink : st.lse(), o_scale};
+}
+
+// The end of a row, as the Hopper epilogues write it (the portable write_row writes the same rule out, for
+// its code generation): out = O * o_scale and lse (natural log). A row that does
+// not attend (past seqused_q) gets 0 and -inf and no sink; the row's sink, sinks[head] (natural log; sinks
+// may be nullptr), is folded in here when the row is its unit's whole (a split's partial rows leave it to
+// the combine). o_descale: the kernel's factor of O (fp8: the v descale; 1 otherwise).
+struct RowEnd {
+  float lse;
+  float o_scale;
+};
+
+KVATTN_STATE_FN RowEnd end_row(RowState st, bool attends, bool whole_unit, const float* sinks, int head,
+                               float o_descale) {
+  if (!attends) st.l = 0.f;
+  float lse = st.lse(), rescale = 1.f;
+  if (whole_unit && sinks && attends) {
+    const SinkFold fold = fold_sink(st, sinks[head]);
+    rescale = fold.o_scale;
+    lse = fold.lse;
+  }
+  return {lse, st.l > 0.f ? rescale / st.l * o_descale : 0.f};
 }
 
 }  // namespace kvattn::cuda

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "cuda/attention/epilogue.cuh"
 #include "cuda/attention/score_mod.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/rotary.cuh"
@@ -66,8 +67,7 @@ __device__ inline float load_q_rows(const AttnParams& p, const Sequence& seq, in
   if (row < used_rows) {
     const int64_t t = row / p.group;
     const int h = kv_head * p.group + row % p.group;
-    const TQ* src = static_cast<const TQ*>(p.q.ptr) + i * p.q.batch_stride +
-                    (seq.q_row0 + t) * p.q.token_stride + h * p.q.head_stride;
+    const TQ* src = token_row<const TQ>(p.q, seq, i, t, h);
     const int64_t pos = seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0);
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) {
@@ -352,11 +352,8 @@ __device__ __forceinline__ void write_piece(const AttnParams& p, const Piece& w,
   const int64_t t = r / p.group;
   const int h = w.kv_head * p.group + r % p.group;
   const int64_t prow = piece_partial_row(p, w, seq, r);
-  float* lse_out =
-      p.lse ? p.lse + i * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_row0 + t) * p.lse_token_stride
-            : nullptr;
-  T* out = static_cast<T*>(p.out.ptr) + i * p.out.batch_stride + (seq.q_row0 + t) * p.out.token_stride +
-           h * p.out.head_stride;
+  float* lse_out = p.lse ? lse_at(p, seq, i, t, h) : nullptr;
+  T* out = out_row<T>(p, seq, i, t, h);
   if (bad) {
     if (prow >= 0) {
       for (int c = 0; c < kCols; ++c) p.o_partial[prow * p.head_dim_v + c0 + c] = NAN;
@@ -380,19 +377,8 @@ __device__ __forceinline__ void write_piece(const AttnParams& p, const Piece& w,
     l += theirs[Cfg::kRows + r] * weight[v];
   }
   const bool attends = r < static_cast<int64_t>(seq.q_used) * p.group;
-  if (!attends) l = 0.f;
-  float m = m_all, rescale = 1.f;
-  float lse = l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
-  if (prow < 0 && p.sinks && attends) {
-    const float sink_nat = p.sinks[h], sink = sink_nat * kLog2e;
-    const float m_new = fmaxf(m, sink);
-    rescale = exp2f(m - m_new);
-    const bool empty_row = l == 0.f;
-    l = l * rescale + exp2f(sink - m_new);
-    m = m_new;
-    lse = empty_row ? sink_nat : (m + log2f(l)) * kLn2;
-  }
-  const float inv_l = l > 0.f ? rescale / l * o_descale : 0.f;
+  const RowEnd end = end_row(RowState{m_all, l}, attends, prow < 0, p.sinks, h, o_descale);
+  const float lse = end.lse, inv_l = end.o_scale;
   float o[kCols];
 #pragma unroll
   for (int c = 0; c < kCols; ++c) {

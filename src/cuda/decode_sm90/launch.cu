@@ -148,19 +148,9 @@ kvattn_status launch_decode_sm90(const AttnParams& params, const AttentionPlan& 
       st != KVATTN_OK) {
     return st;
   }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(params.balanced_ctas));  // the plan's grid
-  config.blockDim = dim3(S::threads(producer_warps));
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute = {};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = plan.early_launch ? 1 : 0;
-  const cudaError_t err = cudaLaunchKernelEx(&config, variant.kernel, params);
-  if (err != cudaSuccess) return cuda_fail(err, "launching decode_sm90_kernel");
-  return check_launch("decode_sm90_kernel");
+  const dim3 grid(static_cast<unsigned>(params.balanced_ctas));  // the plan's grid
+  return launch_kernel("decode_sm90_kernel", variant.kernel,
+                       {grid, dim3(S::threads(producer_warps)), smem, stream, plan.early_launch}, params);
 }
 
 }  // namespace kvattn::cuda

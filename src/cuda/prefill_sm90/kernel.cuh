@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/attention/epilogue.cuh"
 #include "cuda/attention/params.cuh"
 #include "cuda/attention/schedule.cuh"
 #include "cuda/attention/score_mod.cuh"
@@ -142,12 +143,8 @@ __device__ void write_nan_rows(const AttnParams& p, const CtaRows& c, const Sequ
     if (r >= rows) continue;
     const int64_t t = r / p.group;
     const int h = c.kv_head * p.group + static_cast<int>(r % p.group);
-    T* o = static_cast<T*>(p.out.ptr) + c.i * p.out.batch_stride + (seq.q_row0 + t) * p.out.token_stride +
-           h * p.out.head_stride;
-    o[ch] = from_float<T>(NAN);
-    if (ch == 0 && p.lse) {
-      p.lse[c.i * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_row0 + t) * p.lse_token_stride] = NAN;
-    }
+    out_row<T>(p, seq, c.i, t, h)[ch] = from_float<T>(NAN);
+    if (ch == 0 && p.lse) *lse_at(p, seq, c.i, t, h) = NAN;
   }
 }
 
@@ -317,8 +314,7 @@ __device__ __forceinline__ void load_q(const AttnParams& p, const Sequence& seq,
     if (r < used_rows) {
       const int64_t t = r / p.group;
       const int h = kv_head * p.group + static_cast<int>(r % p.group);
-      const T* src = static_cast<const T*>(p.q.ptr) + i * p.q.batch_stride +
-                     (seq.q_row0 + t) * p.q.token_stride + h * p.q.head_stride;
+      const T* src = token_row<const T>(p.q, seq, i, t, h);
       const int64_t pos = seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0);
       if (c * 8 >= p.rotary.rotary_dim && reinterpret_cast<uintptr_t>(src + c * 8) % 16 == 0) {
         *reinterpret_cast<uint4*>(vals) = *reinterpret_cast<const uint4*>(src + c * 8);
@@ -440,29 +436,104 @@ __device__ __forceinline__ void write_rows(const AttnParams& p, const Sequence& 
     if (r >= rows) continue;
     const int64_t t = r / p.group;
     const int h = row[k].head;
-    float m = row_max[k] * factor, l = row[k].attends ? row_sum[k] : 0.f, rescale = 1.f;  // log2 units
-    float lse = l > 0.f ? (m + log2f(l)) * kLn2 : -INFINITY;
-    if (p.sinks && row[k].attends) {
-      const float sink_nat = p.sinks[h], sink = sink_nat * kLog2e;
-      const float m_new = fmaxf(m, sink);
-      rescale = exp2f(m - m_new);
-      const bool empty = l == 0.f;
-      l = l * rescale + exp2f(sink - m_new);
-      m = m_new;
-      lse = empty ? sink_nat : (m + log2f(l)) * kLn2;  // an empty row's lse is the sink, exactly
-    }
-    const float inv_l = l > 0.f ? rescale / l : 0.f;
-    T* out = static_cast<T*>(p.out.ptr) + cta.i * p.out.batch_stride + (seq.q_row0 + t) * p.out.token_stride +
-             h * p.out.head_stride;
+    const RowState st{row_max[k] * factor, row_sum[k]};  // log2 units
+    const RowEnd end = end_row(st, row[k].attends, true, p.sinks, h, 1.f);
+    const float lse = end.lse, inv_l = end.o_scale;
+    T* out = out_row<T>(p, seq, cta.i, t, h);
 #pragma unroll
     for (int j = 0; j < kD / 8; ++j) {
       const int c = 8 * j + 2 * quad;
       out[c] = from_float<T>(o[4 * j + 2 * k] * inv_l);
       out[c + 1] = from_float<T>(o[4 * j + 2 * k + 1] * inv_l);
     }
-    if (p.lse && quad == 0) {
-      p.lse[cta.i * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_row0 + t) * p.lse_token_stride] = lse;
+    if (p.lse && quad == 0) *lse_at(p, seq, cta.i, t, h) = lse;
+  }
+}
+
+// Ping-pong (Cfg::kPingPong): the two consumers take turns issuing their wgmma groups, so that one's
+// softmax runs while the other's matrix products occupy the tensor cores. Consumer c waits on barrier
+// 3 + c before issuing and then lets the other go (bar.arrive on 3 + (1 - c)); both have n_tiles + 1
+// issue points, consumer 1 starts by letting consumer 0 go and skips its last hand-over, so every
+// barrier phase completes before the CTA ends.
+template <class Cfg>
+struct PingPong {
+  int consumer;        // 0 or 1
+  int64_t turns_left;  // issue points left
+
+  __device__ __forceinline__ PingPong(int consumer_, int64_t n_tiles)
+      : consumer(consumer_), turns_left(n_tiles + 1) {
+    if (Cfg::kPingPong && consumer == 1 && n_tiles > 0) named_barrier_arrive(3, 256);
+  }
+  __device__ __forceinline__ void my_turn() const {
+    if constexpr (Cfg::kPingPong) named_barrier_sync(3 + consumer, 256);
+  }
+  __device__ __forceinline__ void your_turn() {
+    if constexpr (Cfg::kPingPong) {
+      --turns_left;
+      if (consumer == 0 || turns_left > 0) named_barrier_arrive(3 + (1 - consumer), 256);
     }
+  }
+};
+
+// The consumer's tiles, S and P V in flight: the softmax of tile t overlaps the P V of tile t - 1 on the
+// tensor cores. Per iteration, issue S_t = Q K_t and O += P_{t-1} V_{t-1}, wait for S_t, softmax it, wait
+// for P V, release stage t - 1, rescale O by tile t's correction. wait_full(tile): the tile's stage, once
+// loaded; softmax(s, tile, correction): S -> P (the score mods, the online softmax).
+template <class Cfg, class WaitFull, class Softmax>
+__device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint32_t s_k, uint32_t s_v,
+                                          uint32_t empty_bar, PingPong<Cfg>& turns, const WaitFull& wait_full,
+                                          const Softmax& softmax, float (&o)[Cfg::kHeadDim / 2]) {
+  constexpr int kBlockN = Cfg::kBlockN, kD = Cfg::kHeadDim;
+  uint32_t pa[kBlockN / 16][4];
+  int prev_stage = 0;
+  if (n_tiles > 0) {
+    float s[kBlockN / 2];
+    prev_stage = wait_full(0);
+    turns.my_turn();
+    wgmma_fence();
+    issue_qk_tile<Cfg>(s, q_addr, s_k + prev_stage * Cfg::kKvStageBytes);
+    turns.your_turn();
+    wgmma_wait<0>();
+    fence_registers(s);
+    float correction[2];
+    softmax(s, 0, correction);  // O is still zero: nothing to rescale
+    pack_p<Cfg>(s, pa);
+  }
+  for (int64_t tile = 1; tile < n_tiles; ++tile) {
+    float s[kBlockN / 2];
+    const int stage = wait_full(tile);
+    fence_fragments(pa);
+    fence_registers(o);
+    turns.my_turn();
+    wgmma_fence();
+    issue_qk_tile<Cfg>(s, q_addr, s_k + stage * Cfg::kKvStageBytes);
+    issue_pv_tile<Cfg>(o, pa, s_v + prev_stage * Cfg::kKvStageBytes);
+    turns.your_turn();
+    wgmma_wait<1>();  // S_t is done (P V may still run)
+    fence_registers(s);
+    float correction[2];
+    softmax(s, tile, correction);
+    wgmma_wait<0>();  // P_{t-1} V_{t-1} is done: its registers and its stage are free
+    fence_registers(o);
+    fence_fragments(pa);
+    mbar_arrive(empty_bar + 8 * prev_stage);
+    if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {  // once maxima settle: rare
+#pragma unroll
+      for (int e = 0; e < kD / 2; ++e) o[e] *= correction[(e % 4) / 2];
+    }
+    pack_p<Cfg>(s, pa);
+    prev_stage = stage;
+  }
+  if (n_tiles > 0) {
+    fence_fragments(pa);
+    fence_registers(o);
+    turns.my_turn();
+    wgmma_fence();
+    issue_pv_tile<Cfg>(o, pa, s_v + prev_stage * Cfg::kKvStageBytes);
+    turns.your_turn();
+    wgmma_wait<0>();
+    fence_registers(o);
+    mbar_arrive(empty_bar + 8 * prev_stage);
   }
 }
 
@@ -517,78 +588,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     return stage;
   };
 
-  // Ping-pong (Cfg::kPingPong): the two consumers take turns issuing their wgmma groups, so that one's
-  // softmax runs while the other's matrix products occupy the tensor cores. Consumer c waits on barrier
-  // 3 + c before issuing and then lets the other go (bar.arrive on 3 + (1 - c)); both have n_tiles + 1
-  // issue points, consumer 1 starts by letting consumer 0 go and skips its last hand-over, so every
-  // barrier phase completes before the CTA ends.
-  int64_t turns_left = n_tiles + 1;
-  auto my_turn = [&]() {
-    if constexpr (Cfg::kPingPong) named_barrier_sync(3 + consumer, 256);
-  };
-  auto your_turn = [&]() {
-    if constexpr (Cfg::kPingPong) {
-      --turns_left;
-      if (consumer == 0 || turns_left > 0) named_barrier_arrive(3 + (1 - consumer), 256);
-    }
-  };
-  if (Cfg::kPingPong && consumer == 1 && n_tiles > 0) named_barrier_arrive(3, 256);
-
-  // The softmax of tile t overlaps the P V of tile t - 1 on the tensor cores: per iteration, issue
-  // S_t = Q K_t and O += P_{t-1} V_{t-1}, wait for S_t, softmax it, wait for P V, release stage t - 1,
-  // rescale O by tile t's correction.
-  uint32_t pa[kBlockN / 16][4];
-  int prev_stage = 0;
-  if (n_tiles > 0) {
-    float s[kBlockN / 2];
-    prev_stage = wait_full(0);
-    my_turn();
-    wgmma_fence();
-    issue_qk_tile<Cfg>(s, q_addr, s_k + prev_stage * Cfg::kKvStageBytes);
-    your_turn();
-    wgmma_wait<0>();
-    fence_registers(s);
-    float correction[2];
-    softmax(s, 0, correction);  // O is still zero: nothing to rescale
-    pack_p<Cfg>(s, pa);
-  }
-  for (int64_t tile = 1; tile < n_tiles; ++tile) {
-    float s[kBlockN / 2];
-    const int stage = wait_full(tile);
-    fence_fragments(pa);
-    fence_registers(o);
-    my_turn();
-    wgmma_fence();
-    issue_qk_tile<Cfg>(s, q_addr, s_k + stage * Cfg::kKvStageBytes);
-    issue_pv_tile<Cfg>(o, pa, s_v + prev_stage * Cfg::kKvStageBytes);
-    your_turn();
-    wgmma_wait<1>();  // S_t is done (P V may still run)
-    fence_registers(s);
-    float correction[2];
-    softmax(s, tile, correction);
-    wgmma_wait<0>();  // P_{t-1} V_{t-1} is done: its registers and its stage are free
-    fence_registers(o);
-    fence_fragments(pa);
-    mbar_arrive(empty_bar + 8 * prev_stage);
-    if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {  // once maxima settle: rare
-#pragma unroll
-      for (int e = 0; e < kD / 2; ++e) o[e] *= correction[(e % 4) / 2];
-    }
-    pack_p<Cfg>(s, pa);
-    prev_stage = stage;
-  }
-  if (n_tiles > 0) {
-    fence_fragments(pa);
-    fence_registers(o);
-    my_turn();
-    wgmma_fence();
-    issue_pv_tile<Cfg>(o, pa, s_v + prev_stage * Cfg::kKvStageBytes);
-    your_turn();
-    wgmma_wait<0>();
-    fence_registers(o);
-    mbar_arrive(empty_bar + 8 * prev_stage);
-  }
-
+  PingPong<Cfg> turns(consumer, n_tiles);
+  run_tiles<Cfg>(n_tiles, q_addr, s_k, s_v, empty_bar, turns, wait_full, softmax, o);
   write_rows<Cfg>(p, seq, cta, m0, row, o, row_max, row_sum, factor);
 }
 

@@ -27,8 +27,7 @@ __device__ inline void load_q_as(const AttnParams& p, const Sequence& seq, int i
     if (r < used_rows) {
       const int64_t t = r / p.group;
       const int h = kv_head * p.group + static_cast<int>(r % p.group);
-      const TQ* src = static_cast<const TQ*>(p.q.ptr) + i * p.q.batch_stride +
-                      (seq.q_row0 + t) * p.q.token_stride + h * p.q.head_stride;
+      const TQ* src = token_row<const TQ>(p.q, seq, i, t, h);
       const int64_t pos = seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
@@ -52,8 +51,7 @@ __device__ inline void load_q_as(const AttnParams& p, const Sequence& seq, int i
     const bool attends = r < used_rows;
     const int64_t t = attends ? r / p.group : 0;
     const int h = kv_head * p.group + (attends ? static_cast<int>(r % p.group) : 0);
-    const TQ* src = static_cast<const TQ*>(p.qv.ptr) + i * p.qv.batch_stride +
-                    (seq.q_row0 + t) * p.qv.token_stride + h * p.qv.head_stride;
+    const TQ* src = token_row<const TQ>(p.qv, seq, i, t, h);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       s_qv[row * Cfg::kStrideV + c0 + e] =
