@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deps.sh [main|test|torch]: installs what building (and, for `test`, testing) kvattn needs on a fresh
+# deps.sh [main|test|torch|sass]: installs what building (and, for `test`, testing) kvattn needs on a fresh
 # Debian/Ubuntu machine; idempotent. Pinned Python packages come from requirements-dev.txt.
 # `torch`: a venv with requirements-dev.txt and requirements-torch.txt (pinned torch from PyPI), for every
 # suite that needs torch on a CPU machine; its python's path is the last line printed. One reusable place,
@@ -33,6 +33,20 @@ if [ "$mode" = torch ]; then
     "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$root/requirements-torch.txt" >&2
   fi
   echo "$venv/bin/python"
+  exit 0
+fi
+if [ "$mode" = sass ]; then
+  # cuobjdump and nvdisasm for tools/sass_diff.py where the CUDA toolkit lacks them: the pinned PyPI wheels of
+  # requirements-sass.txt, in one reusable place; the binary's path is the last line printed.
+  pin=$(grep -m1 '^nvidia-cuda-cuobjdump==' "$root/requirements-sass.txt")
+  dir=$HOME/.cache/kvattn/sass-tools-${pin#*==}
+  bin=$(find "$dir" -name cuobjdump -type f 2>/dev/null | head -1 || true)
+  if [ -z "$bin" ] || [ ! -f "$(dirname "$bin")/nvdisasm" ]; then  # cuobjdump -sass runs nvdisasm
+    rm -rf "$dir" && python3 -m pip install -q --disable-pip-version-check --no-deps --target "$dir" -r "$root/requirements-sass.txt" >&2
+    bin=$(find "$dir" -name cuobjdump -type f | head -1)
+    chmod +x "$bin" "$(dirname "$bin")/nvdisasm"
+  fi
+  echo "$bin"
   exit 0
 fi
 need_apt=()

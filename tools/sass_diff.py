@@ -19,9 +19,8 @@ encodings dropped; branch targets renamed L0, L1, ... in address order, so that 
 moves no other line) and the resources of `cuobjdump -res-usage` (REG, STACK, SHARED, LOCAL, ...).
 A directory argument is searched for *.o files (a CMake build dir: CMakeFiles/<target>.dir/...).
 cuobjdump: $CUOBJDUMP, else PATH, else /usr/local/cuda/bin. Where the toolkit lacks it (the developer
-machine's does), its PyPI wheel carries it:
-  pip install --target build-tools nvidia-cuda-cuobjdump==13.5.37
-  export PATH=$PWD/build-tools/nvidia/cu13/bin:$PATH      # build*/ is git-ignored
+machine's does), the pinned PyPI wheels carry it and the nvdisasm it runs:
+`export CUOBJDUMP=$(bash tools/deps.sh sass | tail -1)` (requirements-sass.txt; once into ~/.cache/kvattn).
 
 diff prints one verdict a kernel:
   identical     same instructions, same resources: the generated code did not change
@@ -84,7 +83,11 @@ def _normalize(insns):
 
 
 def _cuobjdump(flag, path):
-    run = subprocess.run([_CUOBJDUMP, flag, path], capture_output=True, text=True)
+    # -sass runs nvdisasm: look for it next to cuobjdump first (the PyPI wheels put both in one bin/).
+    env = dict(os.environ, PATH=os.path.dirname(os.path.abspath(_CUOBJDUMP)) + os.pathsep + os.environ.get("PATH", ""))
+    run = subprocess.run([_CUOBJDUMP, flag, path], capture_output=True, text=True, env=env)
+    if run.returncode != 0 and "nvdisasm" in run.stderr:  # not "no device code": a snapshot of nothing
+        sys.exit(f"sass_diff: {_CUOBJDUMP} {flag} needs nvdisasm: {run.stderr.strip()[:200]}")
     return run.stdout if run.returncode == 0 else ""  # host-only objects have no device code
 
 
