@@ -488,7 +488,12 @@ inline Expected fwd_expected(const kvattn_fwd_params& a, const Memory& mem) {
             // Scores are float32 in the kernels (docs/DESIGN.md): beyond its range they are +-inf.
             if (std::fabs(x) > std::numeric_limits<float>::max()) x = std::copysign(kInf, x);
             if (a.softcap > 0) x = a.softcap * std::tanh(x / a.softcap);
-            if (given(a.alibi_slopes)) x -= slope * double(std::llabs(qp - kp));
+            if (given(a.alibi_slopes)) {
+              const double bias = slope * double(std::llabs(qp - kp));
+              x -= bias;
+              // float32 rounds the bias and the sum too (a slope of -7.5e8 makes scores ~1e9, 64 apart).
+              score_err = std::max(score_err, (std::fabs(bias) + std::fabs(x)) * 0x1p-23);
+            }
             xs.push_back(x);
             vs.push_back(std::move(v));
           }
