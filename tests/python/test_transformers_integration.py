@@ -182,7 +182,8 @@ BF16_MARGIN = 0.5  # top-2 logit gap (fp32 reference) below which bf16 rounding 
 def test_cuda_left_padded_generate_matches_fp32_eager(name):
     """On the GPU: bf16, head_dim 128 (a developer build's shape), a left-padded batch through generate();
     the reference is eager attention on the same (bf16-rounded) weights in fp32. Logits of the valid rows
-    within bf16 tolerance; greedy tokens equal up to the first step whose reference top-2 margin is a tie
+    no further from it than the same bf16 model with eager attention (x 1.5 + 0.01); greedy tokens
+    equal up to the first step whose reference top-2 margin is a tie
     at bf16 precision."""
     cfg = copy.deepcopy(CONFIGS[name])
     cfg.head_dim = 128
@@ -208,8 +209,19 @@ def test_cuda_left_padded_generate_matches_fp32_eager(name):
         got = ours(ids, attention_mask=mask).logits.float()
         assert len(CALLS) == 2  # both layers went through kvattn
         want = eager(ids, attention_mask=mask).logits
+        # The bf16 model's own rounding (matmuls, norms, lm_head) dominates the logits' error against fp32:
+        # the same bf16 weights with eager attention measure it (on the H200: 0.07-0.3 at max, so a fixed
+        # 5e-2 tolerance failed there); kvattn must be no further from fp32 than that.
+        eager16 = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(cfg), attn_implementation="eager")
+        eager16.load_state_dict(ours.state_dict())
+        base = eager16.to(device="cuda", dtype=torch.bfloat16).eval()(ids, attention_mask=mask).logits.float()
     valid = mask.bool()
-    torch.testing.assert_close(got[valid], want[valid], rtol=5e-2, atol=5e-2)
+    err_ours = (got[valid] - want[valid]).abs().max().item()
+    err_bf16 = (base[valid] - want[valid]).abs().max().item()
+    mean_ours = (got[valid] - want[valid]).abs().mean().item()
+    mean_bf16 = (base[valid] - want[valid]).abs().mean().item()
+    assert err_ours <= 1.5 * err_bf16 + 1e-2, (f"max |logit - fp32 eager|: kvattn {err_ours:.4f}, bf16 eager "
+                                               f"{err_bf16:.4f} (mean {mean_ours:.4f} / {mean_bf16:.4f})")
     seq_got, _ = _generate(ours, ids, mask)
     seq_want, logits_want = _generate(eager, ids, mask)
     top2 = logits_want.float().topk(2, dim=-1).values  # (steps, batch, 2)
