@@ -22,6 +22,15 @@ import kvattn
 
 
 KNOBS = ("KVATTN_SM90_ORDER", "KVATTN_SM90_NOFENCE", "KVATTN_SM90_PINGPONG", "KVATTN_SM90_DIAG", "KVATTN_SM90_TMA")
+# tools/prefill_sm90_device.sh starts this with KVATTN_SM90_TMA=0 when its smoke failed with the TMA producer:
+# then every variant keeps the cp.async producer (a TMA bug must not hang the rest of the call).
+TMA_DEFAULT = "0" if os.environ.get("KVATTN_SM90_TMA") == "0" else ""
+
+
+def set_knobs(env):
+    """The A/B knobs of a variant; the ones it does not name back to their defaults."""
+    for key in KNOBS:
+        os.environ[key] = env.get(key, TMA_DEFAULT if key == "KVATTN_SM90_TMA" else "")
 
 
 def paged_cache(b, sk, hk, d, page, dtype, gen):
@@ -96,9 +105,9 @@ def correctness(rows, small):
             # the A/B variants on some of the cases
             os.environ["KVATTN_SM90_PINGPONG"] = "0" if (sq + int(causal)) % 2 else "1"
             os.environ["KVATTN_SM90_ORDER"] = "0" if sk % 2 else "1"
-            os.environ["KVATTN_SM90_TMA"] = "0" if softcap else ""  # the cp.async producer on some cases
+            os.environ["KVATTN_SM90_TMA"] = "0" if softcap else TMA_DEFAULT  # the cp.async producer on some
             out = run(q, k, v, table, sk, causal, False, window_size=window, softcap=softcap)
-            os.environ["KVATTN_SM90_PINGPONG"] = os.environ["KVATTN_SM90_ORDER"] = os.environ["KVATTN_SM90_TMA"] = ""
+            set_knobs({})
             torch.cuda.synchronize()
             kvattn.device_errors("cuda")
             ref = reference(q, gather(k, table, sk), gather(v, table, sk), causal, window, softcap)
@@ -131,7 +140,7 @@ def correctness_contiguous(rows, small, gen):
             seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
             ref = torch.cat([reference(q[i:i + 1], k[i:i + 1, :lens[i]], v[i:i + 1, :lens[i]], causal)
                              for i in range(b)])
-            for tma in ("", "0"):
+            for tma in (TMA_DEFAULT, "0"):
                 os.environ["KVATTN_SM90_TMA"] = tma
                 out = run(q, k, v, None, seqlens, causal, False)
                 torch.cuda.synchronize()
@@ -143,7 +152,7 @@ def correctness_contiguous(rows, small, gen):
                 rows.append(f"check contiguous b{b} sq{sq} cap{cap} lens {lens} {hq}/{hk} d{d} causal={causal} "
                             f"{'cp.async' if tma else 'TMA'}: rel err {err:.2e} finite={finite} "
                             f"{'OK' if good else 'FAIL'}")
-    os.environ["KVATTN_SM90_TMA"] = ""
+    set_knobs({})
     return ok
 
 
@@ -189,8 +198,7 @@ def timing(rows, short=False, prev=False):
         if prev:  # the previous library (its own process): its sm90 kernel twice
             variants = [("prev lib sm90", False, {}), ("prev lib sm90 again", False, {})]
         for name, portable, env in variants:
-            for key in KNOBS:
-                os.environ[key] = env.get(key, "")
+            set_knobs(env)
             fn = lambda: run(q, k, v, table, s, causal, portable)  # noqa: E731
             outs[name] = fn()
             ms, p10, p90 = median_time(fn)
@@ -206,14 +214,12 @@ def timing(rows, short=False, prev=False):
     flops = 4 * b * hq * d * sum(sk - sq + t + 1 for t in range(sq))
     variants = [("prev lib sm90", {})] if prev else [("sm90", {}), ("sm90 cp.async producer", {"KVATTN_SM90_TMA": "0"})]
     for name, env in variants:
-        for key in KNOBS:
-            os.environ[key] = env.get(key, "")
+        set_knobs(env)
         ms, p10, p90 = median_time(lambda: run(q, k, v, table, sk, True, False))
         rows.append(f"time b{b} sq{sq} sk{sk} {hq}/{hk} d{d} p{page} causal=True {name:21s}: "
                     f"{ms * 1e3:8.1f} us [{p10 * 1e3:.1f}-{p90 * 1e3:.1f}] {flops / ms / 1e9:6.1f} TFLOP/s")
     os.environ["KVATTN_FORCE_PORTABLE"] = "0"
-    for key in KNOBS:
-        os.environ[key] = ""
+    set_knobs({})
 
 
 def timing_w6(rows, prev=False):
@@ -230,15 +236,13 @@ def timing_w6(rows, prev=False):
         for causal in (False, True):
             flops = 4 * h * d * (s * (s + 1) // 2 if causal else s * s)
             for name, env in variants:
-                for key in KNOBS:
-                    os.environ[key] = env.get(key, "")
+                set_knobs(env)
                 ms, p10, p90 = median_time(lambda: run(q, k, v, None, None, causal, False))
                 rows.append(f"time W6 b1 x {s} {h}x{d} contiguous causal={causal} {name:21s}: "
                             f"{ms * 1e3:8.1f} us [{p10 * 1e3:.1f}-{p90 * 1e3:.1f}] {flops / ms / 1e9:6.1f} TFLOP/s")
         del q, k, v
     os.environ["KVATTN_FORCE_PORTABLE"] = "0"
-    for key in KNOBS:
-        os.environ[key] = ""
+    set_knobs({})
 
 
 def profile_once():
