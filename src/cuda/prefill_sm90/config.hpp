@@ -63,6 +63,20 @@ constexpr TmaGeometry tma_geometry(bool packed, bool paged, int64_t num_pages, i
   const int box = page_size < block_n ? static_cast<int>(page_size) : block_n;
   return {page_size, num_pages, box, box};
 }
+// Pages of 16 under 128-key tiles: 8 boxes a tile, tiles on page boundaries; pages of 256: a box a tile.
+static_assert(tma_geometry(false, true, 100, 16, 128).box == 16 &&
+              tma_geometry(false, true, 100, 16, 128).align == 16);
+static_assert(tma_geometry(false, true, 100, 256, 128).box == 128 &&
+              tma_geometry(false, true, 100, 256, 128).align == 128);
+// A contiguous cache of 4 rows x 1000 slots: 4 pages of 1000; packed 4097 tokens: one page of 4097.
+static_assert(tma_geometry(false, false, 4, 1000, 128).slots == 1000 &&
+              tma_geometry(false, false, 4, 1000, 128).pages == 4 &&
+              tma_geometry(false, false, 4, 1000, 128).box == 128 &&
+              tma_geometry(false, false, 4, 1000, 128).align == 1);
+static_assert(tma_geometry(true, false, 4097, 0, 48).slots == 4097 &&
+              tma_geometry(true, false, 4097, 0, 48).pages == 1 &&
+              tma_geometry(true, false, 4097, 0, 48).box == 48 &&
+              tma_geometry(true, false, 4097, 0, 48).align == 1);
 
 // The compiled kernels: (dtype, head dim) pairs, minus what a developer build leaves out
 // (KVATTN_DEV_DTYPE, KVATTN_DEV_HEAD_DIM), and none without a 90a target in KVATTN_CUDA_ARCHS.
