@@ -1,9 +1,12 @@
 """The sm_90a prefill kernel in one device call: correctness on fresh random inputs against torch fp32, and
-the timing of b4 x 8192 page 16 d128 bf16 (causal and not) next to the portable kernel, same run.
+the timing of b4 x 8192 page 16 d128 bf16 (causal and not) next to the portable kernel, same run, and of
+W6's dense prefill (b1 x 16k MHA, contiguous cache, d 64 / 128 / 256) with the TMA producer and the cp.async
+one (KVATTN_SM90_TMA=0).
 
     PYTHONPATH=python KVATTN_LIBRARY=build/libkvattn.so python3 bench/prefill_sm90_check.py [--small]
 
---small: the correctness part only, at small shapes (for compute-sanitizer). --time-only: the timing only.
+--small: the correctness part only, at small shapes (for compute-sanitizer; a paged and a contiguous case).
+--time-only: the timing only.
 --short: the timing of the main variants only (sm90, its cp.async producer, no reader fence, portable,
 sm90 again, the no-load and no-softmax diagnostics), for a short device call. --prev: the sm90 kernel of
 the library loaded (the previous one, for an A/B in the same device call) twice. Prints a table last.
@@ -19,6 +22,15 @@ import kvattn
 
 
 KNOBS = ("KVATTN_SM90_ORDER", "KVATTN_SM90_NOFENCE", "KVATTN_SM90_PINGPONG", "KVATTN_SM90_DIAG", "KVATTN_SM90_TMA")
+# tools/prefill_sm90_device.sh starts this with KVATTN_SM90_TMA=0 when its smoke failed with the TMA producer:
+# then every variant keeps the cp.async producer (a TMA bug must not hang the rest of the call).
+TMA_DEFAULT = "0" if os.environ.get("KVATTN_SM90_TMA") == "0" else ""
+
+
+def set_knobs(env):
+    """The A/B knobs of a variant; the ones it does not name back to their defaults."""
+    for key in KNOBS:
+        os.environ[key] = env.get(key, TMA_DEFAULT if key == "KVATTN_SM90_TMA" else "")
 
 
 def paged_cache(b, sk, hk, d, page, dtype, gen):
@@ -93,9 +105,9 @@ def correctness(rows, small):
             # the A/B variants on some of the cases
             os.environ["KVATTN_SM90_PINGPONG"] = "0" if (sq + int(causal)) % 2 else "1"
             os.environ["KVATTN_SM90_ORDER"] = "0" if sk % 2 else "1"
-            os.environ["KVATTN_SM90_TMA"] = "0" if softcap else ""  # the cp.async producer on some cases
+            os.environ["KVATTN_SM90_TMA"] = "0" if softcap else TMA_DEFAULT  # the cp.async producer on some
             out = run(q, k, v, table, sk, causal, False, window_size=window, softcap=softcap)
-            os.environ["KVATTN_SM90_PINGPONG"] = os.environ["KVATTN_SM90_ORDER"] = os.environ["KVATTN_SM90_TMA"] = ""
+            set_knobs({})
             torch.cuda.synchronize()
             kvattn.device_errors("cuda")
             ref = reference(q, gather(k, table, sk), gather(v, table, sk), causal, window, softcap)
@@ -105,7 +117,42 @@ def correctness(rows, small):
             ok &= good
             rows.append(f"check b{b} sq{sq} sk{sk} {hq}/{hk} p{page} causal={causal} win={window} cap={softcap}: "
                         f"rel err {err:.2e} finite={finite} {'OK' if good else 'FAIL'}")
+    ok &= correctness_contiguous(rows, small, gen)
     os.environ["KVATTN_FORCE_SM90_PREFILL"] = "0"
+    return ok
+
+
+def correctness_contiguous(rows, small, gen):
+    """Contiguous caches (the TMA producer over cache rows, and the cp.async one): the first sequence fills its
+    row (its last tile reaches past the row: the TMA unit's zeros), the second ends 223 slots short, NaN past
+    its end; capacities 1000 and 4097 are not tile multiples; both producers on each case."""
+    shapes = [(2, 300, 1000, 8, 2, 128)] if small else [(2, 300, 1000, 8, 2, 64), (2, 300, 1000, 8, 2, 128),
+                                                         (2, 300, 1000, 8, 2, 256), (2, 257, 4097, 8, 8, 128)]
+    ok = True
+    for (b, sq, cap, hq, hk, d) in shapes:
+        for causal in (True, False):
+            q = torch.randn(b, sq, hq, d, generator=gen, device="cuda").to(torch.bfloat16)
+            k = torch.randn(b, cap, hk, d, generator=gen, device="cuda").to(torch.bfloat16)
+            v = torch.randn(b, cap, hk, d, generator=gen, device="cuda").to(torch.bfloat16)
+            lens = [cap, cap - 223]
+            k[1, lens[1]:] = float("nan")
+            v[1, lens[1]:] = float("nan")
+            seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+            ref = torch.cat([reference(q[i:i + 1], k[i:i + 1, :lens[i]], v[i:i + 1, :lens[i]], causal)
+                             for i in range(b)])
+            for tma in (TMA_DEFAULT, "0"):
+                os.environ["KVATTN_SM90_TMA"] = tma
+                out = run(q, k, v, None, seqlens, causal, False)
+                torch.cuda.synchronize()
+                kvattn.device_errors("cuda")
+                err = ((out.float() - ref).norm() / ref.norm()).item()
+                finite = bool(torch.isfinite(out).all())
+                good = finite and err < 1e-2
+                ok &= good
+                rows.append(f"check contiguous b{b} sq{sq} cap{cap} lens {lens} {hq}/{hk} d{d} causal={causal} "
+                            f"{'cp.async' if tma else 'TMA'}: rel err {err:.2e} finite={finite} "
+                            f"{'OK' if good else 'FAIL'}")
+    set_knobs({})
     return ok
 
 
@@ -151,8 +198,7 @@ def timing(rows, short=False, prev=False):
         if prev:  # the previous library (its own process): its sm90 kernel twice
             variants = [("prev lib sm90", False, {}), ("prev lib sm90 again", False, {})]
         for name, portable, env in variants:
-            for key in KNOBS:
-                os.environ[key] = env.get(key, "")
+            set_knobs(env)
             fn = lambda: run(q, k, v, table, s, causal, portable)  # noqa: E731
             outs[name] = fn()
             ms, p10, p90 = median_time(fn)
@@ -168,14 +214,35 @@ def timing(rows, short=False, prev=False):
     flops = 4 * b * hq * d * sum(sk - sq + t + 1 for t in range(sq))
     variants = [("prev lib sm90", {})] if prev else [("sm90", {}), ("sm90 cp.async producer", {"KVATTN_SM90_TMA": "0"})]
     for name, env in variants:
-        for key in KNOBS:
-            os.environ[key] = env.get(key, "")
+        set_knobs(env)
         ms, p10, p90 = median_time(lambda: run(q, k, v, table, sk, True, False))
         rows.append(f"time b{b} sq{sq} sk{sk} {hq}/{hk} d{d} p{page} causal=True {name:21s}: "
                     f"{ms * 1e3:8.1f} us [{p10 * 1e3:.1f}-{p90 * 1e3:.1f}] {flops / ms / 1e9:6.1f} TFLOP/s")
     os.environ["KVATTN_FORCE_PORTABLE"] = "0"
-    for key in KNOBS:
-        os.environ[key] = ""
+    set_knobs({})
+
+
+def timing_w6(rows, prev=False):
+    """W6 (bench/suites.py): b1 x 16k MHA, contiguous cache filled to its capacity, full and causal, d 64 / 128 /
+    256 at 32 / 16 / 8 heads: the TMA producer (default) and the cp.async one, same run."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(4321)
+    s = 16384
+    variants = [("sm90", {}), ("sm90 cp.async producer", {"KVATTN_SM90_TMA": "0"}), ("sm90 again", {})]
+    if prev:  # the previous library (its own process)
+        variants = [("prev lib sm90", {})]
+    for d, h in ((64, 32), (128, 16), (256, 8)):
+        q, k, v = (torch.randn(1, s, h, d, generator=gen, device="cuda").to(torch.bfloat16) for _ in range(3))
+        for causal in (False, True):
+            flops = 4 * h * d * (s * (s + 1) // 2 if causal else s * s)
+            for name, env in variants:
+                set_knobs(env)
+                ms, p10, p90 = median_time(lambda: run(q, k, v, None, None, causal, False))
+                rows.append(f"time W6 b1 x {s} {h}x{d} contiguous causal={causal} {name:21s}: "
+                            f"{ms * 1e3:8.1f} us [{p10 * 1e3:.1f}-{p90 * 1e3:.1f}] {flops / ms / 1e9:6.1f} TFLOP/s")
+        del q, k, v
+    os.environ["KVATTN_FORCE_PORTABLE"] = "0"
+    set_knobs({})
 
 
 def profile_once():
@@ -199,6 +266,7 @@ def main():
     ok = True if "--time-only" in sys.argv or prev else correctness(rows, small)
     if not small:
         timing(rows, "--short" in sys.argv, prev)
+        timing_w6(rows, prev)
     print("\n".join(rows))
     sys.exit(0 if ok else 1)
 

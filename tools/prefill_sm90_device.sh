@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the sm_90a prefill kernel (bench/NOTES.md): the correctness check and the timing of
-# bench/prefill_sm90_check.py, the prefill pytest file (plus an optional subset of the CUDA suites, with
+# bench/prefill_sm90_check.py (paged b4 x 8192, W6's contiguous b1 x 16k at d 64 / 128 / 256; TMA and
+# cp.async producers), the prefill pytest file (plus an optional subset of the CUDA suites, with
 # the kernel forced on every problem it covers), and compute-sanitizer memcheck on a small case. Run from a
 # directory holding python/, tests/python/, bench/ and the library:
 #   KVATTN_LIBRARY=$PWD/libkvattn.so bash tools/prefill_sm90_device.sh ["pytest -k expression for the suites"]
@@ -27,18 +28,18 @@ if [ "$rc" -ne 0 ]; then
 fi
 short=""
 [ -n "${PREFILL_SHORT:-}" ] && short="--short"
-timeout -k 5 90 python3 bench/prefill_sm90_check.py $short > "$OUT/check.log" 2>&1
+timeout -k 5 120 python3 bench/prefill_sm90_check.py $short > "$OUT/check.log" 2>&1
 echo "check rc=$?" >> "$OUT/summary.txt"
 if [ -n "${KVATTN_PREV_LIBRARY:-}" ]; then
-  KVATTN_LIBRARY=$KVATTN_PREV_LIBRARY timeout -k 5 40 python3 bench/prefill_sm90_check.py --prev \
+  KVATTN_LIBRARY=$KVATTN_PREV_LIBRARY timeout -k 5 60 python3 bench/prefill_sm90_check.py --prev \
     > "$OUT/prev.log" 2>&1
   echo "prev library timing rc=$?" >> "$OUT/summary.txt"
 fi
 # The tests and the sanitizer together (no timing runs now).
-timeout -k 5 80 python3 -m pytest -q tests/python/test_cuda_prefill_sm90.py -p no:cacheprovider -rs \
+timeout -k 5 200 python3 -m pytest -q tests/python/test_cuda_prefill_sm90.py -p no:cacheprovider -rs \
   > "$OUT/pytest_prefill.log" 2>&1 &
 pytest_pid=$!
-timeout -k 5 80 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 86 \
+timeout -k 5 120 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 86 \
   python3 bench/prefill_sm90_check.py --small > "$OUT/memcheck.log" 2>&1
 echo "memcheck rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log")" >> "$OUT/summary.txt"
 wait $pytest_pid

@@ -5,7 +5,8 @@ CTAs), so these small shapes (several 128-row blocks, several 128-key tiles, len
 of either) run on it wherever it covers the problem (d = dv in 64, 128, 256: every case runs at each of them;
 fp16/bf16, no qv, no fp8). Paged cases whose page size (a multiple of 8) divides the key tile or is a
 multiple of it take its TMA producer (tiles of 128 keys at d 64 and 128, 48 at d 256: pages 64-256 go by
-cp.async there), page 1 and the other layouts its cp.async one. On a device
+cp.async there), and so do contiguous caches whose rows hold a tile and packed caches of a tile of tokens
+(CONTIGUOUS_TMA_CASES, written without a GPU); page 1 and the rest take its cp.async one. On a device
 that is not sm_90, or a build without 90a, the same cases run on the portable kernel and still must pass.
 One case checks with the profiler that the kernel really ran on Hopper.
 """
@@ -69,6 +70,47 @@ CASES = {
 }
 
 
+# Contiguous and packed caches on the TMA producer. WRITTEN WITHOUT A GPU (session 4, branch tmacontig): not
+# yet run on a device when committed; the cases were checked against the oracle on the CPU backend only.
+# The TMA producer takes a contiguous cache whose rows hold at least a key tile (128 slots at d 64 / 128,
+# 48 at d 256) as pages of one row each, and a packed cache of at least a tile of tokens as one page; its
+# tiles start at any slot (leftpad + the first key a CTA sees). A sequence's last tile goes by TMA when the
+# sequence fills its row (the last packed sequence: the cache), the slots past the row being the TMA
+# unit's zeros; else by cp.async with zero fill (the unused slots are NaN here). Rows shorter than a tile
+# go by cp.async (d 64 / 128) or TMA (d 256, 48-key tiles). extra_slots=0: the longest sequence fills the
+# capacity (s_cache = the longest end + extra_slots).
+def contiguous(**kw):
+    base = dict(sq=130, extra_slots=0)
+    base.update(kw)
+    return prefill(**base)
+
+
+CONTIGUOUS_TMA_CASES = {
+    "full rows 1024, no cache_seqlens": contiguous(seqlens=(1024, 1024), seqlens_as="none", causal=False, seed=40),
+    "capacity 1024, one short row": contiguous(seqlens=(1024, 700), seed=41),
+    "capacity 1000 (not a tile multiple)": contiguous(seqlens=(1000, 613), seed=42),
+    "capacity 4097": contiguous(seqlens=(4097, 1500), sq=64, hq=2, hk=1, causal=False, seed=43),
+    "capacity 1000, NaN slots past every end": contiguous(seqlens=(997, 613), extra_slots=3, seed=44),
+    "leftpad": contiguous(seqlens=(1000, 613), leftpad=(37, 300), seed=45),
+    "scattered rows + leftpad": contiguous(batch_idx="scattered", seqlens=(900, 1000), leftpad=(0, 129), seed=46),
+    "window": contiguous(window=(150, 0), causal=False, seqlens=(1000, 777), seed=47),
+    "window both sides": contiguous(window=(70, 40), causal=False, seqlens=(1000, 613), seed=48),
+    "append rotary": contiguous(seqlens=(300, 170), new=(130, 130), rotary="neox", seed=49),
+    "append varlen rotary": contiguous(seqlens=(300, 90), new=(200, 150), varlen_new=True, q_lens=(200, 150),
+                                       sq=0, rotary="interleaved", seed=50),
+    "seqlen_k < 128": contiguous(seqlens=(100, 60), sq=100, seed=51),
+    "hnd storage": contiguous(hnd=True, seqlens=(1000, 613), causal=False, seed=52),
+    "MHA fp16": contiguous(dtype="fp16", hq=4, hk=4, seqlens=(1000, 613), seed=53),
+    "fp16 leftpad window": contiguous(dtype="fp16", seqlens=(1000, 900), leftpad=(5, 0), window=(200, 0), seed=54),
+    "packed, last sequence ends the cache": contiguous(layout="packed", q_lens=(250, 3, 180), sq=0,
+                                                       seqlens=(260, 40, 181), seed=55),
+    "packed spare slots + leftpad": contiguous(layout="packed", q_lens=(200, 130), sq=0, seqlens=(300, 200),
+                                               leftpad=(17, 0), extra_slots=5, seed=56),
+    "packed fp16 < 128 tokens": contiguous(dtype="fp16", layout="packed", q_lens=(50, 40), sq=0, seqlens=(50, 40),
+                                           seed=57),
+}
+
+
 # The head dims the kernel is compiled for (src/cuda/prefill_sm90/config.hpp): each has its own tile shape.
 HEAD_DIMS = (64, 128, 256)
 
@@ -77,6 +119,39 @@ HEAD_DIMS = (64, 128, 256)
 @pytest.mark.parametrize("name", list(CASES))
 def test_prefill_sm90(name, d):
     run_and_compare(dataclasses.replace(CASES[name], d=d), DEVICE)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", list(CONTIGUOUS_TMA_CASES))
+def test_prefill_sm90_contiguous_tma(name, d):
+    """Written without a GPU (see CONTIGUOUS_TMA_CASES)."""
+    run_and_compare(dataclasses.replace(CONTIGUOUS_TMA_CASES[name], d=d), DEVICE)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", ["capacity 1000 (not a tile multiple)", "leftpad", "window", "append rotary",
+                                  "packed, last sequence ends the cache"])
+def test_prefill_sm90_contiguous_producers_agree(monkeypatch, name, d):
+    """Written without a GPU. On contiguous and packed caches both producers start the tiles at the same slots
+    and zero the same slots past the end, so the TMA producer (checked against the oracle above) and the
+    cp.async one (KVATTN_SM90_TMA=0) must give the same bits."""
+    from cases import build
+
+    q, k_cache, v_cache, kw, _, _ = build(dataclasses.replace(CONTIGUOUS_TMA_CASES[name], d=d))
+    results = []
+    for tma in ("1", "0"):
+        monkeypatch.setenv("KVATTN_SM90_TMA", tma)
+        dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}  # fresh caches: the call appends
+        with H.poisoned_outputs():
+            out, lse = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
+                                                        H.to_device(v_cache, DEVICE), return_softmax_lse=True,
+                                                        **dev)
+        H.sync_device_errors(DEVICE)
+        results.append((H.to_numpy(out), H.to_numpy(lse)))
+    (out_tma, lse_tma), (out_cp, lse_cp) = results
+    assert np.isfinite(out_tma).all()
+    np.testing.assert_array_equal(out_tma.view(np.uint16), out_cp.view(np.uint16))
+    np.testing.assert_array_equal(lse_tma, lse_cp)
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "api/problem.hpp"
 
@@ -40,6 +41,42 @@ constexpr size_t prefill_smem_bytes(int head_dim) {
   return 1024 + size_t(64) * t.consumers * head_dim * 2 + 2 * size_t(t.stages) * t.block_n * head_dim * 2 +
          16 * size_t(t.stages);
 }
+
+// The TMA producer's view of a KV cache (kernel.cuh produce_tma, launch.cuh make_kv_maps): every layout as
+// pages of `slots` slots in a 4-D tensor map (channel, slot in page, kv head, page), the pages and slots of
+// slot_address_at (common/sequence.cuh): a paged cache's pages; a contiguous cache's rows (one page a row,
+// page size = the row's capacity); a packed cache's total_k token rows as one page. A tile of block_n keys
+// is block_n / box boxes of `box` slots each, tiles starting at a multiple of `align` slots. Paged: box =
+// align = min(page size, block_n), so no box crosses a page (the launcher takes page sizes that are
+// multiples of 8 dividing block_n or multiples of it). Contiguous and packed: one box of block_n slots at
+// any slot (align 1); a box reaching past the page's end is filled with zeros by the TMA unit.
+struct TmaGeometry {
+  int64_t slots;  // slots a page (the map's dim 1)
+  int64_t pages;  // the map's dim 3
+  int box;        // slots a box copy
+  int align;      // tiles start at a multiple of this many slots
+};
+constexpr TmaGeometry tma_geometry(bool packed, bool paged, int64_t num_pages, int64_t page_size,
+                                   int block_n) {
+  if (packed) return {num_pages, 1, block_n, 1};
+  if (!paged) return {page_size, num_pages, block_n, 1};
+  const int box = page_size < block_n ? static_cast<int>(page_size) : block_n;
+  return {page_size, num_pages, box, box};
+}
+// Pages of 16 under 128-key tiles: 8 boxes a tile, tiles on page boundaries; pages of 256: a box a tile.
+static_assert(tma_geometry(false, true, 100, 16, 128).box == 16 &&
+              tma_geometry(false, true, 100, 16, 128).align == 16);
+static_assert(tma_geometry(false, true, 100, 256, 128).box == 128 &&
+              tma_geometry(false, true, 100, 256, 128).align == 128);
+// A contiguous cache of 4 rows x 1000 slots: 4 pages of 1000; packed 4097 tokens: one page of 4097.
+static_assert(tma_geometry(false, false, 4, 1000, 128).slots == 1000 &&
+              tma_geometry(false, false, 4, 1000, 128).pages == 4 &&
+              tma_geometry(false, false, 4, 1000, 128).box == 128 &&
+              tma_geometry(false, false, 4, 1000, 128).align == 1);
+static_assert(tma_geometry(true, false, 4097, 0, 48).slots == 4097 &&
+              tma_geometry(true, false, 4097, 0, 48).pages == 1 &&
+              tma_geometry(true, false, 4097, 0, 48).box == 48 &&
+              tma_geometry(true, false, 4097, 0, 48).align == 1);
 
 // The compiled kernels: (dtype, head dim) pairs, minus what a developer build leaves out
 // (KVATTN_DEV_DTYPE, KVATTN_DEV_HEAD_DIM), and none without a 90a target in KVATTN_CUDA_ARCHS.

@@ -46,15 +46,16 @@ enum PrefillFlags : uint32_t {
   kDiagNoLoad = 4,
   kDiagNoSoftmax = 8,
   // K/V by TMA (k_map / v_map valid): paged caches whose page size is a multiple of 8 and divides the key
-  // tile or is a multiple of it; the tiles start at a multiple of min(page size, kBlockN) slots.
+  // tile or is a multiple of it, contiguous and packed caches of at least a tile (tma_geometry).
   kTma = 16,
 };
 struct PrefillArgs {
   AttnParams p;
   int32_t m_blocks;
   uint32_t flags;
-  // With kTma: the K and V caches as 4-D tensors (channel, slot in page, kv head, page), box (64 channels,
-  // min(page size, kBlockN) slots, 1, 1), 128B swizzle: one box is one 64-channel panel of a page's rows.
+  // With kTma: the K and V caches as 4-D tensors (channel, slot in page, kv head, page) over the pages of
+  // tma_geometry, box (64 channels, its box slots, 1, 1), 128B swizzle: one box is one 64-channel panel of
+  // a page's rows (a contiguous cache's page is a cache row, a packed cache is one page).
   CUtensorMap k_map;  // (a 128-byte aligned type)
   CUtensorMap v_map;
 };
@@ -213,20 +214,26 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
 }
 
 // The TMA producer (one warp; kTma): tile t covers slots [slot0 + t kBlockN, + kBlockN), slot0 a multiple of
-// box = min(page size, kBlockN), so each box of `box` slots is one page's rows (page size <= kBlockN) or a
-// part of one page. A tile inside [leftpad, end) is kBlockN / box boxes a panel of K and of V, lane j
-// issuing box j's (its page-table entry loaded before the stage is free); the full barrier (32 arrivals)
-// completes when the bytes land. A tile reaching outside [leftpad, end) (at most the first and the last
-// of a CTA) goes by 16-byte cp.async, its slots outside zero-filled, as the other producer does.
+// tma_geometry's align, so each box of `box` slots lies in one page: one page's rows (paged, page size <=
+// kBlockN), a part of one page, or of a contiguous cache's row / the packed token rows, where it may reach
+// past the row's end (the TMA unit writes zeros there). A tile inside [leftpad, end) is kBlockN / box boxes
+// a panel of K and of V at slot_address_at's (page, slot in page), lane j issuing box j's (its page-table
+// entry loaded before the stage is free); the full barrier (32 arrivals) completes when the bytes land.
+// So is a last tile reaching past `end` where `end` is the map's end (a contiguous row filled to its
+// capacity, the last packed sequence): its slots past `end` are the TMA unit's zeros. Any other tile
+// reaching outside [leftpad, end) (at most the first and the last of a CTA) goes by 16-byte cp.async, its
+// slots outside zero-filled, as the other producer does (they may hold NaN, and P V needs 0 there).
 template <class Cfg>
 __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence& seq, int kv_head,
                                             int64_t slot0, int64_t n_tiles, uint32_t s_k, uint32_t s_v,
                                             uint32_t full_bar, uint32_t empty_bar, bool diag_no_load) {
   const AttnParams& p = a.p;
   const int lane = threadIdx.x % 32;
-  const uint32_t page_size = static_cast<uint32_t>(p.seq.page_size);
-  const int box = min(static_cast<int>(page_size), Cfg::kBlockN);
-  const int boxes = Cfg::kBlockN / box;
+  const bool packed = p.seq.cu_seqlens_k != nullptr, paged = p.seq.page_table != nullptr && !packed;
+  const TmaGeometry g = tma_geometry(packed, paged, p.seq.num_pages, p.seq.page_size, Cfg::kBlockN);
+  const int boxes = Cfg::kBlockN / g.box;
+  // The slots from `end` on lie past the map's slot dim (zeros): contiguous and packed caches only.
+  const bool zero_tail = !paged && slot_address_at(p.seq, seq, seq.end, 0).in_page == g.slots;
   const uint64_t k_map = reinterpret_cast<uint64_t>(&a.k_map), v_map = reinterpret_cast<uint64_t>(&a.v_map);
   if (lane == 0) {
     tma_prefetch_map(k_map);
@@ -239,9 +246,9 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
     const uint32_t bar = full_bar + 8 * stage;
     const uint32_t k_dst = s_k + stage * Cfg::kKvStageBytes, v_dst = s_v + stage * Cfg::kKvStageBytes;
     const int64_t t0 = slot0 + tile * Cfg::kBlockN;
-    const bool whole = t0 >= seq.leftpad && t0 + Cfg::kBlockN <= seq.end;
-    const int64_t box_slot = t0 + lane * box;
-    const int32_t entry = whole && lane < boxes ? page_entry(p.seq, seq, box_slot) : 0;
+    const bool whole = t0 >= seq.leftpad && (t0 + Cfg::kBlockN <= seq.end || zero_tail);
+    const int64_t box_slot = t0 + lane * g.box;
+    const int32_t entry = paged && whole && lane < boxes ? page_entry(p.seq, seq, box_slot) : 0;
     mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1) ^ 1u);
     if (diag_no_load && tile >= Cfg::kStages) {
       mbar_arrive(bar);  // stale stage (timing only)
@@ -256,13 +263,13 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
       }
       __syncwarp();  // the bytes are expected before any copy can land
       if (lane < boxes) {
-        const int in_page = static_cast<int>(static_cast<uint32_t>(box_slot) % page_size);
-        const uint32_t rows_at = static_cast<uint32_t>(lane * box * 128);
+        const SlotAddress box_at = slot_address_at(p.seq, seq, box_slot, entry);  // entries were checked
+        const uint32_t rows_at = static_cast<uint32_t>(lane * g.box * 128);
 #pragma unroll
         for (int panel = 0; panel < Cfg::kPanels; ++panel) {
           const uint32_t at = panel * Cfg::kKvPanelBytes + rows_at;
-          tma_load_4d(k_dst + at, k_map, bar, 64 * panel, in_page, kv_head, entry);
-          tma_load_4d(v_dst + at, v_map, bar, 64 * panel, in_page, kv_head, entry);
+          tma_load_4d(k_dst + at, k_map, bar, 64 * panel, box_at.in_page, kv_head, box_at.page);
+          tma_load_4d(v_dst + at, v_map, bar, 64 * panel, box_at.in_page, kv_head, box_at.page);
         }
       }
     } else {
@@ -271,7 +278,7 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
         const int64_t s = t0 + r;
         uint32_t k_off = kNoRow, v_off = kNoRow;
         if (s >= seq.leftpad && s < seq.end) {  // entries of these slots were checked (check_pages)
-          const SlotAddress sa = slot_address_at(p.seq, seq, s, page_entry(p.seq, seq, s));
+          const SlotAddress sa = slot_address(p.seq, seq, s);
           if (sa.page >= 0) {
             k_off =
                 static_cast<uint32_t>((sa.page * p.k_cache.page_stride + sa.in_page * p.k_cache.slot_stride +
@@ -619,9 +626,12 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
   }
   KeyRange keys = key_range(p, seq, cta.m0, Cfg::kBlockM, Cfg::kBlockN);
   const bool tma = (a.flags & kTma) != 0;
-  if (tma && keys.last >= keys.first) {  // the first tile starts at a box boundary (produce_tma)
-    const int64_t box = min(p.seq.page_size, static_cast<int64_t>(Cfg::kBlockN));
-    keys.first -= (seq.leftpad + keys.first) % box;
+  if (tma && keys.last >= keys.first) {  // the first tile starts at a multiple of align (produce_tma)
+    const bool packed = p.seq.cu_seqlens_k != nullptr;
+    const int align = tma_geometry(packed, p.seq.page_table != nullptr && !packed, p.seq.num_pages,
+                                   p.seq.page_size, Cfg::kBlockN)
+                          .align;
+    keys.first -= (seq.leftpad + keys.first) % align;
   }
   const int64_t n_tiles =
       keys.last >= keys.first ? (keys.last - keys.first + Cfg::kBlockN) / Cfg::kBlockN : 0;

@@ -4,8 +4,8 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
-#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -53,32 +53,51 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
-// K/V by TMA (kernel.cuh, produce_tma) where the cache allows it: paged (not packed), page size a multiple
-// of 8 that divides the key tile or is a multiple of it, 16-byte aligned base and strides (prefill_sm90_
-// supports checked those), and the driver encodes both maps. Else the cp.async producer (any page size).
-// KVATTN_SM90_TMA=0 forces the cp.async producer (A/B).
+// K/V by TMA (kernel.cuh, produce_tma) where the cache allows it, else the cp.async producer (any layout and
+// page size); KVATTN_SM90_TMA=0 forces the cp.async one (A/B). One 4-D map per cache over the pages of
+// tma_geometry (config.hpp): paged caches whose page size is a multiple of 8 that divides the key tile or
+// is a multiple of it, contiguous caches whose rows hold at least a tile, packed caches of at least a tile
+// of tokens. Every documented precondition of cuTensorMapEncodeTiled is checked here and declines rather
+// than fails: a 16-byte aligned base (prefill_sm90_supports checked it too), strides multiples of 16 bytes
+// below 2^40, dims in [1, 2^32]; and ours: a box within the slot dim (the box copies a whole tile from any
+// slot; a box larger than the tensor is not documented either way), coordinates within int32. The driver's
+// own refusal declines too.
 template <class Cfg>
 bool make_kv_maps(const AttnParams& params, PrefillArgs& a) {
   using T = typename Cfg::T;
   const SeqParams& sp = params.seq;
   if (const char* v = std::getenv("KVATTN_SM90_TMA"); v != nullptr && std::strcmp(v, "0") == 0) return false;
-  if (sp.page_table == nullptr || sp.cu_seqlens_k != nullptr || sp.page_size <= 0 || sp.page_size % 8 != 0 ||
-      (Cfg::kBlockN % sp.page_size != 0 && sp.page_size % Cfg::kBlockN != 0) ||
-      params.head_dim != Cfg::kHeadDim) {
+  const bool packed = sp.cu_seqlens_k != nullptr, paged = sp.page_table != nullptr && !packed;
+  if (paged && (sp.page_size <= 0 || sp.page_size % 8 != 0 ||
+                (Cfg::kBlockN % sp.page_size != 0 && sp.page_size % Cfg::kBlockN != 0))) {
+    return false;
+  }
+  const TmaGeometry g = tma_geometry(packed, paged, sp.num_pages, sp.page_size, Cfg::kBlockN);
+  constexpr int64_t kMaxCoord = 0x7fffffff;  // coordinates are signed 32-bit
+  if (params.head_dim != Cfg::kHeadDim || g.slots < g.box || g.slots > kMaxCoord || g.pages < 1 ||
+      g.pages > kMaxCoord || params.num_kv_heads < 1) {
     return false;
   }
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   const auto make = [&](const CacheTensor& c, CUtensorMap* map) {
-    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(Cfg::kHeadDim), static_cast<cuuint64_t>(sp.page_size),
+    // A packed cache is one page: its page stride is never applied (the span of the token rows).
+    const int64_t strides_elems[3] = {c.slot_stride, c.head_stride,
+                                      packed ? g.slots * c.slot_stride : c.page_stride};
+    cuuint64_t strides[3];
+    for (int i = 0; i < 3; ++i) {
+      const int64_t s = strides_elems[i];
+      if (s < 0 || s >= (int64_t{1} << 40) / static_cast<int64_t>(sizeof(T))) return false;
+      strides[i] = static_cast<cuuint64_t>(s) * sizeof(T);
+      if (strides[i] % 16 != 0) return false;
+    }
+    if (reinterpret_cast<uintptr_t>(c.ptr) % 16 != 0) return false;
+    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(Cfg::kHeadDim), static_cast<cuuint64_t>(g.slots),
                                 static_cast<cuuint64_t>(params.num_kv_heads),
-                                static_cast<cuuint64_t>(sp.num_pages)};
-    const cuuint64_t strides[3] = {static_cast<cuuint64_t>(c.slot_stride) * sizeof(T),
-                                   static_cast<cuuint64_t>(c.head_stride) * sizeof(T),
-                                   static_cast<cuuint64_t>(c.page_stride) * sizeof(T)};
-    const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(std::min<int64_t>(sp.page_size, Cfg::kBlockN)), 1,
-                               1};
+                                static_cast<cuuint64_t>(g.pages)};
+    const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(g.box), 1, 1};
     const cuuint32_t unit[4] = {1, 1, 1, 1};
+    // FLOAT_OOB_FILL_NONE: elements outside the tensor are zeros (not NaN), which P V needs past a row's end.
     return encode(
                map,
                std::is_same_v<T, half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
