@@ -48,6 +48,9 @@ enum PrefillFlags : uint32_t {
   // K/V by TMA (k_map / v_map valid): paged caches whose page size is a multiple of 8 and divides the key
   // tile or is a multiple of it, contiguous and packed caches of at least a tile (tma_geometry).
   kTma = 16,
+  // q packed by cu_seqlens_q: CTA x takes position x of the varlen m-block line (attention/schedule.cuh)
+  // rather than (unit, m-block) of a max-m-blocks grid.
+  kVarlenLine = 32,
 };
 struct PrefillArgs {
   AttnParams p;
@@ -109,7 +112,7 @@ __device__ __forceinline__ uint32_t swizzled(int r, int c, int panel_bytes) {
   return (c / 8) * panel_bytes + r * 128 + (((c % 8) ^ (r % 8)) << 4);
 }
 
-// The CTA's rows, and the key positions they see.
+// The CTA's rows: sequence i (batch: none), kv head, first packed row.
 struct CtaRows {
   int i, kv_head;
   int64_t m0;
@@ -118,6 +121,10 @@ struct CtaRows {
 template <class Cfg>
 __device__ __forceinline__ CtaRows cta_rows(const PrefillArgs& a) {
   const AttnParams& p = a.p;
+  if (a.flags & kVarlenLine) {
+    const LineBlock b = varlen_line_block<Cfg::kThreads>(p, Cfg::kBlockM);
+    return {b.i, b.kv_head, b.m0};
+  }
   const int units = p.seq.batch * p.num_kv_heads;
   int m_block, u;
   if (a.flags & kUnitMajor) {
@@ -462,20 +469,22 @@ __device__ __forceinline__ void write_rows(const AttnParams& p, const Sequence& 
 // 3 + c before issuing and then lets the other go (bar.arrive on 3 + (1 - c)); both have n_tiles + 1
 // issue points, consumer 1 starts by letting consumer 0 go and skips its last hand-over, so every
 // barrier phase completes before the CTA ends.
+// A consumer alone (the other idle: a CTA of at most 64 rows) takes no turns.
 template <class Cfg>
 struct PingPong {
   int consumer;        // 0 or 1
   int64_t turns_left;  // issue points left
+  bool on;             // Cfg::kPingPong and both consumers compute
 
-  __device__ __forceinline__ PingPong(int consumer_, int64_t n_tiles)
-      : consumer(consumer_), turns_left(n_tiles + 1) {
-    if (Cfg::kPingPong && consumer == 1 && n_tiles > 0) named_barrier_arrive(3, 256);
+  __device__ __forceinline__ PingPong(int consumer_, int64_t n_tiles, bool paired)
+      : consumer(consumer_), turns_left(n_tiles + 1), on(Cfg::kPingPong && paired) {
+    if (on && consumer == 1 && n_tiles > 0) named_barrier_arrive(3, 256);
   }
   __device__ __forceinline__ void my_turn() const {
-    if constexpr (Cfg::kPingPong) named_barrier_sync(3 + consumer, 256);
+    if (on) named_barrier_sync(3 + consumer, 256);
   }
   __device__ __forceinline__ void your_turn() {
-    if constexpr (Cfg::kPingPong) {
+    if (on) {
       --turns_left;
       if (consumer == 0 || turns_left > 0) named_barrier_arrive(3 + (1 - consumer), 256);
     }
@@ -555,6 +564,18 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32, quad = lane % 4;
   const int64_t m0 = cta.m0 + 64 * consumer;  // this warpgroup's first packed row
   unsigned char* s_q = s_q_all + consumer * (Cfg::kQBytes / Cfg::kConsumers);
+  // A CTA of at most 64 of the sequence's rows (a decode or a short chunk in a varlen batch): consumer 1
+  // has no row to compute or write, so it only releases each stage as it fills (the empty barrier counts
+  // its threads), and consumer 0 has the tensor cores to itself (no turns).
+  const bool solo = cta.m0 + 64 >= static_cast<int64_t>(seq.q_len) * p.group;
+  if (solo && consumer == 1) {
+    for (int64_t tile = 0; tile < n_tiles; ++tile) {
+      const int stage = static_cast<int>(tile % Cfg::kStages);
+      mbar_wait(full_bar + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1));
+      mbar_arrive(empty_bar + 8 * stage);
+    }
+    return;
+  }
 
   load_q<Cfg>(p, seq, cta.i, cta.kv_head, m0, s_q);
   fence_proxy_async();  // Q is read by wgmma (async proxy)
@@ -595,7 +616,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     return stage;
   };
 
-  PingPong<Cfg> turns(consumer, n_tiles);
+  PingPong<Cfg> turns(consumer, n_tiles, !solo);
   run_tiles<Cfg>(n_tiles, q_addr, s_k, s_v, empty_bar, turns, wait_full, softmax, o);
   write_rows<Cfg>(p, seq, cta, m0, row, o, row_max, row_sum, factor);
 }
@@ -613,7 +634,8 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
   const uint32_t full_bar = s_v + Cfg::kStages * Cfg::kKvStageBytes;
   const uint32_t empty_bar = full_bar + 8 * Cfg::kStages;
 
-  const CtaRows cta = cta_rows<Cfg>(a);
+  const CtaRows cta = cta_rows<Cfg>(a);  // all threads (the varlen line's scan)
+  if (cta.i >= p.seq.batch) return;      // past the varlen line's end
   const Sequence seq = load_sequence(p.seq, cta.i, p.errors, threadIdx.x == 0);
   if (!seq.rows_known) return;  // cu_seqlens_q is broken: no row of out is known to be ours
   if (cta.m0 >= static_cast<int64_t>(seq.q_len) * p.group) return;

@@ -4,6 +4,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -122,7 +123,13 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream) {
   if (const char* v = std::getenv("KVATTN_SM90_DIAG"); v != nullptr)
     a.flags |= std::atoi(v) & (kDiagNoLoad | kDiagNoSoftmax);
   if (make_kv_maps<Cfg>(params, a)) a.flags |= kTma;
-  const int64_t ctas = static_cast<int64_t>(a.m_blocks) * params.seq.batch * params.num_kv_heads;
+  int64_t line = static_cast<int64_t>(a.m_blocks) * params.seq.batch;  // m-blocks a kv head
+  if (params.seq.cu_seqlens_q != nullptr) {
+    // The varlen line (attention/schedule.cuh): no CTA for the m-blocks a short sequence does not have.
+    line = std::min(line, varlen_line_bound(params.seq.total_q * params.group, params.seq.batch, Cfg::kBlockM));
+    a.flags |= kVarlenLine;
+  }
+  const int64_t ctas = line * params.num_kv_heads;
   if (ctas > 0x7fffffff) {
     return fail(KVATTN_ERROR_UNSUPPORTED, "q: batch * kv heads * row blocks = " + std::to_string(ctas) +
                                               " CTAs exceeds the grid limit");
