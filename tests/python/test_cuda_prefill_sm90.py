@@ -237,3 +237,14 @@ def test_prefill_sm90_overlapping_cu_seqlens_q_is_an_error(d):
                                          H.to_device(v_cache, DEVICE), **dev)
     with pytest.raises(H.kvattn.KvattnError, match="cu_seqlens_q"):
         H.sync_device_errors(DEVICE)
+
+
+MIXED = [name for name in CASES if name.startswith("mixed")]
+
+
+@pytest.mark.parametrize("name", MIXED)
+def test_mixed_batches_on_the_portable_kernel(monkeypatch, name):
+    """The portable kernel's static schedule walks the same varlen m-block line (attention/schedule.cuh)."""
+    monkeypatch.setenv("KVATTN_FORCE_PORTABLE", "1")
+    run_and_compare(CASES[name], DEVICE)
+    run_and_compare(dataclasses.replace(CASES[name], num_splits=3), DEVICE)

@@ -31,6 +31,13 @@ struct Piece {
                     // when the piece is the whole unit (out, lse and the sink are written directly)
 };
 
+// A CTA's m-block on the varlen m-block line (varlen_line_block below).
+struct LineBlock {
+  int i;  // batch: no work for this CTA
+  int kv_head;
+  int64_t m0;
+};
+
 // The partial row of packed row r of a piece, or -1 when the piece writes out directly.
 __device__ __forceinline__ int64_t piece_partial_row(const AttnParams& p, const Piece& w, const Sequence& seq,
                                                      int64_t r) {
@@ -148,10 +155,18 @@ __device__ inline BalancedStart balanced_start(const AttnParams& p) {
   return s_start;
 }
 
-// The piece of a CTA of the static-split grid: (m-block, kv head, sequence) from blockIdx.x, the split
-// from blockIdx.y.
-template <int kRows>
+template <int kThreads>
+__device__ inline LineBlock varlen_line_block(const AttnParams& p, int block_m);
+
+// The piece of a CTA of the static-split grid: (m-block, kv head, sequence) from blockIdx.x (or the varlen
+// m-block line's position blockIdx.x; i = batch past its end), the split from blockIdx.y. Call from all
+// threads.
+template <int kRows, int kThreads>
 __device__ __forceinline__ Piece static_piece(const AttnParams& p) {
+  if (p.varlen_line) {
+    const LineBlock b = varlen_line_block<kThreads>(p, kRows);
+    return {b.i, b.kv_head, b.m0, static_cast<int>(blockIdx.y), 0, 0, -1};
+  }
   const int m_block = blockIdx.x % p.m_blocks, bh = blockIdx.x / p.m_blocks;
   return {bh / p.num_kv_heads,
           bh % p.num_kv_heads,
@@ -230,11 +245,6 @@ __device__ __forceinline__ void for_each_balanced_piece(const AttnParams& p, Pie
 // first; CTA x takes position x. The line is at most varlen_line_bound(total_q x group, batch, block_m)
 // per kv head (the launcher's grid) when cu_seqlens_q is valid; a broken one may be longer, and then its
 // errors are recorded by the grid's last CTA.
-struct LineBlock {
-  int i;  // batch: no work for this CTA
-  int kv_head;
-  int64_t m0;
-};
 
 // m-blocks of sequence i's units on the line (1 when cu_seqlens_q is broken at i).
 __device__ __forceinline__ int64_t line_m_blocks(const AttnParams& p, int i, int block_m) {

@@ -469,22 +469,20 @@ __device__ __forceinline__ void write_rows(const AttnParams& p, const Sequence& 
 // 3 + c before issuing and then lets the other go (bar.arrive on 3 + (1 - c)); both have n_tiles + 1
 // issue points, consumer 1 starts by letting consumer 0 go and skips its last hand-over, so every
 // barrier phase completes before the CTA ends.
-// A consumer alone (the other idle: a CTA of at most 64 rows) takes no turns.
 template <class Cfg>
 struct PingPong {
   int consumer;        // 0 or 1
   int64_t turns_left;  // issue points left
-  bool on;             // Cfg::kPingPong and both consumers compute
 
-  __device__ __forceinline__ PingPong(int consumer_, int64_t n_tiles, bool paired)
-      : consumer(consumer_), turns_left(n_tiles + 1), on(Cfg::kPingPong && paired) {
-    if (on && consumer == 1 && n_tiles > 0) named_barrier_arrive(3, 256);
+  __device__ __forceinline__ PingPong(int consumer_, int64_t n_tiles)
+      : consumer(consumer_), turns_left(n_tiles + 1) {
+    if (Cfg::kPingPong && consumer == 1 && n_tiles > 0) named_barrier_arrive(3, 256);
   }
   __device__ __forceinline__ void my_turn() const {
-    if (on) named_barrier_sync(3 + consumer, 256);
+    if constexpr (Cfg::kPingPong) named_barrier_sync(3 + consumer, 256);
   }
   __device__ __forceinline__ void your_turn() {
-    if (on) {
+    if constexpr (Cfg::kPingPong) {
       --turns_left;
       if (consumer == 0 || turns_left > 0) named_barrier_arrive(3 + (1 - consumer), 256);
     }
@@ -553,6 +551,42 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
   }
 }
 
+// A consumer alone (a CTA of at most 64 rows; the other consumer idle) on tiles one at a time: S, softmax,
+// P V, release. Without run_tiles' softmax / P V overlap it holds one stage, not two, so two of the three
+// stages are in flight while it computes: a CTA of a few rows (decodes in a varlen batch) is bound by the
+// latency of its loads, not by the tensor cores.
+template <class Cfg, class WaitFull, class Softmax>
+__device__ __forceinline__ void run_tiles_alone(int64_t n_tiles, uint32_t q_addr, uint32_t s_k, uint32_t s_v,
+                                                uint32_t empty_bar, const WaitFull& wait_full,
+                                                const Softmax& softmax, float (&o)[Cfg::kHeadDim / 2]) {
+  constexpr int kBlockN = Cfg::kBlockN, kD = Cfg::kHeadDim;
+  uint32_t pa[kBlockN / 16][4];
+  for (int64_t tile = 0; tile < n_tiles; ++tile) {
+    float s[kBlockN / 2];
+    const int stage = wait_full(tile);
+    fence_registers(o);
+    wgmma_fence();
+    issue_qk_tile<Cfg>(s, q_addr, s_k + stage * Cfg::kKvStageBytes);
+    wgmma_wait<0>();
+    fence_registers(s);
+    float correction[2];
+    softmax(s, tile, correction);
+    if (tile > 0 && __any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
+#pragma unroll
+      for (int e = 0; e < kD / 2; ++e) o[e] *= correction[(e % 4) / 2];
+    }
+    pack_p<Cfg>(s, pa);
+    fence_fragments(pa);
+    fence_registers(o);
+    wgmma_fence();
+    issue_pv_tile<Cfg>(o, pa, s_v + stage * Cfg::kKvStageBytes);
+    wgmma_wait<0>();
+    fence_registers(o);
+    fence_fragments(pa);
+    mbar_arrive(empty_bar + 8 * stage);
+  }
+}
+
 template <class Cfg>
 __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
                                         const KeyRange& cta_keys, int64_t n_tiles, unsigned char* s_q_all,
@@ -566,7 +600,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   unsigned char* s_q = s_q_all + consumer * (Cfg::kQBytes / Cfg::kConsumers);
   // A CTA of at most 64 of the sequence's rows (a decode or a short chunk in a varlen batch): consumer 1
   // has no row to compute or write, so it only releases each stage as it fills (the empty barrier counts
-  // its threads), and consumer 0 has the tensor cores to itself (no turns).
+  // its threads), and consumer 0 runs its tiles alone (run_tiles_alone).
   const bool solo = cta.m0 + 64 >= static_cast<int64_t>(seq.q_len) * p.group;
   if (solo && consumer == 1) {
     for (int64_t tile = 0; tile < n_tiles; ++tile) {
@@ -616,8 +650,12 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     return stage;
   };
 
-  PingPong<Cfg> turns(consumer, n_tiles, !solo);
-  run_tiles<Cfg>(n_tiles, q_addr, s_k, s_v, empty_bar, turns, wait_full, softmax, o);
+  if (solo) {
+    run_tiles_alone<Cfg>(n_tiles, q_addr, s_k, s_v, empty_bar, wait_full, softmax, o);
+  } else {
+    PingPong<Cfg> turns(consumer, n_tiles);
+    run_tiles<Cfg>(n_tiles, q_addr, s_k, s_v, empty_bar, turns, wait_full, softmax, o);
+  }
   write_rows<Cfg>(p, seq, cta, m0, row, o, row_max, row_sum, factor);
 }
 
