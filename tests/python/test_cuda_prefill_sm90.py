@@ -54,8 +54,8 @@ CASES = {
     "paged 64 hnd": prefill(layout="paged", page_size=64, hnd=True, causal=False, seed=14),
     "paged 128": prefill(layout="paged", page_size=128, seqlens=(450, 300), leftpad=(0, 130), seed=28),
     "packed varlen": prefill(layout="packed", q_lens=(250, 3, 180), sq=0, seqlens=(260, 40, 181), seed=15),
-    # varlen batches on the m-block line (CTAs only for the m-blocks a sequence has); CTAs of <= 64 rows run
-    # one consumer (the other only releases stages): GQA 8 makes 1 token 8 rows, 8 tokens 64, 9 tokens 72
+    # varlen batches on the m-block line (CTAs only for the m-blocks a sequence has), sequences without rows
+    # among them; GQA 8 makes 1 token 8 rows, 8 tokens 64, 9 tokens 72
     "mixed chunk + decodes": prefill(layout="paged", page_size=16, q_lens=(300, 1, 1, 0, 2, 1), sq=0,
                                      seqlens=(500, 200, 33, 90, 130, 257), seed=60),
     "mixed GQA 8, 64 / 72 rows": prefill(layout="paged", page_size=16, hq=16, hk=2, q_lens=(8, 1, 9, 40, 0),

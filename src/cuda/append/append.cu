@@ -102,52 +102,25 @@ __global__ void __launch_bounds__(kAppendThreads) append_kernel(const __grid_con
                     a.in_page * p.k_cache.slot_stride;
     TCache* v_dst = static_cast<TCache*>(p.v_cache.ptr) + a.page * p.v_cache.page_stride +
                     a.in_page * p.v_cache.slot_stride;
-    // Loads for kBatch elements a thread first, then their stores: the compiler may not move a load of
-    // the new tokens above a store into the cache (it cannot rule out that they alias), so an element at a
-    // time pays a load latency each (41 us for one 512-token chunk and 64 decodes on the H200).
-    constexpr int kBatch = 8;
-    const int k_elems = p.num_kv_heads * p.head_dim, v_elems = p.num_kv_heads * p.head_dim_v;
-    for (int base = 0; base < k_elems; base += kBatch * kAppendThreads) {
-      TCache vals[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int idx = base + u * kAppendThreads + static_cast<int>(threadIdx.x);
-        if (idx >= k_elems) continue;
-        const int h = idx / p.head_dim, c = idx % p.head_dim;
-        const T* row = k_src + h * p.k_new.head_stride;
-        if constexpr (std::is_same_v<T, TCache>) {  // a copy, or rotated and rounded once
-          vals[u] = c < p.rotary.rotary_dim ? from_float<T>(rotated_channel(row, c, pos, p.rotary)) : row[c];
-        } else {
-          const float x = c < p.rotary.rotary_dim ? rotated_channel(row, c, pos, p.rotary) : to_float(row[c]);
-          vals[u] = to_cache<T, TCache>(x, descale_of(p.k_descale, p.k_descale_strides, i, h));
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int idx = base + u * kAppendThreads + static_cast<int>(threadIdx.x);
-        if (idx >= k_elems) continue;
-        k_dst[(idx / p.head_dim) * p.k_cache.head_stride + idx % p.head_dim] = vals[u];
+    for (int idx = threadIdx.x; idx < p.num_kv_heads * p.head_dim; idx += blockDim.x) {
+      const int h = idx / p.head_dim, c = idx % p.head_dim;
+      const T* row = k_src + h * p.k_new.head_stride;
+      if constexpr (std::is_same_v<T, TCache>) {  // a copy, or rotated and rounded once
+        k_dst[h * p.k_cache.head_stride + c] =
+            c < p.rotary.rotary_dim ? from_float<T>(rotated_channel(row, c, pos, p.rotary)) : row[c];
+      } else {
+        const float x = c < p.rotary.rotary_dim ? rotated_channel(row, c, pos, p.rotary) : to_float(row[c]);
+        k_dst[h * p.k_cache.head_stride + c] =
+            to_cache<T, TCache>(x, descale_of(p.k_descale, p.k_descale_strides, i, h));
       }
     }
-    for (int base = 0; base < v_elems; base += kBatch * kAppendThreads) {
-      TCache vals[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int idx = base + u * kAppendThreads + static_cast<int>(threadIdx.x);
-        if (idx >= v_elems) continue;
-        const int h = idx / p.head_dim_v, c = idx % p.head_dim_v;
-        if constexpr (std::is_same_v<T, TCache>) {
-          vals[u] = v_src[h * p.v_new.head_stride + c];
-        } else {
-          vals[u] = to_cache<T, TCache>(to_float(v_src[h * p.v_new.head_stride + c]),
-                                        descale_of(p.v_descale, p.v_descale_strides, i, h));
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int idx = base + u * kAppendThreads + static_cast<int>(threadIdx.x);
-        if (idx >= v_elems) continue;
-        v_dst[(idx / p.head_dim_v) * p.v_cache.head_stride + idx % p.head_dim_v] = vals[u];
+    for (int idx = threadIdx.x; idx < p.num_kv_heads * p.head_dim_v; idx += blockDim.x) {
+      const int h = idx / p.head_dim_v, c = idx % p.head_dim_v;
+      if constexpr (std::is_same_v<T, TCache>) {
+        v_dst[h * p.v_cache.head_stride + c] = v_src[h * p.v_new.head_stride + c];
+      } else {
+        v_dst[h * p.v_cache.head_stride + c] = to_cache<T, TCache>(
+            to_float(v_src[h * p.v_new.head_stride + c]), descale_of(p.v_descale, p.v_descale_strides, i, h));
       }
     }
   }

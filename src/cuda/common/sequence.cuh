@@ -285,6 +285,12 @@ __host__ __device__ constexpr int64_t varlen_line_bound(int64_t total, int64_t b
   return (total + per_position - 1) / per_position + batch;  // sum of ceil(n_i / per) + 1 at most
 }
 
+// Every sequence's index errors, recorded: a cold path (never taken on valid input), out of line so that
+// the kernels that scan the line do not carry another inlined copy of load_sequence's checks.
+static __device__ __noinline__ void record_sequence_errors(const SeqParams& p, DeviceErrorRecord* err) {
+  for (int i = threadIdx.x; i < p.batch; i += blockDim.x) load_sequence(p, i, err, true);
+}
+
 struct LinePos {
   int i;           // the sequence holding position blockIdx.x; batch: past the line's end
   int64_t offset;  // blockIdx.x - the sequence's first position
@@ -292,9 +298,10 @@ struct LinePos {
 };
 
 // The batch in chunks of kThreads sequences, a block-wide exclusive scan of count(i) each (warp scans,
-// then the warp totals), until the chunk that holds blockIdx.x. Call from all threads.
+// then the warp totals), until the chunk that holds blockIdx.x. Call from all threads. Out of line: the
+// kernels that may scan carry one call, not the scan's code, where q is not varlen.
 template <int kThreads, class Count>
-__device__ inline LinePos find_on_line(const SeqParams& p, DeviceErrorRecord* err, Count count) {
+__device__ __noinline__ LinePos find_on_line(const SeqParams& p, DeviceErrorRecord* err, Count count) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps");
   __shared__ int64_t s_warp_sums[kThreads / 32];
   __shared__ LinePos s_found;
@@ -326,9 +333,7 @@ __device__ inline LinePos find_on_line(const SeqParams& p, DeviceErrorRecord* er
     __syncthreads();  // s_found is published, s_warp_sums free again
     if (s_found.i < p.batch && !last_cta) break;
   }
-  if (last_cta && base > gridDim.x) {
-    for (int i = threadIdx.x; i < p.batch; i += kThreads) load_sequence(p, i, err, true);
-  }
+  if (last_cta && base > gridDim.x) record_sequence_errors(p, err);
   return s_found;
 }
 

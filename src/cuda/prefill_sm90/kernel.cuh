@@ -551,39 +551,20 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
   }
 }
 
-// A consumer alone (a CTA of at most 64 rows; the other consumer idle) on tiles one at a time: S, softmax,
-// P V, release. Without run_tiles' softmax / P V overlap it holds one stage, not two, so two of the three
-// stages are in flight while it computes: a CTA of a few rows (decodes in a varlen batch) is bound by the
-// latency of its loads, not by the tensor cores.
-template <class Cfg, class WaitFull, class Softmax>
-__device__ __forceinline__ void run_tiles_alone(int64_t n_tiles, uint32_t q_addr, uint32_t s_k, uint32_t s_v,
-                                                uint32_t empty_bar, const WaitFull& wait_full,
-                                                const Softmax& softmax, float (&o)[Cfg::kHeadDim / 2]) {
-  constexpr int kBlockN = Cfg::kBlockN, kD = Cfg::kHeadDim;
-  uint32_t pa[kBlockN / 16][4];
-  for (int64_t tile = 0; tile < n_tiles; ++tile) {
-    float s[kBlockN / 2];
-    const int stage = wait_full(tile);
-    fence_registers(o);
-    wgmma_fence();
-    issue_qk_tile<Cfg>(s, q_addr, s_k + stage * Cfg::kKvStageBytes);
-    wgmma_wait<0>();
-    fence_registers(s);
-    float correction[2];
-    softmax(s, tile, correction);
-    if (tile > 0 && __any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
-#pragma unroll
-      for (int e = 0; e < kD / 2; ++e) o[e] *= correction[(e % 4) / 2];
+// Consumer 1 of a CTA of at most 64 of its sequence's rows (a decode or a short chunk in a varlen batch):
+// no row to compute or write. It keeps run_tiles' protocol (its n_tiles + 1 turns, each stage released
+// once full) without a wgmma, so consumer 0 runs unchanged with the tensor cores to itself.
+template <class Cfg>
+__device__ __noinline__ void idle_consumer(int64_t n_tiles, uint32_t full_bar, uint32_t empty_bar) {
+  if (n_tiles == 0) return;  // run_tiles takes no turn either
+  PingPong<Cfg> turns(1, n_tiles);
+  for (int64_t tile = 0; tile <= n_tiles; ++tile) {
+    if (tile < n_tiles) {
+      mbar_wait(full_bar + 8 * (tile % Cfg::kStages), static_cast<uint32_t>((tile / Cfg::kStages) & 1));
     }
-    pack_p<Cfg>(s, pa);
-    fence_fragments(pa);
-    fence_registers(o);
-    wgmma_fence();
-    issue_pv_tile<Cfg>(o, pa, s_v + stage * Cfg::kKvStageBytes);
-    wgmma_wait<0>();
-    fence_registers(o);
-    fence_fragments(pa);
-    mbar_arrive(empty_bar + 8 * stage);
+    turns.my_turn();
+    turns.your_turn();
+    if (tile > 0) mbar_arrive(empty_bar + 8 * ((tile - 1) % Cfg::kStages));
   }
 }
 
@@ -598,16 +579,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32, quad = lane % 4;
   const int64_t m0 = cta.m0 + 64 * consumer;  // this warpgroup's first packed row
   unsigned char* s_q = s_q_all + consumer * (Cfg::kQBytes / Cfg::kConsumers);
-  // A CTA of at most 64 of the sequence's rows (a decode or a short chunk in a varlen batch): consumer 1
-  // has no row to compute or write, so it only releases each stage as it fills (the empty barrier counts
-  // its threads), and consumer 0 runs its tiles alone (run_tiles_alone).
-  const bool solo = cta.m0 + 64 >= static_cast<int64_t>(seq.q_len) * p.group;
-  if (solo && consumer == 1) {
-    for (int64_t tile = 0; tile < n_tiles; ++tile) {
-      const int stage = static_cast<int>(tile % Cfg::kStages);
-      mbar_wait(full_bar + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1));
-      mbar_arrive(empty_bar + 8 * stage);
-    }
+  if (consumer == 1 && cta.m0 + 64 >= static_cast<int64_t>(seq.q_len) * p.group) {
+    idle_consumer<Cfg>(n_tiles, full_bar, empty_bar);
     return;
   }
 
@@ -650,12 +623,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     return stage;
   };
 
-  if (solo) {
-    run_tiles_alone<Cfg>(n_tiles, q_addr, s_k, s_v, empty_bar, wait_full, softmax, o);
-  } else {
-    PingPong<Cfg> turns(consumer, n_tiles);
-    run_tiles<Cfg>(n_tiles, q_addr, s_k, s_v, empty_bar, turns, wait_full, softmax, o);
-  }
+  PingPong<Cfg> turns(consumer, n_tiles);
+  run_tiles<Cfg>(n_tiles, q_addr, s_k, s_v, empty_bar, turns, wait_full, softmax, o);
   write_rows<Cfg>(p, seq, cta, m0, row, o, row_max, row_sum, factor);
 }
 
