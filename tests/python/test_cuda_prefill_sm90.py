@@ -244,7 +244,7 @@ MIXED = [name for name in CASES if name.startswith("mixed")]
 
 @pytest.mark.parametrize("name", MIXED)
 def test_mixed_batches_on_the_portable_kernel(monkeypatch, name):
-    """The portable kernel's static schedule walks the same varlen m-block line (attention/schedule.cuh)."""
+    """Mixed batches on the portable kernel too (its static grid: max m-blocks x batch), with splits."""
     monkeypatch.setenv("KVATTN_FORCE_PORTABLE", "1")
     run_and_compare(CASES[name], DEVICE)
     run_and_compare(dataclasses.replace(CASES[name], num_splits=3), DEVICE)

@@ -24,7 +24,6 @@ template <class Cfg, bool kKeySplit>
 __device__ __forceinline__ void attention_cta(const AttnParams& p, const Piece& w, unsigned char* smem_raw,
                                               KvRowPtrs (*s_rows)[Cfg::kBlockN]) {  // (stages, kBlockN)
   using Mainloop = Sm80Mainloop<Cfg, kKeySplit>;
-  if (w.i >= p.seq.batch) return;  // past the varlen m-block line's end
   const Sequence seq = load_sequence(p.seq, w.i, p.errors, threadIdx.x == 0);
   if (!seq.rows_known) return;  // cu_seqlens_q is broken: no row of out is known to be ours
   const int64_t rows = static_cast<int64_t>(seq.q_len) * p.group;
@@ -83,7 +82,7 @@ __global__ void __launch_bounds__(Cfg::kNThreads, kGeneralCtasPerSm)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ KvRowPtrs s_rows[kGeneralStages][Cfg::kBlockN];
   allow_dependent_launch();  // the split combine may be scheduled now; it waits for this grid's end
-  attention_cta<Cfg, false>(p, static_piece<Cfg::kBlockM, Cfg::kNThreads>(p), smem_raw, s_rows);
+  attention_cta<Cfg, false>(p, static_piece<Cfg::kBlockM>(p), smem_raw, s_rows);
 }
 
 // The decode variant (plan.key_split), its own kernel so that its register budget allows kDecodeCtasPerSm
@@ -97,7 +96,7 @@ __global__ void __launch_bounds__(Cfg::kNThreads, kDecodeCtasPerSm)
   allow_dependent_launch();  // the split combine may be scheduled now; it waits for this grid's end
   if constexpr (Cfg::kKeySplitOk) {
     if (!p.balanced) {
-      attention_cta<Cfg, true>(p, static_piece<kKeySplitRows, Cfg::kNThreads>(p), smem_raw, s_rows);
+      attention_cta<Cfg, true>(p, static_piece<kKeySplitRows>(p), smem_raw, s_rows);
       return;
     }
     for_each_balanced_piece<kKeySplitRows, Cfg::kBlockN, Cfg::kNThreads>(

@@ -1,7 +1,6 @@
 // The body of launch_attention, included by the instantiation files only (it pulls in the kernel).
 #pragma once
 
-#include <algorithm>
 #include <string>
 
 #include "cuda/attention/config.cuh"
@@ -21,12 +20,7 @@ kvattn_status launch_attention(const AttnParams& params, const AttentionPlan& pl
   } else {
     using Cfg =
         AttnConfig<typename StorageOf<kDType>::type, typename StorageOf<kKvDType>::type, kHeadDim, kHeadDimV>;
-    int64_t line = static_cast<int64_t>(plan.m_blocks) * params.seq.batch;  // m-blocks a kv head
-    if (params.varlen_line) {  // no CTA for the m-blocks a short sequence does not have (schedule.cuh)
-      const int rows_per_cta = plan.key_split ? kKeySplitRows : Cfg::kBlockM;
-      line = std::min(line, varlen_line_bound(params.seq.total_q * params.group, params.seq.batch, rows_per_cta));
-    }
-    const int64_t ctas = line * params.num_kv_heads;
+    const int64_t ctas = static_cast<int64_t>(plan.m_blocks) * params.seq.batch * params.num_kv_heads;
     if (ctas > 0x7fffffff) {
       return fail(KVATTN_ERROR_UNSUPPORTED, "q: batch * kv heads * row blocks = " + std::to_string(ctas) +
                                                 " CTAs exceeds the grid limit");

@@ -98,7 +98,6 @@ AttnParams make_attn_params(const FwdProblem& p, const AttentionPlan& plan, Devi
   a.lse_head_stride = p.lse_head_stride;
   a.lse_token_stride = p.lse_token_stride;
   a.m_blocks = static_cast<int32_t>(plan.m_blocks);
-  a.varlen_line = p.cu_seqlens_q != nullptr && !plan.balanced;
   a.num_splits = plan.splits;
   a.chunk_keys = plan.chunk_keys;
   a.balanced = plan.balanced;

@@ -55,7 +55,6 @@ struct AttnParams {
   int64_t lse_token_stride;
 
   int32_t m_blocks;
-  bool varlen_line;  // static schedule over q packed by cu_seqlens_q: CTA x is position x of the m-block line
   int32_t num_splits;
   int64_t chunk_keys;  // > 0: every split covers this many keys (deterministic); 0: balanced
   float* o_partial;    // splits > 1: (splits, total_q, hq, head_dim_v) fp32; balanced: (2, G, R, dv)

@@ -155,18 +155,10 @@ __device__ inline BalancedStart balanced_start(const AttnParams& p) {
   return s_start;
 }
 
-template <int kThreads>
-__device__ inline LineBlock varlen_line_block(const AttnParams& p, int block_m);
-
-// The piece of a CTA of the static-split grid: (m-block, kv head, sequence) from blockIdx.x (or the varlen
-// m-block line's position blockIdx.x; i = batch past its end), the split from blockIdx.y. Call from all
-// threads.
-template <int kRows, int kThreads>
+// The piece of a CTA of the static-split grid: (m-block, kv head, sequence) from blockIdx.x, the split
+// from blockIdx.y.
+template <int kRows>
 __device__ __forceinline__ Piece static_piece(const AttnParams& p) {
-  if (p.varlen_line) {
-    const LineBlock b = varlen_line_block<kThreads>(p, kRows);
-    return {b.i, b.kv_head, b.m0, static_cast<int>(blockIdx.y), 0, 0, -1};
-  }
   const int m_block = blockIdx.x % p.m_blocks, bh = blockIdx.x / p.m_blocks;
   return {bh / p.num_kv_heads,
           bh % p.num_kv_heads,

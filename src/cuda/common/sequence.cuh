@@ -298,10 +298,9 @@ struct LinePos {
 };
 
 // The batch in chunks of kThreads sequences, a block-wide exclusive scan of count(i) each (warp scans,
-// then the warp totals), until the chunk that holds blockIdx.x. Call from all threads. Out of line: the
-// kernels that may scan carry one call, not the scan's code, where q is not varlen.
+// then the warp totals), until the chunk that holds blockIdx.x. Call from all threads.
 template <int kThreads, class Count>
-__device__ __noinline__ LinePos find_on_line(const SeqParams& p, DeviceErrorRecord* err, Count count) {
+__device__ inline LinePos find_on_line(const SeqParams& p, DeviceErrorRecord* err, Count count) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps");
   __shared__ int64_t s_warp_sums[kThreads / 32];
   __shared__ LinePos s_found;

@@ -124,10 +124,9 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream) {
     a.flags |= std::atoi(v) & (kDiagNoLoad | kDiagNoSoftmax);
   if (make_kv_maps<Cfg>(params, a)) a.flags |= kTma;
   int64_t line = static_cast<int64_t>(a.m_blocks) * params.seq.batch;  // m-blocks a kv head
-  if (params.seq.cu_seqlens_q != nullptr) {
+  if constexpr (Cfg::kVarlen) {
     // The varlen line (attention/schedule.cuh): no CTA for the m-blocks a short sequence does not have.
     line = std::min(line, varlen_line_bound(params.seq.total_q * params.group, params.seq.batch, Cfg::kBlockM));
-    a.flags |= kVarlenLine;
   }
   const int64_t ctas = line * params.num_kv_heads;
   if (ctas > 0x7fffffff) {
@@ -162,6 +161,9 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
       if (pingpong != nullptr && std::strcmp(pingpong, "0") == 0) {
         return launch_config<PrefillConfig<T, kHeadDim, false>>(params, stream);
       }
+    }
+    if (params.seq.cu_seqlens_q != nullptr) {
+      return launch_config<PrefillConfig<T, kHeadDim, true, true>>(params, stream);
     }
     return launch_config<PrefillConfig<T, kHeadDim, true>>(params, stream);
   }
