@@ -1,7 +1,8 @@
 """A/B of the Hopper decode kernel (src/cuda/decode_sm90) with 2, 4 and 8 producer warps (KVATTN_DECODE_SM90=
 2, 4, 8) against the portable decode kernel (KVATTN_FORCE_PORTABLE=1) in one process, on the same inputs: bf16
 and fp8 e4m3 caches, 32/8 heads, d 128, contiguous / page 1 / page 16 (random page permutation) / scattered
-batch index, 1-4 query tokens.
+batch index, 1-4 query tokens; and W2's ragged batches (bench.run's uniform 256-4096 lengths: "uniform" in the
+case name), where a CTA of the balanced schedule computes 5-30 pieces.
 
     PYTHONPATH=python KVATTN_LIBRARY=<so> python3 -m bench.decode_ab [--filter TEXT] [--json FILE]
 
@@ -24,7 +25,8 @@ K = 1024
 HQ, HK, D = 32, 8, 128
 VARIANTS = os.environ.get("DECODE_AB_VARIANTS", "portable,p2,p4,p8").split(",")
 
-# name, batch, keys, page (0 = contiguous), query tokens, cache dtype, scattered batch index
+# name, batch, keys (the longest when ragged), page (0 = contiguous), query tokens, cache dtype, scattered batch
+# index; a name with "uniform" takes bench.run's W2 lengths for its batch.
 CASES = [
     ("W1 b1 128k contig", 1, 128 * K, 0, 1, "bf16", False),
     ("W1 b1 128k p16", 1, 128 * K, 16, 1, "bf16", False),
@@ -35,6 +37,9 @@ CASES = [
     ("W1 b4 32k contig+scat", 4, 32 * K, 0, 1, "bf16", True),
     ("W1 b16 32k p16", 16, 32 * K, 16, 1, "bf16", False),
     ("W2 b128 2k p16", 128, 2 * K, 16, 1, "bf16", False),
+    ("W2 b128 uniform p16", 128, 4 * K, 16, 1, "bf16", False),
+    ("W2 b64 uniform p16", 64, 4 * K, 16, 1, "bf16", False),
+    ("W2 b256 uniform p16", 256, 4 * K, 16, 1, "bf16", False),
     ("W4 b32 4k q1 p16", 32, 4 * K, 16, 1, "bf16", False),
     ("W4 b32 4k q2 p16", 32, 4 * K, 16, 2, "bf16", False),
     ("W4 b32 4k q4 p16", 32, 4 * K, 16, 4, "bf16", False),
@@ -45,16 +50,34 @@ CASES = [
 ]
 
 
-def make_inputs(b, L, page, sq, kv, scattered, gen):
+def lengths_of(name, b, L):
+    """Keys of each sequence: L, or bench.run's W2 uniform lengths (256-4096) for batch b."""
+    if "uniform" not in name:
+        return [L] * b
+    from bench import layouts, suites
+    case = next(c for c in suites.w2() if c.name == f"W2 32/8 b{b} uniform p16")
+    return [int(x) for x in layouts.cached_lengths(case, None)]
+
+
+def make_inputs(lens, L, page, sq, kv, scattered, gen):
     dev = "cuda"
+    b = len(lens)
     q = torch.randn(b, sq, HQ, D, device=dev, dtype=torch.bfloat16, generator=gen)
-    kw = dict(cache_seqlens=torch.full((b,), L, dtype=torch.int32, device=dev), causal=sq > 1)
+    kw = dict(cache_seqlens=torch.tensor(lens, dtype=torch.int32, device=dev), causal=sq > 1)
     if page:
-        pages_per_seq = L // page
-        n_pages = b * pages_per_seq
+        need = [-(-n // page) for n in lens]
+        n_pages = sum(need)
         shape = (n_pages, page, HK, D)
         perm = torch.randperm(n_pages, device=dev, generator=gen).to(torch.int32)
-        kw["page_table"] = perm.view(b, pages_per_seq)
+        if len(set(need)) == 1:
+            kw["page_table"] = perm.view(b, need[0])
+        else:  # ragged: rows as long as the longest, unused entries page 0 (valid, never read)
+            table = torch.zeros(b, max(need), dtype=torch.int32, device=dev)
+            at = 0
+            for i, n in enumerate(need):
+                table[i, :n] = perm[at:at + n]
+                at += n
+            kw["page_table"] = table
     else:
         rows = 2 * b if scattered else b
         shape = (rows, L, HK, D)
@@ -71,9 +94,10 @@ def run_case(name, b, L, page, sq, kv, scattered):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1)
     elem = 1 if kv == "fp8" else 2
-    kv_bytes = 2 * b * L * HK * D * elem
+    lens = lengths_of(name, b, L)
+    kv_bytes = 2 * sum(lens) * HK * D * elem
     set_bytes = kv_bytes * (2 if scattered else 1)
-    sets = [make_inputs(b, L, page, sq, kv, scattered, gen) for _ in range(n_sets_for(set_bytes, 24 << 30, 8))]
+    sets = [make_inputs(lens, L, page, sq, kv, scattered, gen) for _ in range(n_sets_for(set_bytes, 24 << 30, 8))]
     fns = [lambda s=s: kvattn.flash_attn_with_kvcache(s[0], s[1], s[2], **s[3]) for s in sets]
     row = dict(case=name, kv_bytes=kv_bytes)
     outs = {}

@@ -3,13 +3,20 @@ with -DKVATTN_DECODE_TIMELINE=1 (a developer build; the stamps cost a few global
 
     cmake -S . -B build-tl -DKVATTN_CUDA=ON -DKVATTN_CUDA_ARCHS=90a -DKVATTN_DEV_HEAD_DIM=128 \
         -DKVATTN_DEV_DTYPE=bf16 -DCMAKE_CUDA_FLAGS=-DKVATTN_DECODE_TIMELINE=1 && cmake --build build-tl
-    PYTHONPATH=python KVATTN_LIBRARY=build-tl/libkvattn.so python3 -m bench.decode_timeline [--filter TEXT]
+    PYTHONPATH=python:. KVATTN_LIBRARY=build-tl/libkvattn.so python3 -m bench.decode_timeline [--filter TEXT]
 
 For each case (bf16, 32/8 heads, d 128, page 16, random page permutation) it calls the kernel on input sets
 rotated past the L2, reads the stamps of the last call, and prints each phase's distribution over the CTAs
 (min / median / max, us from the earliest CTA entry) and the kernel's span (first entry to last exit).
 Cycles become ns at the rate the SM clock and %globaltimer show between each CTA's entry and exit (the
 median over the CTAs).
+
+W1 cases put one piece on a CTA; W2 cases (b128 / b64 sequences, equal or bench.run's uniform 256-4096
+lengths) put 5-30, so the script also prints the piece switches: per piece after a CTA's first, the
+consumers' gap from the previous piece's last stage to this piece's first (epilogue, Q install, wait for
+the first stage), and per CTA its pieces, the sum of its gaps and its exit, so that a CTA that ends late
+can be told from one that streams slowly. The library says how many pieces a CTA stamps
+(kvattn_debug_decode_timeline_layout; libraries without it stamp 3).
 """
 import argparse
 import ctypes
@@ -21,28 +28,59 @@ import kvattn
 
 K = 1024
 HQ, HK, D, PAGE = 32, 8, 128, 16
-SLOTS, MAX_CTAS, PER_PIECE, MAX_PIECES = 32, 1024, 6, 3
+MAX_CTAS = 1024
 ENTRY_NS, ENTRY, STARTED, PDL, FIRST_ISSUE, FIRST_FULL, EXIT, EXIT_NS, PIECES, PIECE0 = range(10)
 PIECE_PHASES = ["begin", "q loaded", "first full", "last issued", "last consumed", "written"]
-CASES = [("W1 b4 4k p16", 4, 4 * K), ("W1 b4 32k p16", 4, 32 * K), ("W1 b1 128k p16", 1, 128 * K)]
+BEGIN, QLOADED, PFULL, LISSUED, LCONSUMED, WRITTEN = range(6)
 
 
-def make_inputs(b, L, gen):
-    pages = b * (L // PAGE)
+def w2_lengths(batch):
+    """bench.run's W2 uniform lengths (256-4096) for this batch."""
+    from bench import layouts, suites
+    case = next(c for c in suites.w2() if c.name == f"W2 32/8 b{batch} uniform p16")
+    return [int(x) for x in layouts.cached_lengths(case, None)]
+
+
+CASES = [("W1 b4 4k p16", lambda: [4 * K] * 4), ("W1 b4 32k p16", lambda: [32 * K] * 4),
+         ("W1 b1 128k p16", lambda: [128 * K]), ("W2 b128 2k p16", lambda: [2 * K] * 128),
+         ("W2 b128 uniform p16", lambda: w2_lengths(128)), ("W2 b64 uniform p16", lambda: w2_lengths(64))]
+
+
+def make_inputs(lens, gen):
+    b = len(lens)
+    need = [-(-L // PAGE) for L in lens]
+    pages = sum(need)
     q = torch.randn(b, 1, HQ, D, device="cuda", dtype=torch.bfloat16, generator=gen)
     k = torch.randn(pages, PAGE, HK, D, device="cuda", dtype=torch.bfloat16, generator=gen)
     v = torch.randn_like(k)
-    table = torch.randperm(pages, device="cuda", generator=gen).to(torch.int32).view(b, L // PAGE)
-    seqlens = torch.full((b,), L, dtype=torch.int32, device="cuda")
+    perm = torch.randperm(pages, device="cuda", generator=gen).to(torch.int32)
+    table = torch.zeros(b, max(need), dtype=torch.int32, device="cuda")  # unused entries: page 0
+    at = 0
+    for i, n in enumerate(need):
+        table[i, :n] = perm[at:at + n]
+        at += n
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
     return q, k, v, dict(cache_seqlens=seqlens, page_table=table)
 
 
-def read_timeline(lib):
-    buf = (ctypes.c_ulonglong * (SLOTS * MAX_CTAS))()
-    err = lib.kvattn_debug_decode_timeline(buf, SLOTS * MAX_CTAS)
+def layout(lib):
+    """(slots a CTA, pieces a CTA with stamps, slots a piece) of the library's timeline."""
+    try:
+        f = lib.kvattn_debug_decode_timeline_layout
+    except AttributeError:
+        return 32, 3, 6
+    f.argtypes = [ctypes.POINTER(ctypes.c_int)] * 3
+    s, m, pp = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    f(ctypes.byref(s), ctypes.byref(m), ctypes.byref(pp))
+    return s.value, m.value, pp.value
+
+
+def read_timeline(lib, slots):
+    buf = (ctypes.c_ulonglong * (slots * MAX_CTAS))()
+    err = lib.kvattn_debug_decode_timeline(buf, slots * MAX_CTAS)
     if err != 0:
         raise RuntimeError(f"kvattn_debug_decode_timeline: cudaError {err}")
-    rows = [list(buf[c * SLOTS:(c + 1) * SLOTS]) for c in range(MAX_CTAS)]
+    rows = [list(buf[c * slots:(c + 1) * slots]) for c in range(MAX_CTAS)]
     return [r for r in rows if r[ENTRY_NS] != 0]
 
 
@@ -51,7 +89,12 @@ def stats(xs):
     return (xs[0], xs[len(xs) // 2], xs[-1]) if xs else None
 
 
-def report(name, kv_bytes, rows):
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def report(name, kv_bytes, rows, max_pieces, per_piece):
     rates = sorted((r[EXIT] - r[ENTRY]) / max(1, r[EXIT_NS] - r[ENTRY_NS]) for r in rows if r[EXIT])
     rate = rates[len(rates) // 2]  # cycles / ns
     t0 = min(r[ENTRY_NS] for r in rows)
@@ -61,15 +104,21 @@ def report(name, kv_bytes, rows):
             return (r[slot] - t0) / 1e3 if r[slot] else None
         return (r[ENTRY_NS] - t0 + (r[slot] - r[ENTRY]) / rate) / 1e3 if r[slot] else None
 
+    def ps(p, phase):  # the slot of piece p's phase
+        return PIECE0 + p * per_piece + phase
+
+    def dur(r, a, b):  # us between two stamps of a CTA, or None
+        return (r[b] - r[a]) / rate / 1e3 if r[a] and r[b] else None
+
     span = max(at(r, EXIT_NS) for r in rows if r[EXIT_NS])
     working = [r for r in rows if r[PIECES]]
     print(f"\n== {name}: {len(rows)} CTAs ({len(working)} with pieces), kernel span {span:.1f} us, "
           f"{kv_bytes / 1e6:.0f} MB -> {kv_bytes / span / 1e6:.2f} TB/s; SM clock {rate:.2f} GHz; pieces a CTA "
-          f"{stats([r[PIECES] for r in rows])}")
+          f"{stats([r[PIECES] for r in rows])} (stamped: the first {max_pieces})")
     phases = [("entry", ENTRY_NS), ("scan done", STARTED), ("pdl wait done", PDL), ("first issue", FIRST_ISSUE),
               ("first full", FIRST_FULL)]
-    for p in range(MAX_PIECES):
-        phases += [(f"p{p} {ph}", PIECE0 + p * PER_PIECE + i) for i, ph in enumerate(PIECE_PHASES)]
+    for p in range(min(3, max_pieces)):
+        phases += [(f"p{p} {ph}", ps(p, i)) for i, ph in enumerate(PIECE_PHASES)]
     phases += [("exit", EXIT_NS)]
     print(f"{'phase':22s} {'CTAs':>5s} {'min':>7s} {'median':>7s} {'max':>7s}")
     for label, slot in phases:
@@ -82,37 +131,83 @@ def report(name, kv_bytes, rows):
         s = stats([(r[b] - r[a]) / rate / 1e3 for r in working if r[a] and r[b]])
         if s:
             print(f"  d {label:20s} {s[0]:7.2f} {s[1]:7.2f} {s[2]:7.2f}")
-    last = PIECE0 + (MAX_PIECES - 1) * PER_PIECE
     tails = []
     for r in working:
-        n = min(r[PIECES], MAX_PIECES)
-        b = PIECE0 + (n - 1) * PER_PIECE
-        if r[b + 4] and r[b + 5]:
-            tails.append((r[b + 5] - r[b + 4]) / rate / 1e3)
+        n = min(r[PIECES], max_pieces)
+        d = dur(r, ps(n - 1, LCONSUMED), ps(n - 1, WRITTEN))
+        if d is not None:
+            tails.append(d)
     if tails:
         s = stats(tails)
         print(f"  d {'last piece epilogue':20s} {s[0]:7.2f} {s[1]:7.2f} {s[2]:7.2f}")
-    del last
+    if max(r[PIECES] for r in working) < 2:
+        return
+    # Piece switches (pieces after a CTA's first, while stamped): us, min / median / p90 / max.
+    parts = {"epilogue (last consumed -> written)": [], "install (begin -> q loaded)": [],
+             "first wait (q loaded -> first full)": [], "gap (last consumed -> next first full)": [],
+             "ring lead (last issued -> last consumed)": []}
+    gaps_of = {}
+    for r in working:
+        n = min(r[PIECES], max_pieces)
+        total = 0.0
+        for p in range(n):
+            for label, a, b in [("epilogue (last consumed -> written)", LCONSUMED, WRITTEN),
+                                ("ring lead (last issued -> last consumed)", LISSUED, LCONSUMED)]:
+                d = dur(r, ps(p, a), ps(p, b))
+                if d is not None:
+                    parts[label].append(d)
+            if p == 0:
+                continue
+            for label, a, b in [("install (begin -> q loaded)", BEGIN, QLOADED),
+                                ("first wait (q loaded -> first full)", QLOADED, PFULL)]:
+                d = dur(r, ps(p, a), ps(p, b))
+                if d is not None:
+                    parts[label].append(d)
+            d = dur(r, ps(p - 1, LCONSUMED), ps(p, PFULL))
+            if d is not None:
+                parts["gap (last consumed -> next first full)"].append(d)
+                total += d
+        gaps_of[id(r)] = total
+    print(f"  piece switches (pieces 1.. of each CTA), us: {'n':>6s} {'min':>7s} {'median':>7s} {'p90':>7s} "
+          f"{'max':>7s}")
+    for label, xs in parts.items():
+        if xs:
+            print(f"  {label:42s} {len(xs):6d} {min(xs):7.2f} {pct(xs, 0.5):7.2f} {pct(xs, 0.9):7.2f} {max(xs):7.2f}")
+    # CTAs by piece count: do the CTAs with many pieces end late?
+    by = {}
+    for r in working:
+        by.setdefault(r[PIECES], []).append(r)
+    print(f"  {'pieces':>6s} {'CTAs':>5s} {'exit median':>11s} {'exit max':>8s} {'gaps median':>11s}")
+    for n in sorted(by):
+        ex = [at(r, EXIT_NS) for r in by[n]]
+        print(f"  {n:6d} {len(by[n]):5d} {pct(ex, 0.5):11.1f} {max(ex):8.1f} "
+              f"{pct([gaps_of[id(r)] for r in by[n]], 0.5):11.1f}")
+    last = sorted(working, key=lambda r: -at(r, EXIT_NS))[:5]
+    print("  last 5 CTAs to exit: " + ", ".join(
+        f"{at(r, EXIT_NS):.1f} us ({r[PIECES]} pieces, gaps {gaps_of[id(r)]:.1f})" for r in last))
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--filter", default="")
+    ap.add_argument("--filter", default="", help="comma list: cases whose name contains any of them")
     args = ap.parse_args()
     lib = ctypes.CDLL(os.environ["KVATTN_LIBRARY"])
     lib.kvattn_debug_decode_timeline.argtypes = [ctypes.c_void_p, ctypes.c_int]
-    for name, b, L in CASES:
-        if args.filter and args.filter not in name:
+    slots, max_pieces, per_piece = layout(lib)
+    for name, lengths in CASES:
+        wanted = [f for f in args.filter.split(",") if f]
+        if wanted and not any(f in name for f in wanted):
             continue
+        lens = lengths()
         gen = torch.Generator(device="cuda")
         gen.manual_seed(1)
-        kv_bytes = 2 * b * L * HK * D * 2
-        sets = [make_inputs(b, L, gen) for _ in range(max(2, -(-(3 * 60 << 20) // kv_bytes)))]
+        kv_bytes = 2 * sum(lens) * HK * D * 2
+        sets = [make_inputs(lens, gen) for _ in range(max(2, -(-(3 * 60 << 20) // kv_bytes)))]
         for rep in range(8):
             s = sets[rep % len(sets)]
             kvattn.flash_attn_with_kvcache(s[0], s[1], s[2], **s[3])
         torch.cuda.synchronize()
-        report(name, kv_bytes, read_timeline(lib))
+        report(name, kv_bytes, read_timeline(lib, slots), max_pieces, per_piece)
         del sets
         torch.cuda.empty_cache()
 

@@ -61,7 +61,7 @@ if [ ! -f "$VENV/.done" ]; then
   say "making the build venv $VENV (torch: a large download)"
   "$BUILD_PY" -m venv "$VENV"
   nice -n "$NICE" "$VENV/bin/pip" install -q "$TORCH_PIN" jinja2==3.1.6 filelock==3.20.0 "$TVM_PIN" \
-    packaging==25.0 numpy==2.1.3
+    packaging==25.0 numpy==2.1.3 requests==2.32.3 tqdm==4.70.1 nvidia-ml-py==13.615.71
   touch "$VENV/.done"
 fi
 

@@ -165,4 +165,13 @@ extern "C" __attribute__((visibility("default"))) int kvattn_debug_decode_timeli
   const int n = count < kTlMaxCtas * kTlSlots ? count : kTlMaxCtas * kTlSlots;
   return static_cast<int>(cudaMemcpyFromSymbol(host, g_decode_timeline, sizeof(unsigned long long) * n));
 }
+// The layout of those words: slots a CTA, pieces a CTA with stamps, slots a piece (the script checks it).
+extern "C" __attribute__((visibility("default"))) void kvattn_debug_decode_timeline_layout(int* slots,
+                                                                                           int* max_pieces,
+                                                                                           int* per_piece) {
+  using namespace kvattn::cuda::sm90;
+  *slots = kTlSlots;
+  *max_pieces = kTlMaxPieces;
+  *per_piece = kTlPerPiece;
+}
 #endif

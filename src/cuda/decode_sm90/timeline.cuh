@@ -35,8 +35,9 @@ enum TimelinePieceSlot : int {
   kTlpEnd,           // consumer thread 0: the piece written (merge + epilogue)
   kTlPerPiece
 };
-constexpr int kTlMaxPieces = 3;
-constexpr int kTlSlots = 32;
+// W2's batches put 5-30 pieces on a CTA (bench/decode_timeline.py's W2 cases): room for 25.
+constexpr int kTlMaxPieces = 25;
+constexpr int kTlSlots = 160;
 constexpr int kTlMaxCtas = 1024;
 static_assert(kTlPiece0 + kTlPerPiece * kTlMaxPieces <= kTlSlots, "the timeline of a CTA fits its slots");
 
