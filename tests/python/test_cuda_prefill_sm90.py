@@ -218,10 +218,12 @@ def test_prefill_sm90_runs_on_hopper(d):
     assert any("prefill_kernel" in n for n in names), names
 
 
+@pytest.mark.parametrize("varlen_kernel", ["0", "1"])
 @pytest.mark.parametrize("d", HEAD_DIMS)
-def test_prefill_sm90_overlapping_cu_seqlens_q_is_an_error(d):
+def test_prefill_sm90_overlapping_cu_seqlens_q_is_an_error(monkeypatch, d, varlen_kernel):
     """A cu_seqlens_q that goes back (overlapping sequences) makes the varlen m-block line longer than the
     grid the launcher sized from total_q: the error is still recorded (by the grid's last CTA)."""
+    monkeypatch.setenv("KVATTN_SM90_VARLEN", varlen_kernel)
     case = prefill(q_lens=(300, 1, 300), sq=0, seqlens=(400, 20, 400), d=d, seed=63)
     from cases import build
 
@@ -248,3 +250,14 @@ def test_mixed_batches_on_the_portable_kernel(monkeypatch, name):
     monkeypatch.setenv("KVATTN_FORCE_PORTABLE", "1")
     run_and_compare(CASES[name], DEVICE)
     run_and_compare(dataclasses.replace(CASES[name], num_splits=3), DEVICE)
+
+
+VARLEN_CASES = [name for name in CASES if name.startswith("mixed") or "varlen" in name]
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", VARLEN_CASES)
+def test_prefill_sm90_varlen_kernel(monkeypatch, name, d):
+    """The varlen instantiation (the m-block line; KVATTN_SM90_VARLEN=1 until its device check)."""
+    monkeypatch.setenv("KVATTN_SM90_VARLEN", "1")
+    run_and_compare(dataclasses.replace(CASES[name], d=d), DEVICE)
