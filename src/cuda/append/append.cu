@@ -71,8 +71,8 @@ __global__ void __launch_bounds__(kAppendThreads) append_kernel(const __grid_con
   int i = blockIdx.x;
   int64_t block = blockIdx.y, blocks_stride = gridDim.y;
   if (p.line) {
-    const LinePos at = find_on_line<kAppendThreads>(p.seq, p.errors,
-                                                    [&](int s) { return new_token_blocks(p.seq, s); });
+    const LinePos at =
+        find_on_line<kAppendThreads>(p.seq, p.errors, [&](int s) { return new_token_blocks(p.seq, s); });
     if (at.i >= p.seq.batch) return;
     i = at.i;
     block = at.offset;

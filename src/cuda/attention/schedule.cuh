@@ -249,9 +249,8 @@ __device__ __forceinline__ int64_t line_m_blocks(const AttnParams& p, int i, int
 template <int kThreads>
 __device__ inline LineBlock varlen_line_block(const AttnParams& p, int block_m) {
   const int heads = p.num_kv_heads;
-  const LinePos at = find_on_line<kThreads>(p.seq, p.errors, [&](int i) {
-    return heads * line_m_blocks(p, i, block_m);
-  });
+  const LinePos at =
+      find_on_line<kThreads>(p.seq, p.errors, [&](int i) { return heads * line_m_blocks(p, i, block_m); });
   if (at.i >= p.seq.batch) return {p.seq.batch, 0, 0};
   const int64_t blocks = at.count / heads;
   return {at.i, static_cast<int>(at.offset / blocks), (blocks - 1 - at.offset % blocks) * block_m};

@@ -126,7 +126,8 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream) {
   int64_t line = static_cast<int64_t>(a.m_blocks) * params.seq.batch;  // m-blocks a kv head
   if constexpr (Cfg::kVarlen) {
     // The varlen line (attention/schedule.cuh): no CTA for the m-blocks a short sequence does not have.
-    line = std::min(line, varlen_line_bound(params.seq.total_q * params.group, params.seq.batch, Cfg::kBlockM));
+    line =
+        std::min(line, varlen_line_bound(params.seq.total_q * params.group, params.seq.batch, Cfg::kBlockM));
   }
   const int64_t ctas = line * params.num_kv_heads;
   if (ctas > 0x7fffffff) {
