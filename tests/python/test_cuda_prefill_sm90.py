@@ -54,6 +54,16 @@ CASES = {
     "paged 64 hnd": prefill(layout="paged", page_size=64, hnd=True, causal=False, seed=14),
     "paged 128": prefill(layout="paged", page_size=128, seqlens=(450, 300), leftpad=(0, 130), seed=28),
     "packed varlen": prefill(layout="packed", q_lens=(250, 3, 180), sq=0, seqlens=(260, 40, 181), seed=15),
+    # varlen batches on the m-block line (CTAs only for the m-blocks a sequence has), sequences without rows
+    # among them; GQA 8 makes 1 token 8 rows, 8 tokens 64, 9 tokens 72
+    "mixed chunk + decodes": prefill(layout="paged", page_size=16, q_lens=(300, 1, 1, 0, 2, 1), sq=0,
+                                     seqlens=(500, 200, 33, 90, 130, 257), seed=60),
+    "mixed GQA 8, 64 / 72 rows": prefill(layout="paged", page_size=16, hq=16, hk=2, q_lens=(8, 1, 9, 40, 0),
+                                         sq=0, seqlens=(300, 129, 200, 90, 10), seed=61),
+    "mixed append rotary": prefill(layout="paged", page_size=16, seqlens=(300, 90, 50, 70), new=(200, 1, 0, 1),
+                                   varlen_new=True, q_lens=(200, 1, 0, 1), sq=0, rotary="neox", seed=64),
+    "mixed seqused_q, window": prefill(q_lens=(200, 1, 33, 64), sq=0, seqlens=(450, 201, 90, 64),
+                                       seqused_q=True, window=(70, 0), seed=62),
     "batch idx + leftpad": prefill(batch_idx="scattered", leftpad=(50, 0), seed=16),
     "leftpad paged": prefill(layout="paged", page_size=16, leftpad=(33, 7), seed=17),
     "paged 8 window": prefill(layout="paged", page_size=8, window=(150, 0), causal=False, seed=26),
@@ -206,3 +216,48 @@ def test_prefill_sm90_runs_on_hopper(d):
     if not names:
         pytest.skip("the profiler saw no kernels here")
     assert any("prefill_kernel" in n for n in names), names
+
+
+@pytest.mark.parametrize("varlen_kernel", ["0", "1"])
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_overlapping_cu_seqlens_q_is_an_error(monkeypatch, d, varlen_kernel):
+    """A cu_seqlens_q that goes back (overlapping sequences) makes the varlen m-block line longer than the
+    grid the launcher sized from total_q: the error is still recorded (by the grid's last CTA)."""
+    monkeypatch.setenv("KVATTN_SM90_VARLEN", varlen_kernel)
+    case = prefill(q_lens=(300, 1, 300), sq=0, seqlens=(400, 20, 400), d=d, seed=63)
+    from cases import build
+
+    q, k_cache, v_cache, kw, _, _ = build(case)
+    kw = dict(kw)
+    cuq = kw["cu_seqlens_q"].copy()  # [0, 300, 301, 601]
+    q = q[:350]
+    cuq[:] = [0, 300, 50, 350]  # sequence 1 goes back; 0 and 2 overlap on rows 50-299
+    kw["cu_seqlens_q"] = cuq
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    with H.poisoned_outputs():
+        H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
+                                         H.to_device(v_cache, DEVICE), **dev)
+    with pytest.raises(H.kvattn.KvattnError, match="cu_seqlens_q"):
+        H.sync_device_errors(DEVICE)
+
+
+MIXED = [name for name in CASES if name.startswith("mixed")]
+
+
+@pytest.mark.parametrize("name", MIXED)
+def test_mixed_batches_on_the_portable_kernel(monkeypatch, name):
+    """Mixed batches on the portable kernel too (its static grid: max m-blocks x batch), with splits."""
+    monkeypatch.setenv("KVATTN_FORCE_PORTABLE", "1")
+    run_and_compare(CASES[name], DEVICE)
+    run_and_compare(dataclasses.replace(CASES[name], num_splits=3), DEVICE)
+
+
+VARLEN_CASES = [name for name in CASES if name.startswith("mixed") or "varlen" in name]
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", VARLEN_CASES)
+def test_prefill_sm90_varlen_kernel(monkeypatch, name, d):
+    """The varlen instantiation (the m-block line; KVATTN_SM90_VARLEN=1 until its device check)."""
+    monkeypatch.setenv("KVATTN_SM90_VARLEN", "1")
+    run_and_compare(dataclasses.replace(CASES[name], d=d), DEVICE)

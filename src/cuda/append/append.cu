@@ -37,7 +37,15 @@ struct AppendParams {
   int64_t k_descale_strides[2];
   int64_t v_descale_strides[2];
   DeviceErrorRecord* errors;
+  bool line;  // varlen new tokens: a 1-D grid over the token-block line of the batch (find_on_line)
 };
+
+// Token blocks of sequence i on the line (1 when cu_seqlens_k_new is broken at i: its CTA records it).
+__device__ __forceinline__ int64_t new_token_blocks(const SeqParams& p, int i) {
+  const int64_t a = p.cu_seqlens_k_new[i], b = p.cu_seqlens_k_new[i + 1];
+  if (a < 0 || b < a || b > p.total_k_new || b - a > p.max_seqlen_k_new) return 1;
+  return max(int64_t{1}, (b - a + kTokensPerBlock - 1) / kTokensPerBlock);
+}
 
 // Quantizes (a cache of fp8 written from fp16/bf16 tokens) or just rounds x into the cache's dtype.
 template <typename TSrc, typename TCache>
@@ -54,17 +62,28 @@ __device__ __forceinline__ float descale_of(const float* ptr, const int64_t (&st
 }
 
 // grid (batch, token blocks): block y writes new tokens [j0, j0 + kTokensPerBlock) of sequence x for
-// j0 = y * kTokensPerBlock, y + gridDim.y, ... (gridDim.y is capped at 65535).
+// j0 = y * kTokensPerBlock, y + gridDim.y, ... (gridDim.y is capped at 65535). Varlen new tokens (p.line):
+// a 1-D grid, CTA x writes the token block of line position x (a batch of one long chunk and many
+// one-token decodes would otherwise be a max-length grid for every sequence, nearly all CTAs empty).
 template <typename T, typename TCache>
 __global__ void __launch_bounds__(kAppendThreads) append_kernel(const __grid_constant__ AppendParams p) {
   allow_dependent_launch();  // the attention may be scheduled now; it waits for this grid before K/V
-  const int i = blockIdx.x;
+  int i = blockIdx.x;
+  int64_t block = blockIdx.y, blocks_stride = gridDim.y;
+  if (p.line) {
+    const LinePos at =
+        find_on_line<kAppendThreads>(p.seq, p.errors, [&](int s) { return new_token_blocks(p.seq, s); });
+    if (at.i >= p.seq.batch) return;
+    i = at.i;
+    block = at.offset;
+    blocks_stride = at.count;  // one block: the next one is past the sequence's tokens
+  }
   const Sequence seq = load_sequence(p.seq, i, p.errors, threadIdx.x == 0);
   const bool ok = check_unique_row(p.seq, i, p.errors) && seq.ok;
   if (!ok) return;
   const int64_t n = seq.new_len;
-  for (int64_t j = static_cast<int64_t>(blockIdx.y) * kTokensPerBlock; j < n;
-       j += (j + 1) % kTokensPerBlock == 0 ? static_cast<int64_t>(gridDim.y - 1) * kTokensPerBlock + 1 : 1) {
+  for (int64_t j = block * kTokensPerBlock; j < n;
+       j += (j + 1) % kTokensPerBlock == 0 ? (blocks_stride - 1) * kTokensPerBlock + 1 : 1) {
     const int64_t slot = seq.cache_len + j;
     const SlotAddress a = slot_address(p.seq, seq, slot);
     if (a.page < 0) {
@@ -187,7 +206,17 @@ kvattn_status launch_append(const FwdProblem& p, DeviceErrorRecord* errors, cuda
   a.errors = errors;
   const int64_t token_blocks =
       (static_cast<int64_t>(p.max_seqlen_k_new) + kTokensPerBlock - 1) / kTokensPerBlock;
-  const dim3 grid(p.batch, static_cast<unsigned>(std::min<int64_t>(token_blocks, 65535)));
+  dim3 grid(p.batch, static_cast<unsigned>(std::min<int64_t>(token_blocks, 65535)));
+  if (a.seq.cu_seqlens_k_new != nullptr) {
+    const int64_t line = std::min(static_cast<int64_t>(p.batch) * token_blocks,
+                                  varlen_line_bound(a.seq.total_k_new, p.batch, kTokensPerBlock));
+    if (line > 0x7fffffff) {
+      return fail(KVATTN_ERROR_UNSUPPORTED, "k: " + std::to_string(a.seq.total_k_new) +
+                                                " new tokens exceed the append kernel's grid limit");
+    }
+    a.line = true;
+    grid = dim3(static_cast<unsigned>(line), 1);
+  }
   const bool fp8_cache = p.kv_dtype == DType::fp8_e4m3;
   if (p.q_dtype == DType::fp8_e4m3) {  // validation: fp8 q has an fp8 cache, and k, v are fp8
     append_kernel<__nv_fp8_e4m3, __nv_fp8_e4m3><<<grid, kAppendThreads, 0, stream>>>(a);

@@ -31,6 +31,13 @@ struct Piece {
                     // when the piece is the whole unit (out, lse and the sink are written directly)
 };
 
+// A CTA's m-block on the varlen m-block line (varlen_line_block below).
+struct LineBlock {
+  int i;  // batch: no work for this CTA
+  int kv_head;
+  int64_t m0;
+};
+
 // The partial row of packed row r of a piece, or -1 when the piece writes out directly.
 __device__ __forceinline__ int64_t piece_partial_row(const AttnParams& p, const Piece& w, const Sequence& seq,
                                                      int64_t r) {
@@ -217,6 +224,36 @@ __device__ __forceinline__ void for_each_balanced_piece(const AttnParams& p, Pie
     piece(w);
     __syncthreads();  // the next piece reuses the shared memory
   });
+}
+
+// ---- the varlen m-block line (prefill kernels whose q is packed by cu_seqlens_q)
+//
+// A grid of (max m-blocks x batch x kv heads) CTAs is mostly empty when one long chunk shares a call with
+// many decodes (a chunked-prefill step: 16 m-blocks for the chunk, 1 for each of 64 decodes: 8320 CTAs
+// of which 7680 only load their sequence and exit, ~2 ms on the H200). Instead sequence i's units take
+// max(1, ceil(rows_i / block_m)) m-blocks each (a sequence without rows keeps one CTA, so that its index
+// errors are recorded as before), laid on a line (common/sequence.cuh, find_on_line) in sequence order,
+// the kv heads of a sequence one after the other and the m-blocks of a unit last (causal: the most keys)
+// first; CTA x takes position x. The line is at most varlen_line_bound(total_q x group, batch, block_m)
+// per kv head (the launcher's grid) when cu_seqlens_q is valid; a broken one may be longer, and then its
+// errors are recorded by the grid's last CTA.
+
+// m-blocks of sequence i's units on the line (1 when cu_seqlens_q is broken at i).
+__device__ __forceinline__ int64_t line_m_blocks(const AttnParams& p, int i, int block_m) {
+  const int64_t a = p.seq.cu_seqlens_q[i], b = p.seq.cu_seqlens_q[i + 1];
+  if (a < 0 || b < a || b > p.seq.total_q || b - a > p.seq.max_seqlen_q) return 1;
+  return max(int64_t{1}, ((b - a) * p.group + block_m - 1) / block_m);
+}
+
+// Call from all threads.
+template <int kThreads>
+__device__ inline LineBlock varlen_line_block(const AttnParams& p, int block_m) {
+  const int heads = p.num_kv_heads;
+  const LinePos at =
+      find_on_line<kThreads>(p.seq, p.errors, [&](int i) { return heads * line_m_blocks(p, i, block_m); });
+  if (at.i >= p.seq.batch) return {p.seq.batch, 0, 0};
+  const int64_t blocks = at.count / heads;
+  return {at.i, static_cast<int>(at.offset / blocks), (blocks - 1 - at.offset % blocks) * block_m};
 }
 
 }  // namespace kvattn::cuda

@@ -273,4 +273,67 @@ __device__ inline bool check_unique_row(const SeqParams& p, int i, DeviceErrorRe
   return !__syncthreads_or(dup);
 }
 
+// ---- the line of a varlen batch (kernels whose grid covers the work of sequences of different sizes)
+//
+// Sequence i owns count(i) >= 1 consecutive positions of a line, in sequence order; CTA x takes position
+// x, so a grid sized from totals (total_q, total_k_new) rather than from max lengths x batch has no CTA
+// that only loads its sequence and exits. The launcher's grid is at least the line when the offsets are
+// valid (varlen_line_bound); a broken offset array can make the line longer: then the grid's last CTA,
+// which always scans the whole line, records every sequence's index errors (some have no CTA).
+
+__host__ __device__ constexpr int64_t varlen_line_bound(int64_t total, int64_t batch, int64_t per_position) {
+  return (total + per_position - 1) / per_position + batch;  // sum of ceil(n_i / per) + 1 at most
+}
+
+// Every sequence's index errors, recorded: a cold path (never taken on valid input), out of line so that
+// the kernels that scan the line do not carry another inlined copy of load_sequence's checks.
+static __device__ __noinline__ void record_sequence_errors(const SeqParams& p, DeviceErrorRecord* err) {
+  for (int i = threadIdx.x; i < p.batch; i += blockDim.x) load_sequence(p, i, err, true);
+}
+
+struct LinePos {
+  int i;           // the sequence holding position blockIdx.x; batch: past the line's end
+  int64_t offset;  // blockIdx.x - the sequence's first position
+  int64_t count;   // the sequence's positions
+};
+
+// The batch in chunks of kThreads sequences, a block-wide exclusive scan of count(i) each (warp scans,
+// then the warp totals), until the chunk that holds blockIdx.x. Call from all threads.
+template <int kThreads, class Count>
+__device__ inline LinePos find_on_line(const SeqParams& p, DeviceErrorRecord* err, Count count) {
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps");
+  __shared__ int64_t s_warp_sums[kThreads / 32];
+  __shared__ LinePos s_found;
+  const int64_t x = blockIdx.x;
+  const bool last_cta = blockIdx.x == gridDim.x - 1;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (threadIdx.x == 0) s_found = {p.batch, 0, 0};
+  int64_t base = 0;  // line positions before this chunk
+  for (int c0 = 0; c0 < p.batch; c0 += kThreads) {
+    const int i = c0 + static_cast<int>(threadIdx.x);
+    const int64_t mine = i < p.batch ? count(i) : 0;
+    int64_t incl = mine;
+#pragma unroll
+    for (int off = 1; off < 32; off *= 2) {
+      const int64_t up = __shfl_up_sync(0xffffffffu, incl, off);
+      if (lane >= off) incl += up;
+    }
+    if (lane == 31) s_warp_sums[warp] = incl;
+    __syncthreads();
+    int64_t before = 0, chunk = 0;
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) {
+      if (w < warp) before += s_warp_sums[w];
+      chunk += s_warp_sums[w];
+    }
+    const int64_t start = base + before + incl - mine;
+    if (start <= x && x < start + mine) s_found = {i, x - start, mine};
+    base += chunk;
+    __syncthreads();  // s_found is published, s_warp_sums free again
+    if (s_found.i < p.batch && !last_cta) break;
+  }
+  if (last_cta && base > gridDim.x) record_sequence_errors(p, err);
+  return s_found;
+}
+
 }  // namespace kvattn::cuda

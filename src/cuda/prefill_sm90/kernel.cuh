@@ -60,11 +60,16 @@ struct PrefillArgs {
   CUtensorMap v_map;
 };
 
-template <typename T_, int kHeadDim_, bool kPingPong_>
+template <typename T_, int kHeadDim_, bool kPingPong_, bool kVarlen_ = false>
 struct PrefillConfig {
   using T = T_;
   static constexpr int kHeadDim = kHeadDim_;     // d = dv
   static constexpr bool kPingPong = kPingPong_;  // the consumers take turns on the tensor cores
+  // q packed by cu_seqlens_q (its own kernel: the line's scan and the idle consumer in the kernel that
+  // does not need them cost 2.6-5.4% of W3's single-chunk times on the H200, bench/NOTES.md): CTA x takes
+  // position x of the varlen m-block line (attention/schedule.cuh); a CTA of <= 64 rows computes with
+  // consumer 0 alone.
+  static constexpr bool kVarlen = kVarlen_;
   static constexpr PrefillTile kTile = prefill_tile(kHeadDim);
   static constexpr int kConsumers = kTile.consumers;  // warpgroups of 64 rows
   static constexpr int kBlockM = 64 * kConsumers;
@@ -109,7 +114,7 @@ __device__ __forceinline__ uint32_t swizzled(int r, int c, int panel_bytes) {
   return (c / 8) * panel_bytes + r * 128 + (((c % 8) ^ (r % 8)) << 4);
 }
 
-// The CTA's rows, and the key positions they see.
+// The CTA's rows: sequence i (batch: none), kv head, first packed row.
 struct CtaRows {
   int i, kv_head;
   int64_t m0;
@@ -118,6 +123,10 @@ struct CtaRows {
 template <class Cfg>
 __device__ __forceinline__ CtaRows cta_rows(const PrefillArgs& a) {
   const AttnParams& p = a.p;
+  if constexpr (Cfg::kVarlen) {
+    const LineBlock b = varlen_line_block<Cfg::kThreads>(p, Cfg::kBlockM);
+    return {b.i, b.kv_head, b.m0};
+  }
   const int units = p.seq.batch * p.num_kv_heads;
   int m_block, u;
   if (a.flags & kUnitMajor) {
@@ -544,6 +553,23 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
   }
 }
 
+// Consumer 1 of a CTA of at most 64 of its sequence's rows (a decode or a short chunk in a varlen batch):
+// no row to compute or write. It keeps run_tiles' protocol (its n_tiles + 1 turns, each stage released
+// once full) without a wgmma, so consumer 0 runs unchanged with the tensor cores to itself.
+template <class Cfg>
+__device__ __forceinline__ void idle_consumer(int64_t n_tiles, uint32_t full_bar, uint32_t empty_bar) {
+  if (n_tiles == 0) return;  // run_tiles takes no turn either
+  PingPong<Cfg> turns(1, n_tiles);
+  for (int64_t tile = 0; tile <= n_tiles; ++tile) {
+    if (tile < n_tiles) {
+      mbar_wait(full_bar + 8 * (tile % Cfg::kStages), static_cast<uint32_t>((tile / Cfg::kStages) & 1));
+    }
+    turns.my_turn();
+    turns.your_turn();
+    if (tile > 0) mbar_arrive(empty_bar + 8 * ((tile - 1) % Cfg::kStages));
+  }
+}
+
 template <class Cfg>
 __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
                                         const KeyRange& cta_keys, int64_t n_tiles, unsigned char* s_q_all,
@@ -555,6 +581,12 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32, quad = lane % 4;
   const int64_t m0 = cta.m0 + 64 * consumer;  // this warpgroup's first packed row
   unsigned char* s_q = s_q_all + consumer * (Cfg::kQBytes / Cfg::kConsumers);
+  if constexpr (Cfg::kVarlen) {
+    if (consumer == 1 && cta.m0 + 64 >= static_cast<int64_t>(seq.q_len) * p.group) {
+      idle_consumer<Cfg>(n_tiles, full_bar, empty_bar);
+      return;
+    }
+  }
 
   load_q<Cfg>(p, seq, cta.i, cta.kv_head, m0, s_q);
   fence_proxy_async();  // Q is read by wgmma (async proxy)
@@ -613,7 +645,10 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
   const uint32_t full_bar = s_v + Cfg::kStages * Cfg::kKvStageBytes;
   const uint32_t empty_bar = full_bar + 8 * Cfg::kStages;
 
-  const CtaRows cta = cta_rows<Cfg>(a);
+  const CtaRows cta = cta_rows<Cfg>(a);  // all threads (the varlen line's scan)
+  if constexpr (Cfg::kVarlen) {
+    if (cta.i >= p.seq.batch) return;  // past the varlen line's end
+  }
   const Sequence seq = load_sequence(p.seq, cta.i, p.errors, threadIdx.x == 0);
   if (!seq.rows_known) return;  // cu_seqlens_q is broken: no row of out is known to be ours
   if (cta.m0 >= static_cast<int64_t>(seq.q_len) * p.group) return;

@@ -4,6 +4,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -122,7 +123,13 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream) {
   if (const char* v = std::getenv("KVATTN_SM90_DIAG"); v != nullptr)
     a.flags |= std::atoi(v) & (kDiagNoLoad | kDiagNoSoftmax);
   if (make_kv_maps<Cfg>(params, a)) a.flags |= kTma;
-  const int64_t ctas = static_cast<int64_t>(a.m_blocks) * params.seq.batch * params.num_kv_heads;
+  int64_t line = static_cast<int64_t>(a.m_blocks) * params.seq.batch;  // m-blocks a kv head
+  if constexpr (Cfg::kVarlen) {
+    // The varlen line (attention/schedule.cuh): no CTA for the m-blocks a short sequence does not have.
+    line =
+        std::min(line, varlen_line_bound(params.seq.total_q * params.group, params.seq.batch, Cfg::kBlockM));
+  }
+  const int64_t ctas = line * params.num_kv_heads;
   if (ctas > 0x7fffffff) {
     return fail(KVATTN_ERROR_UNSUPPORTED, "q: batch * kv heads * row blocks = " + std::to_string(ctas) +
                                               " CTAs exceeds the grid limit");
@@ -155,6 +162,13 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
       if (pingpong != nullptr && std::strcmp(pingpong, "0") == 0) {
         return launch_config<PrefillConfig<T, kHeadDim, false>>(params, stream);
       }
+    }
+    // The varlen kernel (the m-block line): KVATTN_SM90_VARLEN=1 until its build has passed a device check
+    // (bench/NOTES.md, session 5: the same code passed as a runtime branch of the one kernel; this
+    // instantiation was built when the session's device time was spent). Off: main's kernel, max grid.
+    const char* varlen = std::getenv("KVATTN_SM90_VARLEN");
+    if (params.seq.cu_seqlens_q != nullptr && varlen != nullptr && std::strcmp(varlen, "1") == 0) {
+      return launch_config<PrefillConfig<T, kHeadDim, true, true>>(params, stream);
     }
     return launch_config<PrefillConfig<T, kHeadDim, true>>(params, stream);
   }
