@@ -1,0 +1,345 @@
+// The Hopper prefill kernel's consumers: Q, S = Q K^T, the score mods and the online softmax, P V, the
+// turns of the two warpgroups, the epilogue (kernel.cuh: the overview).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/attention/epilogue.cuh"
+#include "cuda/attention/schedule.cuh"
+#include "cuda/attention/score_mod.cuh"
+#include "cuda/common/dtype.cuh"
+#include "cuda/common/mma.cuh"
+#include "cuda/common/rotary.cuh"
+#include "cuda/common/sequence.cuh"
+#include "cuda/common/softmax.cuh"
+#include "cuda/prefill_sm90/cta.cuh"
+#include "cuda/prefill_sm90/ptx.cuh"
+#include "cuda/prefill_sm90/wgmma.cuh"
+
+namespace kvattn::cuda::sm90 {
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// ---- consumer: 64 rows
+
+// The consumer's 64 Q rows into s_q (panels of 64 rows): rotary (positions already checked) in fp32,
+// rounded to T once; rows that do not attend are zero.
+template <class Cfg>
+__device__ __forceinline__ void load_q(const AttnParams& p, const Sequence& seq, int i, int kv_head,
+                                       int64_t m0, unsigned char* s_q) {
+  using T = typename Cfg::T;
+  const int ctid = threadIdx.x % 128;
+  const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
+  for (int idx = ctid; idx < 64 * Cfg::kChunks; idx += 128) {
+    const int row = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
+    const int64_t r = m0 + row;
+    alignas(16) T vals[8];
+    if (r < used_rows) {
+      const int64_t t = r / p.group;
+      const int h = kv_head * p.group + static_cast<int>(r % p.group);
+      const T* src = token_row<const T>(p.q, seq, i, t, h);
+      const int64_t pos = seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0);
+      if (c * 8 >= p.rotary.rotary_dim && reinterpret_cast<uintptr_t>(src + c * 8) % 16 == 0) {
+        *reinterpret_cast<uint4*>(vals) = *reinterpret_cast<const uint4*>(src + c * 8);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const int ch = c * 8 + e;
+          vals[e] =
+              ch < p.rotary.rotary_dim ? from_float<T>(rotated_channel(src, ch, pos, p.rotary)) : src[ch];
+        }
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) vals[e] = from_float<T>(0.f);
+    }
+    *reinterpret_cast<uint4*>(s_q + swizzled(row, c, Cfg::kQPanelBytes)) =
+        *reinterpret_cast<const uint4*>(vals);
+  }
+}
+
+// S = Q K^T of a tile into s (issued, not waited for): kD / 16 k-steps, 32 bytes apart within a 128-byte
+// panel row.
+template <class Cfg>
+__device__ __forceinline__ void issue_qk_tile(float (&s)[Cfg::kBlockN / 2], uint32_t q_addr,
+                                              uint32_t k_tile) {
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk) {
+    const uint32_t q_step = (kk / 4) * Cfg::kQPanelBytes + (kk % 4) * 32;
+    const uint32_t k_step = (kk / 4) * Cfg::kKvPanelBytes + (kk % 4) * 32;
+    wgmma_ss<typename Cfg::T, Cfg::kBlockN>(s, desc_k_major(q_addr + q_step), desc_k_major(k_tile + k_step),
+                                            kk > 0);
+  }
+  wgmma_commit();
+}
+
+// O += P V of a tile (issued, not waited for): V's 16-key k-steps are 16 rows = 2048 bytes apart.
+template <class Cfg>
+__device__ __forceinline__ void issue_pv_tile(float (&o)[Cfg::kHeadDim / 2],
+                                              const uint32_t (&pa)[Cfg::kBlockN / 16][4], uint32_t v_tile) {
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
+    wgmma_rs<typename Cfg::T, Cfg::kHeadDim>(o, pa[kk], desc_mn_major(v_tile + kk * 2048, Cfg::kKvPanelBytes),
+                                             1);
+  }
+  wgmma_commit();
+}
+
+// P's fragments, wgmma register operands: pinned in place across the asynchronous P V (fence_registers).
+template <int kKSteps>
+__device__ __forceinline__ void fence_fragments(uint32_t (&pa)[kKSteps][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kKSteps; ++kk) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) fence_registers(pa[kk][e]);
+  }
+}
+
+// P leaves the S accumulators as the A fragments of P V (two 8-key blocks = one 16-key k-step).
+template <class Cfg>
+__device__ __forceinline__ void pack_p(const float (&s)[Cfg::kBlockN / 2],
+                                       uint32_t (&pa)[Cfg::kBlockN / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) pa[kk][e] = pack2<typename Cfg::T>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+  }
+}
+
+// The online softmax of a tile's modified scores (rows spread over the 4 threads of a quad; scores times
+// factor are log2 units, score_factor): s becomes P, the rows' (max, sum) move on, correction = how much
+// each row's running max moved (what O must be scaled by).
+template <int kBlockN>
+__device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float factor, float (&row_max)[2],
+                                               float (&row_sum)[2], float (&correction)[2]) {
+  // Row max and row sum over 4 partial chains each (dependent FMNMX / FADD chains of kBlockN / 32
+  // instead of kBlockN / 4: the consumers are latency-bound, bench/NOTES.md).
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    float part[4] = {row_max[k], -INFINITY, -INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+      part[j % 4] = fmaxf(part[j % 4], fmaxf(s[4 * j + 2 * k], s[4 * j + 2 * k + 1]));
+    }
+    float mx = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float base = safe_max_base(mx) * factor;  // log2 units
+    correction[k] = mx == row_max[k] ? 1.f : fast_exp2(row_max[k] * factor - base);
+    row_max[k] = mx;
+    float sum[4] = {row_sum[k] * correction[k], 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+      s[4 * j + 2 * k] = fast_exp2(fmaf(s[4 * j + 2 * k], factor, -base));
+      s[4 * j + 2 * k + 1] = fast_exp2(fmaf(s[4 * j + 2 * k + 1], factor, -base));
+      sum[j % 4] += s[4 * j + 2 * k] + s[4 * j + 2 * k + 1];
+    }
+    row_sum[k] = (sum[0] + sum[1]) + (sum[2] + sum[3]);
+  }
+}
+
+// Out = O / l and lse of this thread's two rows, the sink counted here (one pass: no partials).
+template <class Cfg>
+__device__ __forceinline__ void write_rows(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
+                                           int64_t m0, const QueryRow (&row)[2],
+                                           const float (&o)[Cfg::kHeadDim / 2], const float (&row_max)[2],
+                                           float (&row_sum)[2], float factor) {
+  using T = typename Cfg::T;
+  constexpr int kD = Cfg::kHeadDim;
+  const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32, quad = lane % 4;
+  const int64_t rows = static_cast<int64_t>(seq.q_len) * p.group;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], 1);
+    row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], 2);
+  }
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int64_t r = m0 + 16 * warp + lane / 4 + 8 * k;
+    if (r >= rows) continue;
+    const int64_t t = r / p.group;
+    const int h = row[k].head;
+    const RowState st{row_max[k] * factor, row_sum[k]};  // log2 units
+    const RowEnd end = end_row(st, row[k].attends, true, p.sinks, h, 1.f);
+    const float lse = end.lse, inv_l = end.o_scale;
+    T* out = out_row<T>(p, seq, cta.i, t, h);
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      const int c = 8 * j + 2 * quad;
+      out[c] = from_float<T>(o[4 * j + 2 * k] * inv_l);
+      out[c + 1] = from_float<T>(o[4 * j + 2 * k + 1] * inv_l);
+    }
+    if (p.lse && quad == 0) *lse_at(p, seq, cta.i, t, h) = lse;
+  }
+}
+
+// Ping-pong (Cfg::kPingPong): the two consumers take turns issuing their wgmma groups, so that one's
+// softmax runs while the other's matrix products occupy the tensor cores. Consumer c waits on barrier
+// 3 + c before issuing and then lets the other go (bar.arrive on 3 + (1 - c)); both have n_tiles + 1
+// issue points, consumer 1 starts by letting consumer 0 go and skips its last hand-over, so every
+// barrier phase completes before the CTA ends.
+template <class Cfg>
+struct PingPong {
+  int consumer;        // 0 or 1
+  int64_t turns_left;  // issue points left
+
+  __device__ __forceinline__ PingPong(int consumer_, int64_t n_tiles)
+      : consumer(consumer_), turns_left(n_tiles + 1) {
+    if (Cfg::kPingPong && consumer == 1 && n_tiles > 0) named_barrier_arrive(3, 256);
+  }
+  __device__ __forceinline__ void my_turn() const {
+    if constexpr (Cfg::kPingPong) named_barrier_sync(3 + consumer, 256);
+  }
+  __device__ __forceinline__ void your_turn() {
+    if constexpr (Cfg::kPingPong) {
+      --turns_left;
+      if (consumer == 0 || turns_left > 0) named_barrier_arrive(3 + (1 - consumer), 256);
+    }
+  }
+};
+
+// The consumer's tiles, S and P V in flight: the softmax of tile t overlaps the P V of tile t - 1 on the
+// tensor cores. Per iteration, issue S_t = Q K_t and O += P_{t-1} V_{t-1}, wait for S_t, softmax it, wait
+// for P V, release stage t - 1, rescale O by tile t's correction. wait_full(tile): the tile's stage, once
+// loaded; softmax(s, tile, correction): S -> P (the score mods, the online softmax).
+template <class Cfg, class WaitFull, class Softmax>
+__device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint32_t s_k, uint32_t s_v,
+                                          uint32_t empty_bar, PingPong<Cfg>& turns, const WaitFull& wait_full,
+                                          const Softmax& softmax, float (&o)[Cfg::kHeadDim / 2]) {
+  constexpr int kBlockN = Cfg::kBlockN, kD = Cfg::kHeadDim;
+  uint32_t pa[kBlockN / 16][4];
+  int prev_stage = 0;
+  if (n_tiles > 0) {
+    float s[kBlockN / 2];
+    prev_stage = wait_full(0);
+    turns.my_turn();
+    wgmma_fence();
+    issue_qk_tile<Cfg>(s, q_addr, s_k + prev_stage * Cfg::kKvStageBytes);
+    turns.your_turn();
+    wgmma_wait<0>();
+    fence_registers(s);
+    float correction[2];
+    softmax(s, 0, correction);  // O is still zero: nothing to rescale
+    pack_p<Cfg>(s, pa);
+  }
+  for (int64_t tile = 1; tile < n_tiles; ++tile) {
+    float s[kBlockN / 2];
+    const int stage = wait_full(tile);
+    fence_fragments(pa);
+    fence_registers(o);
+    turns.my_turn();
+    wgmma_fence();
+    issue_qk_tile<Cfg>(s, q_addr, s_k + stage * Cfg::kKvStageBytes);
+    issue_pv_tile<Cfg>(o, pa, s_v + prev_stage * Cfg::kKvStageBytes);
+    turns.your_turn();
+    wgmma_wait<1>();  // S_t is done (P V may still run)
+    fence_registers(s);
+    float correction[2];
+    softmax(s, tile, correction);
+    wgmma_wait<0>();  // P_{t-1} V_{t-1} is done: its registers and its stage are free
+    fence_registers(o);
+    fence_fragments(pa);
+    mbar_arrive(empty_bar + 8 * prev_stage);
+    if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {  // once maxima settle: rare
+#pragma unroll
+      for (int e = 0; e < kD / 2; ++e) o[e] *= correction[(e % 4) / 2];
+    }
+    pack_p<Cfg>(s, pa);
+    prev_stage = stage;
+  }
+  if (n_tiles > 0) {
+    fence_fragments(pa);
+    fence_registers(o);
+    turns.my_turn();
+    wgmma_fence();
+    issue_pv_tile<Cfg>(o, pa, s_v + prev_stage * Cfg::kKvStageBytes);
+    turns.your_turn();
+    wgmma_wait<0>();
+    fence_registers(o);
+    mbar_arrive(empty_bar + 8 * prev_stage);
+  }
+}
+
+// Consumer 1 of a CTA of at most 64 of its sequence's rows (a decode or a short chunk in a varlen batch):
+// no row to compute or write. It keeps run_tiles' protocol (its n_tiles + 1 turns, each stage released
+// once full) without a wgmma, so consumer 0 runs unchanged with the tensor cores to itself.
+template <class Cfg>
+__device__ __forceinline__ void idle_consumer(int64_t n_tiles, uint32_t full_bar, uint32_t empty_bar) {
+  if (n_tiles == 0) return;  // run_tiles takes no turn either
+  PingPong<Cfg> turns(1, n_tiles);
+  for (int64_t tile = 0; tile <= n_tiles; ++tile) {
+    if (tile < n_tiles) {
+      mbar_wait(full_bar + 8 * (tile % Cfg::kStages), static_cast<uint32_t>((tile / Cfg::kStages) & 1));
+    }
+    turns.my_turn();
+    turns.your_turn();
+    if (tile > 0) mbar_arrive(empty_bar + 8 * ((tile - 1) % Cfg::kStages));
+  }
+}
+
+template <class Cfg>
+__device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
+                                        const KeyRange& cta_keys, int64_t n_tiles, unsigned char* s_q_all,
+                                        uint32_t s_k, uint32_t s_v, uint32_t full_bar, uint32_t empty_bar,
+                                        bool reader_fence, bool diag_no_softmax) {
+  using T = typename Cfg::T;
+  constexpr int kBlockN = Cfg::kBlockN, kD = Cfg::kHeadDim;
+  const int consumer = threadIdx.x / 128 - 1;
+  const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32, quad = lane % 4;
+  const int64_t m0 = cta.m0 + 64 * consumer;  // this warpgroup's first packed row
+  unsigned char* s_q = s_q_all + consumer * (Cfg::kQBytes / Cfg::kConsumers);
+  if constexpr (Cfg::kVarlen) {
+    if (consumer == 1 && cta.m0 + 64 >= static_cast<int64_t>(seq.q_len) * p.group) {
+      idle_consumer<Cfg>(n_tiles, full_bar, empty_bar);
+      return;
+    }
+  }
+
+  load_q<Cfg>(p, seq, cta.i, cta.kv_head, m0, s_q);
+  fence_proxy_async();  // Q is read by wgmma (async proxy)
+  named_barrier_sync(1 + consumer, 128);
+
+  const int64_t kv_len = seq.end - seq.leftpad;
+  // Tiles inside the keys every row of this warpgroup sees skip the mask.
+  const KeyRange mine = key_range(p, seq, m0, 64, kBlockN);
+  // This thread's two rows of the accumulator layout, as the score modifications see them.
+  const QueryRow row[2] = {query_row(p, seq, cta.i, cta.kv_head, m0 + 16 * warp + lane / 4),
+                           query_row(p, seq, cta.i, cta.kv_head, m0 + 16 * warp + lane / 4 + 8)};
+
+  float o[kD / 2];
+#pragma unroll
+  for (int e = 0; e < kD / 2; ++e) o[e] = 0.f;
+  const float factor = score_factor(p);
+  float row_max[2] = {-INFINITY, -INFINITY};  // in the units of score_mods' output (x factor: log2)
+  float row_sum[2] = {0.f, 0.f};              // this thread's share; quad-reduced at the end
+  const uint32_t q_addr = smem_addr(s_q);
+
+  // Score mods and online softmax of a tile's S (rows spread over the 4 threads of a quad): s becomes P,
+  // correction = how much the row's running max moved (what O must be scaled by).
+  auto softmax = [&](float(&s)[kBlockN / 2], int64_t tile, float(&correction)[2]) {
+    if (diag_no_softmax) {
+      correction[0] = correction[1] = 1.f;
+      return;
+    }
+    const int64_t tile_kp0 = cta_keys.first + tile * kBlockN;
+    const bool inside = tile_kp0 >= mine.all_first && tile_kp0 + kBlockN - 1 <= mine.all_last;
+    WgmmaScoreTile<kBlockN> score_tile{s, row, static_cast<int32_t>(tile_kp0) + 2 * quad};
+    apply_score_mods<true>(p, static_cast<int32_t>(kv_len), inside, score_tile);
+    online_softmax<kBlockN>(s, factor, row_max, row_sum, correction);
+  };
+  auto wait_full = [&](int64_t tile) {
+    const int stage = static_cast<int>(tile % Cfg::kStages);
+    mbar_wait(full_bar + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1));
+    if (reader_fence) fence_proxy_async();  // the stage's cp.async writes, seen here, before wgmma reads
+    return stage;
+  };
+
+  PingPong<Cfg> turns(consumer, n_tiles);
+  run_tiles<Cfg>(n_tiles, q_addr, s_k, s_v, empty_bar, turns, wait_full, softmax, o);
+  write_rows<Cfg>(p, seq, cta, m0, row, o, row_max, row_sum, factor);
+}
+
+#endif  // sm_90a
+
+}  // namespace kvattn::cuda::sm90

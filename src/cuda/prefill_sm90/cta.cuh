@@ -1,0 +1,142 @@
+// The Hopper prefill kernel's argument, its configuration, the CTA's rows and the NaN rows of an
+// offending sequence (kernel.cuh: the overview).
+#pragma once
+
+#include <cuda.h>  // CUtensorMap
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/attention/epilogue.cuh"
+#include "cuda/attention/params.cuh"
+#include "cuda/attention/schedule.cuh"
+#include "cuda/common/dtype.cuh"
+#include "cuda/common/sequence.cuh"
+#include "cuda/prefill_sm90/config.hpp"
+
+namespace kvattn::cuda::sm90 {
+
+// The kernel's argument: the attention parameters, the grid's m-blocks of kBlockM rows, and flags.
+enum PrefillFlags : uint32_t {
+  kUnitMajor = 1,      // grid order: the m-blocks of a (sequence, kv head) together (else m-block major)
+  kNoReaderFence = 2,  // A/B only: consumers skip fence.proxy.async after a stage's full barrier
+  // Diagnostics (timing only, the output is wrong): the producer copies only the first kStages tiles
+  // (then signals stale stages), or the consumers skip the score mods and the softmax.
+  kDiagNoLoad = 4,
+  kDiagNoSoftmax = 8,
+  // K/V by TMA (k_map / v_map valid): paged caches whose page size is a multiple of 8 and divides the key
+  // tile or is a multiple of it, contiguous and packed caches of at least a tile (tma_geometry).
+  kTma = 16,
+};
+struct PrefillArgs {
+  AttnParams p;
+  int32_t m_blocks;
+  uint32_t flags;
+  // With kTma: the K and V caches as 4-D tensors (channel, slot in page, kv head, page) over the pages of
+  // tma_geometry, box (64 channels, its box slots, 1, 1), 128B swizzle: one box is one 64-channel panel of
+  // a page's rows (a contiguous cache's page is a cache row, a packed cache is one page).
+  CUtensorMap k_map;  // (a 128-byte aligned type)
+  CUtensorMap v_map;
+};
+
+template <typename T_, int kHeadDim_, bool kPingPong_, bool kVarlen_ = false>
+struct PrefillConfig {
+  using T = T_;
+  static constexpr int kHeadDim = kHeadDim_;     // d = dv
+  static constexpr bool kPingPong = kPingPong_;  // the consumers take turns on the tensor cores
+  // q packed by cu_seqlens_q (its own kernel: the line's scan and the idle consumer in the kernel that
+  // does not need them cost 2.6-5.4% of W3's single-chunk times on the H200, bench/NOTES.md): CTA x takes
+  // position x of the varlen m-block line (attention/schedule.cuh); a CTA of <= 64 rows computes with
+  // consumer 0 alone.
+  static constexpr bool kVarlen = kVarlen_;
+  static constexpr PrefillTile kTile = prefill_tile(kHeadDim);
+  static constexpr int kConsumers = kTile.consumers;  // warpgroups of 64 rows
+  static constexpr int kBlockM = 64 * kConsumers;
+  static constexpr int kBlockN = kTile.block_n;
+  static constexpr int kStages = kTile.stages;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kPanels = kHeadDim / 64;           // 64-channel panels of a row
+  static constexpr int kQPanelBytes = 64 * 128;           // one consumer's 64 rows of one panel
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;  // (consumer, panel, 64 rows, 128 B)
+  static constexpr int kKvPanelBytes = kBlockN * 128;     // kBlockN keys of one panel
+  static constexpr int kKvStageBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks of a row
+  static constexpr int kRegsProducer = kTile.regs_producer;
+  static constexpr int kRegsConsumer = kTile.regs_consumer;
+  static_assert(kHeadDim % 64 == 0, "whole 128-byte panels");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 128, "a key row per producer thread");
+  static_assert((kBlockN / 4) * kChunks % 32 == 0, "whole warp copy steps");
+  static_assert(prefill_smem_bytes(kHeadDim) == 1024 + kQBytes + 2 * kStages * kKvStageBytes + 16 * kStages,
+                "the launcher's shared memory is the kernel's");
+};
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// The ScoreTile (attention/score_mod.cuh) of one consumer's (64, kN) wgmma accumulator tile: element e of
+// s is the thread's row (e % 4) / 2 (warp rows lane / 4 and lane / 4 + 8), key column 8 (e / 4) +
+// 2 (lane % 4) + e % 2.
+template <int kN>
+struct WgmmaScoreTile {
+  float (&s)[kN / 2];
+  const QueryRow (&rows)[2];
+  int32_t kp0;  // kp of this thread's first column (the tile's first key + 2 (lane % 4))
+  template <class F>
+  __device__ __forceinline__ void for_each(F f) {
+#pragma unroll
+    for (int e = 0; e < kN / 2; ++e) f(s[e], rows[(e % 4) / 2], kp0 + 8 * (e / 4) + (e & 1));
+  }
+};
+
+// Byte offset of 16-byte chunk c of row r in a tile of 64-channel panels (panel_bytes apart), 128B
+// swizzle: the chunk's position within its 128-byte row is XORed with r % 8.
+__device__ __forceinline__ uint32_t swizzled(int r, int c, int panel_bytes) {
+  return (c / 8) * panel_bytes + r * 128 + (((c % 8) ^ (r % 8)) << 4);
+}
+
+// The CTA's rows: sequence i (batch: none), kv head, first packed row.
+struct CtaRows {
+  int i, kv_head;
+  int64_t m0;
+};
+
+template <class Cfg>
+__device__ __forceinline__ CtaRows cta_rows(const PrefillArgs& a) {
+  const AttnParams& p = a.p;
+  if constexpr (Cfg::kVarlen) {
+    const LineBlock b = varlen_line_block<Cfg::kThreads>(p, Cfg::kBlockM);
+    return {b.i, b.kv_head, b.m0};
+  }
+  const int units = p.seq.batch * p.num_kv_heads;
+  int m_block, u;
+  if (a.flags & kUnitMajor) {
+    // The m-blocks of one (sequence, kv head) back to back, last (causal: the most keys) first: the CTAs
+    // in flight share their K/V in L2, and the short causal blocks fill the end.
+    u = static_cast<int>(blockIdx.x / a.m_blocks);
+    m_block = a.m_blocks - 1 - static_cast<int>(blockIdx.x % a.m_blocks);
+  } else {
+    // Longest first across the grid: every (sequence, kv head) of an m-block together.
+    m_block = a.m_blocks - 1 - static_cast<int>(blockIdx.x / units);
+    u = static_cast<int>(blockIdx.x % units);
+  }
+  return {u / p.num_kv_heads, u % p.num_kv_heads, static_cast<int64_t>(m_block) * Cfg::kBlockM};
+}
+
+// An offending sequence: NaN in out (and lse) for the CTA's rows. All threads.
+template <class Cfg>
+__device__ void write_nan_rows(const AttnParams& p, const CtaRows& c, const Sequence& seq) {
+  using T = typename Cfg::T;
+  const int64_t rows = static_cast<int64_t>(seq.q_len) * p.group;
+  for (int idx = threadIdx.x; idx < Cfg::kBlockM * p.head_dim_v; idx += Cfg::kThreads) {
+    const int64_t r = c.m0 + idx / p.head_dim_v;
+    const int ch = idx % p.head_dim_v;
+    if (r >= rows) continue;
+    const int64_t t = r / p.group;
+    const int h = c.kv_head * p.group + static_cast<int>(r % p.group);
+    out_row<T>(p, seq, c.i, t, h)[ch] = from_float<T>(NAN);
+    if (ch == 0 && p.lse) *lse_at(p, seq, c.i, t, h) = NAN;
+  }
+}
+
+#endif  // sm_90a
+
+}  // namespace kvattn::cuda::sm90

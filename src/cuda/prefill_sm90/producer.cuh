@@ -1,0 +1,172 @@
+// The Hopper prefill kernel's producers: K/V tiles into the stage ring, by cp.async or TMA (kernel.cuh:
+// the overview).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/sequence.cuh"
+#include "cuda/prefill_sm90/cta.cuh"
+#include "cuda/prefill_sm90/ptx.cuh"
+
+namespace kvattn::cuda::sm90 {
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// ---- producer: K/V tiles into the stage ring
+
+template <class Cfg>
+__device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq, int kv_head, int64_t slot0,
+                                        int64_t n_tiles, uint32_t s_k, uint32_t s_v, uint32_t full_bar,
+                                        uint32_t empty_bar, bool diag_no_load) {
+  constexpr int kRowsPerWarp = Cfg::kBlockN / 4;
+  const int ptid = threadIdx.x;  // 0..127
+  const int warp = ptid / 32, lane = ptid % 32;
+  const bool owns_row =
+      lane < kRowsPerWarp;  // thread (warp, lane) addresses key row warp * kRowsPerWarp + lane
+  const int key_row = warp * kRowsPerWarp + lane;
+  const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache.ptr);
+  const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache.ptr);
+  const bool paged = p.seq.page_table != nullptr && p.seq.cu_seqlens_k == nullptr;
+  // The page-table entry of this thread's key row, loaded one tile ahead of its use.
+  auto entry_of = [&](int64_t tile) -> int32_t {
+    const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
+    return paged && owns_row && tile < n_tiles && s < seq.end ? page_entry(p.seq, seq, s) : 0;
+  };
+  int32_t entry = entry_of(0);
+  for (int64_t tile = 0; tile < n_tiles; ++tile) {
+    const int stage = static_cast<int>(tile % Cfg::kStages);
+    // This thread's key row: where it starts in each cache, in 16-byte units (32 bits: the launcher checks
+    // that the caches span less than 64 GiB), or kNoRow (zero-filled).
+    constexpr uint32_t kNoRow = 0xffffffffu;
+    const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
+    uint32_t k_off = kNoRow, v_off = kNoRow;
+    if (owns_row && s < seq.end) {
+      const SlotAddress a = slot_address_at(p.seq, seq, s, entry);
+      if (a.page >= 0) {
+        k_off = static_cast<uint32_t>((a.page * p.k_cache.page_stride + a.in_page * p.k_cache.slot_stride +
+                                       kv_head * p.k_cache.head_stride) /
+                                      8);
+        v_off = static_cast<uint32_t>((a.page * p.v_cache.page_stride + a.in_page * p.v_cache.slot_stride +
+                                       kv_head * p.v_cache.head_stride) /
+                                      8);
+      }
+    }
+    entry = entry_of(tile + 1);
+    mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1) ^ 1u);
+    const uint32_t k_dst = s_k + stage * Cfg::kKvStageBytes, v_dst = s_v + stage * Cfg::kKvStageBytes;
+    // Warp-wide steps of 32 chunks: lane l copies chunk (j * 32 + l) % kChunks of row (j * 32 + l) /
+    // kChunks of the warp's rows, so consecutive lanes read consecutive 16 bytes of a row.
+#pragma unroll
+    for (int j = 0; j < kRowsPerWarp * Cfg::kChunks / 32; ++j) {
+      if (diag_no_load && tile >= Cfg::kStages) break;
+      const int idx = j * 32 + lane;
+      const int row_in_warp = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
+      const uint32_t k_row = __shfl_sync(0xffffffffu, k_off, row_in_warp);
+      const uint32_t v_row = __shfl_sync(0xffffffffu, v_off, row_in_warp);
+      const bool ok = k_row != kNoRow;
+      const int r = warp * kRowsPerWarp + row_in_warp;
+      const uint32_t at = swizzled(r, c, Cfg::kKvPanelBytes);
+      const uint32_t k_unit = ok ? k_row + c : 0, v_unit = ok ? v_row + c : 0;  // in range when ok
+      cp_async_16(k_dst + at, k_base + static_cast<uint64_t>(k_unit) * 16, ok);
+      cp_async_16(v_dst + at, v_base + static_cast<uint64_t>(v_unit) * 16, ok);
+    }
+    // The stage is full once every producer thread's copies of it have landed (no wait here).
+    cp_async_arrive(full_bar + 8 * stage);
+  }
+  cp_async_wait_all();  // nothing in flight when the producer leaves
+}
+
+// The TMA producer (one warp; kTma): tile t covers slots [slot0 + t kBlockN, + kBlockN), slot0 a multiple of
+// tma_geometry's align, so each box of `box` slots lies in one page: one page's rows (paged, page size <=
+// kBlockN), a part of one page, or of a contiguous cache's row / the packed token rows, where it may reach
+// past the row's end (the TMA unit writes zeros there). A tile inside [leftpad, end) is kBlockN / box boxes
+// a panel of K and of V at slot_address_at's (page, slot in page), lane j issuing box j's (its page-table
+// entry loaded before the stage is free); the full barrier (32 arrivals) completes when the bytes land.
+// So is a last tile reaching past `end` where `end` is the map's end (a contiguous row filled to its
+// capacity, the last packed sequence): its slots past `end` are the TMA unit's zeros. Any other tile
+// reaching outside [leftpad, end) (at most the first and the last of a CTA) goes by 16-byte cp.async, its
+// slots outside zero-filled, as the other producer does (they may hold NaN, and P V needs 0 there).
+template <class Cfg>
+__device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence& seq, int kv_head,
+                                            int64_t slot0, int64_t n_tiles, uint32_t s_k, uint32_t s_v,
+                                            uint32_t full_bar, uint32_t empty_bar, bool diag_no_load) {
+  const AttnParams& p = a.p;
+  const int lane = threadIdx.x % 32;
+  const bool packed = p.seq.cu_seqlens_k != nullptr, paged = p.seq.page_table != nullptr && !packed;
+  const TmaGeometry g = tma_geometry(packed, paged, p.seq.num_pages, p.seq.page_size, Cfg::kBlockN);
+  const int boxes = Cfg::kBlockN / g.box;
+  // The slots from `end` on lie past the map's slot dim (zeros): contiguous and packed caches only.
+  const bool zero_tail = !paged && slot_address_at(p.seq, seq, seq.end, 0).in_page == g.slots;
+  const uint64_t k_map = reinterpret_cast<uint64_t>(&a.k_map), v_map = reinterpret_cast<uint64_t>(&a.v_map);
+  if (lane == 0) {
+    tma_prefetch_map(k_map);
+    tma_prefetch_map(v_map);
+  }
+  const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache.ptr);
+  const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache.ptr);
+  for (int64_t tile = 0; tile < n_tiles; ++tile) {
+    const int stage = static_cast<int>(tile % Cfg::kStages);
+    const uint32_t bar = full_bar + 8 * stage;
+    const uint32_t k_dst = s_k + stage * Cfg::kKvStageBytes, v_dst = s_v + stage * Cfg::kKvStageBytes;
+    const int64_t t0 = slot0 + tile * Cfg::kBlockN;
+    const bool whole = t0 >= seq.leftpad && (t0 + Cfg::kBlockN <= seq.end || zero_tail);
+    const int64_t box_slot = t0 + lane * g.box;
+    const int32_t entry = paged && whole && lane < boxes ? page_entry(p.seq, seq, box_slot) : 0;
+    mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1) ^ 1u);
+    if (diag_no_load && tile >= Cfg::kStages) {
+      mbar_arrive(bar);  // stale stage (timing only)
+    } else if (whole) {
+      // This stage's last writes may have been an edge tile's cp.async (generic proxy); the copies below
+      // write it through the async proxy.
+      fence_proxy_async();
+      if (lane == 0) {
+        mbar_arrive_expect_tx(bar, 2 * Cfg::kKvStageBytes);
+      } else {
+        mbar_arrive(bar);
+      }
+      __syncwarp();  // the bytes are expected before any copy can land
+      if (lane < boxes) {
+        const SlotAddress box_at = slot_address_at(p.seq, seq, box_slot, entry);  // entries were checked
+        const uint32_t rows_at = static_cast<uint32_t>(lane * g.box * 128);
+#pragma unroll
+        for (int panel = 0; panel < Cfg::kPanels; ++panel) {
+          const uint32_t at = panel * Cfg::kKvPanelBytes + rows_at;
+          tma_load_4d(k_dst + at, k_map, bar, 64 * panel, box_at.in_page, kv_head, box_at.page);
+          tma_load_4d(v_dst + at, v_map, bar, 64 * panel, box_at.in_page, kv_head, box_at.page);
+        }
+      }
+    } else {
+      constexpr uint32_t kNoRow = 0xffffffffu;
+      for (int r = lane; r < Cfg::kBlockN; r += 32) {
+        const int64_t s = t0 + r;
+        uint32_t k_off = kNoRow, v_off = kNoRow;
+        if (s >= seq.leftpad && s < seq.end) {  // entries of these slots were checked (check_pages)
+          const SlotAddress sa = slot_address(p.seq, seq, s);
+          if (sa.page >= 0) {
+            k_off =
+                static_cast<uint32_t>((sa.page * p.k_cache.page_stride + sa.in_page * p.k_cache.slot_stride +
+                                       kv_head * p.k_cache.head_stride) /
+                                      8);
+            v_off =
+                static_cast<uint32_t>((sa.page * p.v_cache.page_stride + sa.in_page * p.v_cache.slot_stride +
+                                       kv_head * p.v_cache.head_stride) /
+                                      8);
+          }
+        }
+        const bool ok = k_off != kNoRow;
+#pragma unroll 4
+        for (int c = 0; c < Cfg::kChunks; ++c) {
+          const uint32_t at = swizzled(r, c, Cfg::kKvPanelBytes);
+          cp_async_16(k_dst + at, k_base + static_cast<uint64_t>(ok ? k_off + c : 0) * 16, ok);
+          cp_async_16(v_dst + at, v_base + static_cast<uint64_t>(ok ? v_off + c : 0) * 16, ok);
+        }
+      }
+      cp_async_arrive(bar);
+    }
+  }
+  cp_async_wait_all();
+}
+
+#endif  // sm_90a
+
+}  // namespace kvattn::cuda::sm90
