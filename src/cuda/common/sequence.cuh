@@ -298,7 +298,9 @@ struct LinePos {
 };
 
 // The batch in chunks of kThreads sequences, a block-wide exclusive scan of count(i) each (warp scans,
-// then the warp totals), until the chunk that holds blockIdx.x. Call from all threads.
+// then the warp totals), until the chunk that holds blockIdx.x. Call from all threads, with batch >= 1
+// (the first chunk's barrier publishes s_found's initial value; the launchers return before launching an
+// empty batch).
 template <int kThreads, class Count>
 __device__ inline LinePos find_on_line(const SeqParams& p, DeviceErrorRecord* err, Count count) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps");
