@@ -52,17 +52,21 @@ struct Buffer {
 
 enum Kind { kFloat, kIndex };
 
-// Element-offset extent of a descriptor in 128-bit arithmetic; false when ndim is invalid.
+// Element-offset extent of a descriptor in 128-bit arithmetic; false when ndim is invalid. Every value
+// saturates at +-2^100: far past any int64 extent, so the callers' overflow checks (x 8-byte elements)
+// decide as before, and 8 mutated dims of ~2^63 no longer overflow __int128 itself.
 bool extent128(const kvattn_tensor& t, __int128* lo, __int128* hi, __int128* numel) {
+  constexpr __int128 kSat = __int128(1) << 100;
+  const auto sat = [](__int128 x) { return x > kSat ? kSat : x < -kSat ? -kSat : x; };
   if (t.ndim < 0 || t.ndim > KVATTN_MAX_DIMS) return false;
   *lo = *hi = 0;
   *numel = 1;
   for (int i = 0; i < t.ndim; ++i) {
     if (t.shape[i] < 0) return false;
-    *numel *= t.shape[i];
+    *numel = t.shape[i] != 0 && *numel > kSat / t.shape[i] ? kSat : *numel * t.shape[i];
     if (t.shape[i] <= 1) continue;
-    const __int128 reach = __int128(t.shape[i] - 1) * t.strides[i];
-    (reach < 0 ? *lo : *hi) += reach;
+    const __int128 reach = sat(__int128(t.shape[i] - 1) * t.strides[i]);  // |.| < 2^126 before sat
+    (reach < 0 ? *lo : *hi) = sat((reach < 0 ? *lo : *hi) + reach);
   }
   return true;
 }
@@ -553,8 +557,9 @@ void apply(Case& c, Rng& rng, const Mutation& m) {
     case kIndexValue: {
       if (!given(t) || t.ndim < 1) return;
       __int128 lo, hi, numel;
-      if (!extent128(t, &lo, &hi, &numel) || numel == 0) return;
-      const int64_t e = int64_t(m.real * double(numel));  // row-major element e of the view
+      if (!extent128(t, &lo, &hi, &numel) || numel == 0 || numel > INT64_MAX) return;
+      const double scaled = m.real * double(numel);  // < numel, but double rounding may reach 2^63
+      const int64_t e = scaled >= 9.2e18 ? int64_t(numel) - 1 : int64_t(scaled);  // row-major element e
       __int128 off = 0;
       int64_t rest = e;
       for (int i = t.ndim - 1; i >= 0; --i) {
@@ -791,8 +796,14 @@ void dump_args(Case& c) {
   for (const Arg& a : c.args) {
     const kvattn_tensor& t = *a.field;
     if (!given(t) || t.ndim < 1 || t.ndim > KVATTN_MAX_DIMS) continue;
-    int64_t numel = 1;
-    for (int i = 0; i < t.ndim; ++i) numel *= t.shape[i];
+    int64_t numel = 1;  // only the first 512 elements are printed: saturate; a negative size prints none
+    for (int i = 0; i < t.ndim && numel > 0; ++i) {
+      if (t.shape[i] <= 0) {
+        numel = 0;
+      } else if (__builtin_mul_overflow(numel, t.shape[i], &numel)) {
+        numel = INT64_MAX;
+      }
+    }
     std::printf("  %s =", a.name);
     for (int64_t e = 0; e < numel && e < 512; ++e) {
       int64_t off = 0, rest = e;
@@ -865,6 +876,9 @@ int main_impl(int argc, char** argv) {
       {20261203, 16600921},
       // An ALiBi slope of -7.5e8: float32 scores ~1e9 carry rounding the reference did not allow for.
       {20261205, 2410189},
+      // Mutated sizes of ~2^62 in several dims: the fuzzer's own 128-bit extent overflowed (UBSan), now
+      // saturated.
+      {5005, 55975},
   };
   Stats stats;
   for (auto [s, k] : kRegressions) {
