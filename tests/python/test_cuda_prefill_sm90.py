@@ -258,6 +258,6 @@ VARLEN_CASES = [name for name in CASES if name.startswith("mixed") or "varlen" i
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("name", VARLEN_CASES)
 def test_prefill_sm90_varlen_kernel(monkeypatch, name, d):
-    """The varlen instantiation (the m-block line; KVATTN_SM90_VARLEN=1 until its device check)."""
+    """The varlen instantiation (the m-block line; the default for varlen q, KVATTN_SM90_VARLEN=0 turns it off)."""
     monkeypatch.setenv("KVATTN_SM90_VARLEN", "1")
     run_and_compare(dataclasses.replace(CASES[name], d=d), DEVICE)

@@ -163,11 +163,11 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
         return launch_config<PrefillConfig<T, kHeadDim, false>>(params, stream);
       }
     }
-    // The varlen kernel (the m-block line): KVATTN_SM90_VARLEN=1 until its build has passed a device check
-    // (bench/NOTES.md, session 5: the same code passed as a runtime branch of the one kernel; this
-    // instantiation was built when the session's device time was spent). Off: main's kernel, max grid.
+    // Varlen q runs the varlen kernel (the m-block line: no CTA of an empty m-block, consumer 1 idle on a
+    // decode's rows). KVATTN_SM90_VARLEN=0: main's kernel on the max-length grid (for A/B timing).
     const char* varlen = std::getenv("KVATTN_SM90_VARLEN");
-    if (params.seq.cu_seqlens_q != nullptr && varlen != nullptr && std::strcmp(varlen, "1") == 0) {
+    const bool line = varlen == nullptr || std::strcmp(varlen, "0") != 0;
+    if (params.seq.cu_seqlens_q != nullptr && line) {
       return launch_config<PrefillConfig<T, kHeadDim, true, true>>(params, stream);
     }
     return launch_config<PrefillConfig<T, kHeadDim, true>>(params, stream);
