@@ -71,25 +71,19 @@ __device__ __forceinline__ bool whole_chunks(const AppendParams& p) {
 }
 
 // New tokens [j0, j0 + kTokensPerBlock) of sequence i (those < n), by 16-byte chunks: thread t takes
-// chunk t (and t + blockDim.x, ...) of each token's k and v rows. All loads of the group (k with its
-// rotary inputs, v) are issued before any store, so the CTA pays one memory latency for them, not one a
-// token and element. A token whose page-table entry is bad records it (as the element path does) and
-// writes nothing.
+// chunk t (and t + blockDim.x, ...) of each token's k and v rows. All loads of the group (page-table
+// entries, k with its rotary inputs, v) are issued before any store or error record, so the CTA pays one
+// memory latency for them, not one a token and element. A token whose page-table entry is bad records it
+// (as the element path does) and writes nothing.
 template <typename T>
 __device__ __forceinline__ void append_chunks(const AppendParams& p, const Sequence& seq, int i, int64_t j0,
                                               int64_t n) {
-  SlotAddress at[kTokensPerBlock];  // page -1: no token to write (past n, or its page is bad)
+  const int tokens = static_cast<int>(min(n - j0, int64_t{kTokensPerBlock}));
+  const bool paged = p.seq.page_table && !p.seq.cu_seqlens_k;
+  int32_t entry[kTokensPerBlock];
 #pragma unroll
   for (int t = 0; t < kTokensPerBlock; ++t) {
-    const int64_t j = j0 + t;
-    at[t] = {-1, 0};
-    if (j >= n) continue;
-    const int64_t slot = seq.cache_len + j;
-    at[t] = slot_address(p.seq, seq, slot);
-    if (at[t].page < 0 && threadIdx.x == 0) {
-      const int64_t column = slot / p.seq.page_size;
-      record_page_error(p.seq, seq, p.errors, column, page_entry(p.seq, seq, slot));
-    }
+    entry[t] = paged && t < tokens ? page_entry(p.seq, seq, seq.cache_len + j0 + t) : 0;
   }
   const T* k_src = static_cast<const T*>(p.k_new.ptr) + i * p.k_new.batch_stride +
                    (seq.new_row0 + j0) * p.k_new.token_stride;  // token j0 + t: + t * token_stride
@@ -106,7 +100,7 @@ __device__ __forceinline__ void append_chunks(const AppendParams& p, const Seque
     alignas(16) T v[kTokensPerBlock][8];
 #pragma unroll
     for (int t = 0; t < kTokensPerBlock; ++t) {
-      if (at[t].page < 0) continue;
+      if (t >= tokens) continue;
       if (has_k) {
         const T* row = k_src + t * p.k_new.token_stride + hk * p.k_new.head_stride;
         if (rotated) {
@@ -119,10 +113,18 @@ __device__ __forceinline__ void append_chunks(const AppendParams& p, const Seque
     }
 #pragma unroll
     for (int t = 0; t < kTokensPerBlock; ++t) {
-      if (at[t].page < 0) continue;
+      if (t >= tokens) continue;
+      const int64_t slot = seq.cache_len + j0 + t;
+      const SlotAddress a = slot_address_at(p.seq, seq, slot, entry[t]);
+      if (a.page < 0) {
+        if (idx == 0) {  // thread 0, once
+          record_page_error(p.seq, seq, p.errors, slot / p.seq.page_size, entry[t]);
+        }
+        continue;
+      }
       if (has_k) {
-        T* dst = static_cast<T*>(p.k_cache.ptr) + at[t].page * p.k_cache.page_stride +
-                 at[t].in_page * p.k_cache.slot_stride + hk * p.k_cache.head_stride + ck;
+        T* dst = static_cast<T*>(p.k_cache.ptr) + a.page * p.k_cache.page_stride +
+                 a.in_page * p.k_cache.slot_stride + hk * p.k_cache.head_stride + ck;
         if (rotated) {  // rotated and rounded once, as the element path
           float x[8];
           rotate_chunk(k[t], ck, p.rotary, x);
@@ -135,8 +137,8 @@ __device__ __forceinline__ void append_chunks(const AppendParams& p, const Seque
         }
       }
       if (has_v) {
-        store8(static_cast<T*>(p.v_cache.ptr) + at[t].page * p.v_cache.page_stride +
-                   at[t].in_page * p.v_cache.slot_stride + hv * p.v_cache.head_stride + cv,
+        store8(static_cast<T*>(p.v_cache.ptr) + a.page * p.v_cache.page_stride +
+                   a.in_page * p.v_cache.slot_stride + hv * p.v_cache.head_stride + cv,
                v[t]);
       }
     }
