@@ -1,5 +1,6 @@
-// The append kernels. Both write element by element through the one addressing rule; every index read
-// from device memory is checked first, and an offending token or sequence writes nothing.
+// The append kernels. Both write through the one addressing rule (append_kernel by 16-byte chunks where the
+// dtypes and dims allow, see append_chunks; else, and slot_append_kernel always, element by element); every
+// index read from device memory is checked first, and an offending token or sequence writes nothing.
 // fp8 caches: fp16/bf16 tokens are quantized on write, stored = e4m3(x / descale) (x after rotary for k),
 // rounded to nearest even and saturated to +-448 (dtype.cuh). fp8 tokens (under fp8 q) carry the cache's
 // descale already and are written as they are (re-rounded after rotary).
