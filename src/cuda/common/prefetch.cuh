@@ -16,15 +16,33 @@ __device__ __forceinline__ void prefetch_l2(const void* ptr) {
 __device__ __forceinline__ void prefetch_sequence_arrays(const SeqParams& p, int lane) {
   const void* line = nullptr;
   switch (lane) {
-    case 0: line = p.cache_seqlens; break;
-    case 1: line = p.cache_batch_idx; break;
-    case 2: line = p.cache_leftpad; break;
-    case 3: line = p.cu_seqlens_q; break;
-    case 4: line = p.seqused_q; break;
-    case 5: line = p.cu_seqlens_k_new; break;
-    case 6: line = p.cu_seqlens_k; break;
-    case 7: line = p.kv_indptr; break;
-    case 8: line = p.rotary_seqlens; break;
+    case 0:
+      line = p.cache_seqlens;
+      break;
+    case 1:
+      line = p.cache_batch_idx;
+      break;
+    case 2:
+      line = p.cache_leftpad;
+      break;
+    case 3:
+      line = p.cu_seqlens_q;
+      break;
+    case 4:
+      line = p.seqused_q;
+      break;
+    case 5:
+      line = p.cu_seqlens_k_new;
+      break;
+    case 6:
+      line = p.cu_seqlens_k;
+      break;
+    case 7:
+      line = p.kv_indptr;
+      break;
+    case 8:
+      line = p.rotary_seqlens;
+      break;
     default: {
       const int64_t row = lane - 9;
       if (p.page_table != nullptr && p.kv_indptr == nullptr && row < p.page_table_rows) {

@@ -81,7 +81,8 @@ __device__ __forceinline__ void load_entries(const void* table, bool f32, int64_
     const float* src = static_cast<const float*>(table) + idx;
     if (reinterpret_cast<uintptr_t>(src) % 16 == 0) {
 #pragma unroll
-      for (int v = 0; v < kN / 4; ++v) reinterpret_cast<uint4*>(raw)[v] = reinterpret_cast<const uint4*>(src)[v];
+      for (int v = 0; v < kN / 4; ++v)
+        reinterpret_cast<uint4*>(raw)[v] = reinterpret_cast<const uint4*>(src)[v];
     } else {
 #pragma unroll
       for (int j = 0; j < kN; ++j) raw[j] = __float_as_uint(src[j]);
