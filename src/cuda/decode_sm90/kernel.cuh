@@ -21,7 +21,6 @@
 #pragma once
 
 #include "cuda/common/pdl.cuh"
-#include "cuda/common/prefetch.cuh"
 #include "cuda/decode_sm90/consumer.cuh"
 #include "cuda/decode_sm90/producer.cuh"
 #include "cuda/decode_sm90/timeline.cuh"
@@ -40,7 +39,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_sm90_kernel(const __g
   uint64_t* empty = full + Cfg::kStages;
   allow_dependent_launch();  // the split combine may be scheduled now; it waits for this grid's end
   KVATTN_TL(tl_enter());
-  if (threadIdx.x / 32 == Cfg::kConsumerWarps) prefetch_sequence_arrays(p.seq, threadIdx.x % 32);
   if (threadIdx.x < Cfg::kStages) {
     mbar_init(&full[threadIdx.x], 32);  // the 32 lanes of the stage's producer warp
     mbar_init(&empty[threadIdx.x], 32);
