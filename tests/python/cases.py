@@ -53,6 +53,7 @@ class Case:
     pack_gqa: Optional[bool] = None
     deterministic: bool = False
     strided_q: bool = False  # q (and qv) as non-contiguous views
+    unaligned_new: bool = False  # k, v, cos and sin as views at an odd element offset with odd strides
     out_given: bool = False  # pass a NaN-filled `out`
 
     @property
@@ -75,6 +76,15 @@ def _strided(x, heads_axis):
     perm[heads_axis], perm[0] = perm[0], perm[heads_axis]
     store = np.ascontiguousarray(np.transpose(x, perm))
     return np.transpose(store, perm)
+
+
+def _unaligned(x):
+    """The same values as `x`, as a view one element into NaN-padded rows of last dim + 3: no row starts
+    16-byte aligned (16-bit dtypes) and none is a whole number of 16-byte chunks from the next."""
+    store = np.full(x.shape[:-1] + (x.shape[-1] + 3,), np.nan, x.dtype)
+    view = store[..., 1:x.shape[-1] + 1]
+    view[...] = x
+    return view
 
 
 def _cache_storage(shape, dtype, hnd):
@@ -200,6 +210,8 @@ def build(case):
             assert len(set(new.tolist())) == 1, "fixed-length append needs equal lengths"
             kw["k"] = randn(rng, (b, int(new[0]), hk, d), dt)
             kw["v"] = randn(rng, (b, int(new[0]), hk, dv), dt)
+        if case.unaligned_new:
+            kw["k"], kw["v"] = _unaligned(kw["k"]), _unaligned(kw["v"])
 
     # ---- rotary
     if case.rotary:
@@ -212,7 +224,7 @@ def build(case):
         span = np.maximum(new, q_lens if per_token else 1)
         seqlen_ro = int((pos0 + span).max(initial=0)) + int(rng.integers(1, 4))
         cos, sin = rotary_tables(rng, seqlen_ro, rd, dt if case.rotary_in_q_dtype else np.float32)
-        kw["rotary_cos"], kw["rotary_sin"] = cos, sin
+        kw["rotary_cos"], kw["rotary_sin"] = (_unaligned(cos), _unaligned(sin)) if case.unaligned_new else (cos, sin)
         kw["rotary_interleaved"] = case.rotary == "interleaved"
 
     # ---- scores, mask, softmax

@@ -87,6 +87,9 @@ EDGE_CASES = [
     ("rotary-seqlens", C(seqlens=(4, 6), new=(2, 2), sq=2, rotary="interleaved", rotary_seqlens=True, causal=True)),
     ("rotary-q-only", C(seqlens=(4, 6), sq=2, rotary="interleaved", causal=True)),
     ("rotary-q-dtype-tables", C(seqlens=(4, 6), new=(1, 1), rotary="neox", rotary_in_q_dtype=True, dtype="bf16")),
+    ("rotary-unaligned-views", C(seqlens=(5, 9), new=(3, 3), sq=2, rotary="neox", unaligned_new=True, causal=True)),
+    ("rotary-unaligned-varlen-paged", C(layout="paged", page_size=2, seqlens=(4, 7), new=(5, 2), varlen_new=True,
+                                        rotary="interleaved", unaligned_new=True)),
     ("rotary-window", C(seqlens=(8, 6), new=(2, 2), sq=2, rotary="neox", window=(3, 0))),
     # scores
     ("softcap", C(seqlens=(7, 3), sq=2, softcap=1.5)),

@@ -10,6 +10,7 @@ import pytest
 
 import harness as H
 from cases import Case, build, run_and_compare
+from reference import reference_attention
 
 pytestmark = pytest.mark.skipif(not H._cuda_ready(), reason="needs torch, a GPU and a CUDA build")
 DEVICE = "cuda"
@@ -151,6 +152,90 @@ def test_odd_head_dims_padded():
         case = Case(dtype="fp16", d=d, dv=dv, hq=4, hk=2, seqlens=(90, 17), new=(2, 2), sq=2, causal=True,
                     layout="paged", page_size=5, seed=d)
         run_and_compare(case, DEVICE)
+
+
+# ---- the append kernel: fp16/bf16 into a same-dtype cache by 16-byte chunks (head dims % 8, rotary_dim % 16),
+# else (fp8, other dims) element by element. Token groups of 4 partly filled (13 new tokens), rows of more
+# chunks than threads (hk * d / 8 > 128), k and v rows of different widths.
+
+
+_WIDE = [(d, dv, hk, rotary) for d, dv, hk in [(128, 128, 8), (256, 256, 8), (192, 128, 8), (128, 128, 1)]
+         for rotary in (None, "neox", "interleaved")] + [(64, 512, 4, None)]  # the MLA shape: v wider than k
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("d,dv,hk,rotary", _WIDE)
+def test_append_chunked_wide_rows(d, dv, hk, rotary, dtype):
+    case = Case(dtype=dtype, d=d, dv=dv, hq=2 * hk, hk=hk, seqlens=(37, 0, 16), new=(13, 13, 13), sq=2,
+                causal=True, layout="paged", page_size=16, rotary=rotary, qv=d < dv, seed=d + hk)
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("rotary", ["neox", "interleaved"])
+@pytest.mark.parametrize("rotary_dim", [16, 32, 64, 112, 8, 24, 40, 120])  # the last four: not % 16, elementwise
+@pytest.mark.parametrize("tables", ["fp32", "q"])
+def test_append_rotary_dims(rotary_dim, rotary, tables, dtype):
+    case = Case(dtype=dtype, d=128, hq=4, hk=2, seqlens=(5, 30), new=(9, 9), sq=3, causal=True, layout="paged",
+                page_size=16, rotary=rotary, rotary_dim=rotary_dim, rotary_in_q_dtype=tables == "q",
+                rotary_seqlens=True, seed=rotary_dim)
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("rotary", [None, "neox", "interleaved"])
+@pytest.mark.parametrize("layout,page", [("paged", 1), ("paged", 16), ("contiguous", 0), ("packed", 0)])
+@pytest.mark.parametrize("features", [
+    dict(), dict(unaligned_new=True), dict(leftpad=(3, 0, 9), batch_idx="scattered"),
+    dict(new=(0, 7, 21), varlen_new=True, batch_idx="scattered", unaligned_new=True), dict(hnd=True),
+])
+def test_append_layouts(layout, page, rotary, features, dtype):
+    """Every cache layout (page 1: each token its own page), leftpad and cache_batch_idx, varlen new tokens,
+    k / v / cos / sin at unaligned addresses and strides (the element loads and stores of load8 / store8)."""
+    kw = dict(dtype=dtype, d=128, hq=8, hk=4, seqlens=(21, 9, 40), new=(6, 6, 6), sq=2, causal=True,
+              layout=layout, page_size=max(page, 1), rotary=rotary, seed=page + len(features))
+    kw.update(features)
+    if layout == "packed":  # rows are cu_seqlens_k's, no cache_batch_idx
+        kw.pop("batch_idx", None)
+    run_and_compare(Case(**kw), DEVICE)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp8"])
+def test_append_fp8_cache_element_path(dtype):
+    """fp8 caches keep the element path (quantize on write; fp8 tokens as they are), rotary on, unaligned k / v."""
+    case = Case(dtype=dtype, kv_fp8=True, d=128, hq=8, hk=4, seqlens=(21, 9, 40), new=(0, 7, 21), varlen_new=True,
+                sq=2, causal=True, layout="paged", page_size=16, rotary="neox", rotary_dim=64, unaligned_new=True,
+                batch_idx="scattered", seed=7)
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+@pytest.mark.parametrize("varlen", [False, True])
+def test_append_bad_page_mid_group(varlen, dtype):
+    """A bad page-table entry under new tokens 2 and 3 of sequence 0 (page 2: inside its first group of 4):
+    the error names the entry, sequence 0's out is NaN, those two tokens are not written, and every other
+    new token (the rest of the group, the next groups, sequence 1) is, as the oracle writes them."""
+    case = Case(dtype=dtype, d=128, hq=4, hk=2, seqlens=(40, 50), new=(9, 9), varlen_new=varlen, sq=2,
+                causal=True, layout="paged", page_size=2, rotary="neox", seed=2)
+    q, k_cache, v_cache, kw, ref_kw, info = build(case)
+    ref = reference_attention(q, k_cache, v_cache, **ref_kw)  # the good table's caches
+    table = kw["page_table"].copy()
+    column = (40 + 2) // 2  # slots 42, 43: new tokens 2, 3 of sequence 0 (row 0)
+    page = table[0, column]
+    table[0, column] = k_cache.shape[0] + 5
+    kw = dict(kw, page_table=table)
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    kc, vc = H.to_device(k_cache, DEVICE), H.to_device(v_cache, DEVICE)
+    out = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), kc, vc, **dev)
+    with pytest.raises(H.kvattn.KvattnError) as e:
+        H.sync_device_errors(DEVICE)
+    assert f"page_table[0, {column}]" in str(e.value), str(e.value)
+    out = H.f64(H.to_numpy(out))
+    assert np.isnan(out[0]).all() and not np.isnan(out[1]).any()
+    for name, got, want, before in (("k_cache", kc, ref["k_cache"], k_cache), ("v_cache", vc, ref["v_cache"], v_cache)):
+        want = want.copy()
+        want[page] = before[page]  # the skipped tokens' page keeps what it held
+        H.assert_cache_equal(name, H.to_numpy(got), want, name == "k_cache", H.DTYPE_NAME[np.dtype(q.dtype)])
 
 
 def _bad_page_inputs():

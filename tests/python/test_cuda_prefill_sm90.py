@@ -261,3 +261,10 @@ def test_prefill_sm90_varlen_kernel(monkeypatch, name, d):
     """The varlen instantiation (the m-block line; the default for varlen q, KVATTN_SM90_VARLEN=0 turns it off)."""
     monkeypatch.setenv("KVATTN_SM90_VARLEN", "1")
     run_and_compare(dataclasses.replace(CASES[name], d=d), DEVICE)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_prefill_sm90_pingpong_kernel(monkeypatch, name):
+    """d 128's ping-pong kernel (KVATTN_SM90_PINGPONG=1; by default its consumers issue independently)."""
+    monkeypatch.setenv("KVATTN_SM90_PINGPONG", "1")
+    run_and_compare(dataclasses.replace(CASES[name], d=128), DEVICE)

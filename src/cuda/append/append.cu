@@ -1,5 +1,6 @@
-// The append kernels. Both write element by element through the one addressing rule; every index read
-// from device memory is checked first, and an offending token or sequence writes nothing.
+// The append kernels. Both write through the one addressing rule (append_kernel by 16-byte chunks where the
+// dtypes and dims allow, see append_chunks; else, and slot_append_kernel always, element by element); every
+// index read from device memory is checked first, and an offending token or sequence writes nothing.
 // fp8 caches: fp16/bf16 tokens are quantized on write, stored = e4m3(x / descale) (x after rotary for k),
 // rounded to nearest even and saturated to +-448 (dtype.cuh). fp8 tokens (under fp8 q) carry the cache's
 // descale already and are written as they are (re-rounded after rotary).
@@ -61,6 +62,90 @@ __device__ __forceinline__ float descale_of(const float* ptr, const int64_t (&st
   return ptr ? ptr[i * strides[0] + h * strides[1]] : 1.f;
 }
 
+// The chunked path: fp16/bf16 tokens into a cache of their dtype, rows in 16-byte chunks of 8 channels and
+// rotary_dim a multiple of 16 (no chunk straddles it or the GPT-NeoX half; 0 = no rotary).
+template <typename T, typename TCache>
+constexpr bool kChunked = std::is_same_v<T, TCache> && sizeof(T) == 2;
+
+__device__ __forceinline__ bool whole_chunks(const AppendParams& p) {
+  return p.head_dim % 8 == 0 && p.head_dim_v % 8 == 0 && p.rotary.rotary_dim % 16 == 0;
+}
+
+// New tokens [j0, j0 + kTokensPerBlock) of sequence i (those < n), by 16-byte chunks: thread t takes
+// chunk t (and t + blockDim.x, ...) of each token's k and v rows. All loads of the group (page-table
+// entries, k with its rotary inputs, v) are issued before any store or error record, so the CTA pays one
+// memory latency for them, not one a token and element. A token whose page-table entry is bad records it
+// (as the element path does) and writes nothing.
+template <typename T>
+__device__ __forceinline__ void append_chunks(const AppendParams& p, const Sequence& seq, int i, int64_t j0,
+                                              int64_t n) {
+  const int tokens = static_cast<int>(min(n - j0, int64_t{kTokensPerBlock}));
+  const bool paged = p.seq.page_table && !p.seq.cu_seqlens_k;
+  int32_t entry[kTokensPerBlock];
+#pragma unroll
+  for (int t = 0; t < kTokensPerBlock; ++t) {
+    entry[t] = paged && t < tokens ? page_entry(p.seq, seq, seq.cache_len + j0 + t) : 0;
+  }
+  const T* k_src = static_cast<const T*>(p.k_new.ptr) + i * p.k_new.batch_stride +
+                   (seq.new_row0 + j0) * p.k_new.token_stride;  // token j0 + t: + t * token_stride
+  const T* v_src = static_cast<const T*>(p.v_new.ptr) + i * p.v_new.batch_stride +
+                   (seq.new_row0 + j0) * p.v_new.token_stride;
+  const int k_chunks = p.head_dim / 8, v_chunks = p.head_dim_v / 8;
+  const int k_total = p.num_kv_heads * k_chunks, v_total = p.num_kv_heads * v_chunks;
+  for (int idx = threadIdx.x; idx < max(k_total, v_total); idx += blockDim.x) {
+    const bool has_k = idx < k_total, has_v = idx < v_total;
+    const int hk = idx / k_chunks, ck = idx % k_chunks * 8;
+    const int hv = idx / v_chunks, cv = idx % v_chunks * 8;
+    const bool rotated = ck < p.rotary.rotary_dim;
+    RotaryChunk<T> k[kTokensPerBlock];
+    alignas(16) T v[kTokensPerBlock][8];
+#pragma unroll
+    for (int t = 0; t < kTokensPerBlock; ++t) {
+      if (t >= tokens) continue;
+      if (has_k) {
+        const T* row = k_src + t * p.k_new.token_stride + hk * p.k_new.head_stride;
+        if (rotated) {
+          load_rotary_chunk(row, ck, seq.rotary_pos + j0 + t, p.rotary, k[t]);
+        } else {
+          load8(row + ck, k[t].x);
+        }
+      }
+      if (has_v) load8(v_src + t * p.v_new.token_stride + hv * p.v_new.head_stride + cv, v[t]);
+    }
+#pragma unroll
+    for (int t = 0; t < kTokensPerBlock; ++t) {
+      if (t >= tokens) continue;
+      const int64_t slot = seq.cache_len + j0 + t;
+      const SlotAddress a = slot_address_at(p.seq, seq, slot, entry[t]);
+      if (a.page < 0) {
+        if (idx == 0) {  // thread 0, once
+          record_page_error(p.seq, seq, p.errors, slot / p.seq.page_size, entry[t]);
+        }
+        continue;
+      }
+      if (has_k) {
+        T* dst = static_cast<T*>(p.k_cache.ptr) + a.page * p.k_cache.page_stride +
+                 a.in_page * p.k_cache.slot_stride + hk * p.k_cache.head_stride + ck;
+        if (rotated) {  // rotated and rounded once, as the element path
+          float x[8];
+          rotate_chunk(k[t], ck, p.rotary, x);
+          alignas(16) T out[8];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) out[e] = from_float<T>(x[e]);
+          store8(dst, out);
+        } else {
+          store8(dst, k[t].x);
+        }
+      }
+      if (has_v) {
+        store8(static_cast<T*>(p.v_cache.ptr) + a.page * p.v_cache.page_stride +
+                   a.in_page * p.v_cache.slot_stride + hv * p.v_cache.head_stride + cv,
+               v[t]);
+      }
+    }
+  }
+}
+
 // grid (batch, token blocks): block y writes new tokens [j0, j0 + kTokensPerBlock) of sequence x for
 // j0 = y * kTokensPerBlock, y + gridDim.y, ... (gridDim.y is capped at 65535). Varlen new tokens (p.line):
 // a 1-D grid, CTA x writes the token block of line position x (a batch of one long chunk and many
@@ -82,6 +167,14 @@ __global__ void __launch_bounds__(kAppendThreads) append_kernel(const __grid_con
   const bool ok = check_unique_row(p.seq, i, p.errors) && seq.ok;
   if (!ok) return;
   const int64_t n = seq.new_len;
+  if constexpr (kChunked<T, TCache>) {
+    if (whole_chunks(p)) {
+      for (int64_t j0 = block * kTokensPerBlock; j0 < n; j0 += blocks_stride * kTokensPerBlock) {
+        append_chunks<T>(p, seq, i, j0, n);
+      }
+      return;
+    }
+  }
   for (int64_t j = block * kTokensPerBlock; j < n;
        j += (j + 1) % kTokensPerBlock == 0 ? (blocks_stride - 1) * kTokensPerBlock + 1 : 1) {
     const int64_t slot = seq.cache_len + j;

@@ -155,11 +155,13 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
     return fail(KVATTN_ERROR_UNSUPPORTED, "the sm_90a prefill kernel for head_dim=" +
                                               std::to_string(kHeadDim) + " is not compiled in this build");
   } else {
-    // KVATTN_SM90_PINGPONG=0: the consumers issue their wgmma groups independently (for A/B timing; d = 128
-    // only, so that the other head dims compile one kernel each).
+    // d = 128, q not varlen: the consumers issue their wgmma groups independently, 0-1.5% faster than
+    // taking turns on every W3 / W6 case measured (bench/NOTES.md, session 6); KVATTN_SM90_PINGPONG=1 takes
+    // turns (A/B). The other head dims compile the ping-pong kernel only.
     if constexpr (kHeadDim == 128) {
       const char* pingpong = std::getenv("KVATTN_SM90_PINGPONG");
-      if (pingpong != nullptr && std::strcmp(pingpong, "0") == 0) {
+      const bool turns = pingpong != nullptr && std::strcmp(pingpong, "1") == 0;
+      if (!turns && params.seq.cu_seqlens_q == nullptr) {
         return launch_config<PrefillConfig<T, kHeadDim, false>>(params, stream);
       }
     }
