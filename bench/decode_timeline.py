@@ -29,7 +29,8 @@ import kvattn
 K = 1024
 HQ, HK, D, PAGE = 32, 8, 128, 16
 MAX_CTAS = 1024
-ENTRY_NS, ENTRY, STARTED, PDL, FIRST_ISSUE, FIRST_FULL, EXIT, EXIT_NS, PIECES, PIECE0 = range(10)
+ENTRY_NS, ENTRY, STARTED, PDL, FIRST_ISSUE, FIRST_FULL, EXIT, EXIT_NS, PIECES = range(9)
+PROD_PIECE, PROD_SEQ, PROD_ADDR, PIECE0 = range(9, 13)  # the first stage's producer lane: walk, keys, entries
 PIECE_PHASES = ["begin", "q loaded", "first full", "last issued", "last consumed", "written"]
 BEGIN, QLOADED, PFULL, LISSUED, LCONSUMED, WRITTEN = range(6)
 
@@ -115,7 +116,8 @@ def report(name, kv_bytes, rows, max_pieces, per_piece):
     print(f"\n== {name}: {len(rows)} CTAs ({len(working)} with pieces), kernel span {span:.1f} us, "
           f"{kv_bytes / 1e6:.0f} MB -> {kv_bytes / span / 1e6:.2f} TB/s; SM clock {rate:.2f} GHz; pieces a CTA "
           f"{stats([r[PIECES] for r in rows])} (stamped: the first {max_pieces})")
-    phases = [("entry", ENTRY_NS), ("scan done", STARTED), ("pdl wait done", PDL), ("first issue", FIRST_ISSUE),
+    phases = [("entry", ENTRY_NS), ("scan done", STARTED), ("pdl wait done", PDL), ("prod piece", PROD_PIECE),
+              ("prod keys", PROD_SEQ), ("prod addresses", PROD_ADDR), ("first issue", FIRST_ISSUE),
               ("first full", FIRST_FULL)]
     for p in range(min(3, max_pieces)):
         phases += [(f"p{p} {ph}", ps(p, i)) for i, ph in enumerate(PIECE_PHASES)]
@@ -127,6 +129,8 @@ def report(name, kv_bytes, rows, max_pieces, per_piece):
             print(f"{label:22s} {sum(1 for r in working if r[slot]):5d} {s[0]:7.2f} {s[1]:7.2f} {s[2]:7.2f}")
     # Per CTA durations.
     for label, a, b in [("scan", ENTRY, STARTED), ("issue after scan", PDL, FIRST_ISSUE),
+                        ("walk", PDL, PROD_PIECE), ("piece_keys", PROD_PIECE, PROD_SEQ),
+                        ("entries", PROD_SEQ, PROD_ADDR), ("addresses->issue", PROD_ADDR, FIRST_ISSUE),
                         ("fill (issue->full)", FIRST_ISSUE, FIRST_FULL)]:
         s = stats([(r[b] - r[a]) / rate / 1e3 for r in working if r[a] and r[b]])
         if s:

@@ -25,8 +25,9 @@ __device__ __forceinline__ void produce(const AttnParams& p, const BalancedStart
   uint32_t stage_count = 0;  // CTA-wide stage index of the piece's first stage
   [[maybe_unused]] int piece_index = -1;
   for_each_piece<Cfg>(p, st, [&](const Piece& w, bool, int64_t) {
-    KVATTN_TL(++piece_index);
+    KVATTN_TL(++piece_index; if (stage_count == 0 && producer == 0 && lane == 0) tl_stamp(kTlProdPiece));
     const PieceKeys pk = piece_keys<Cfg>(p, w, false);
+    KVATTN_TL(if (stage_count == 0 && producer == 0 && lane == 0 && pk.stages > 0) tl_stamp(kTlProdSeq));
     const uint32_t first_stage = stage_count;
     stage_count += pk.stages;
     // This warp's stages of the piece: CTA-wide index = producer mod kP.
@@ -73,6 +74,8 @@ __device__ __forceinline__ void produce(const AttnParams& p, const BalancedStart
         const int next = s + (Cfg::kAhead + 1) * kP;
         entry[Cfg::kAhead][j] = paged && next < pk.stages ? page_entry(p.seq, seq, slot_of(next, j)) : 0;
       }
+      // (The timeline's stamp reads k_off through a shuffle: after the page-table entry has landed.)
+      KVATTN_TL(if (__shfl_sync(0xffffffffu, k_off[0], 0) != -2 && g == 0 && lane == 0) tl_stamp(kTlProdAddr));
       mbar_wait(&empty[slot], ((g / Cfg::kStages) & 1) ^ 1);  // the previous round's consumer is done
       // Warp-wide copy c covers rows c * kRowsPerCopy + row_in_copy, chunk `chunk` each: whole rows per
       // instruction (coalesced); the row offsets come from the lanes that own the keys.

@@ -24,6 +24,9 @@ enum TimelineSlot : int {
   kTlExit,         // consumer thread 0: the last piece written
   kTlExitNs,       // %globaltimer then
   kTlPieces,       // the CTA's pieces (a count, not a time)
+  kTlProdPiece,    // producer of stage 0, lane 0: its first piece entered (the walk done)
+  kTlProdSeq,      // ... its first piece's sequence and keys known (piece_keys)
+  kTlProdAddr,     // ... its first stage's row offsets known (the page-table entries landed)
   kTlPiece0,       // then per piece (kTlPerPiece):
 };
 enum TimelinePieceSlot : int {
@@ -35,8 +38,8 @@ enum TimelinePieceSlot : int {
   kTlpEnd,           // consumer thread 0: the piece written (merge + epilogue)
   kTlPerPiece
 };
-// W2's batches put 5-30 pieces on a CTA (bench/decode_timeline.py's W2 cases): room for 25.
-constexpr int kTlMaxPieces = 25;
+// W2's batches put 5-30 pieces on a CTA (bench/decode_timeline.py's W2 cases): room for 24.
+constexpr int kTlMaxPieces = 24;
 constexpr int kTlSlots = 160;
 constexpr int kTlMaxCtas = 1024;
 static_assert(kTlPiece0 + kTlPerPiece * kTlMaxPieces <= kTlSlots, "the timeline of a CTA fits its slots");
