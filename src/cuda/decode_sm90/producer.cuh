@@ -75,7 +75,8 @@ __device__ __forceinline__ void produce(const AttnParams& p, const BalancedStart
         entry[Cfg::kAhead][j] = paged && next < pk.stages ? page_entry(p.seq, seq, slot_of(next, j)) : 0;
       }
       // (The timeline's stamp reads k_off through a shuffle: after the page-table entry has landed.)
-      KVATTN_TL(if (__shfl_sync(0xffffffffu, k_off[0], 0) != -2 && g == 0 && lane == 0) tl_stamp(kTlProdAddr));
+      KVATTN_TL(if (__shfl_sync(0xffffffffu, k_off[0], 0) != -2 && g == 0 && lane == 0)
+                    tl_stamp(kTlProdAddr));
       mbar_wait(&empty[slot], ((g / Cfg::kStages) & 1) ^ 1);  // the previous round's consumer is done
       // Warp-wide copy c covers rows c * kRowsPerCopy + row_in_copy, chunk `chunk` each: whole rows per
       // instruction (coalesced); the row offsets come from the lanes that own the keys.
