@@ -499,6 +499,8 @@ def parse(argv):
     ap.add_argument("--flex-budget", type=float, default=120.0, help="seconds of flex compile before flex is skipped")
     ap.add_argument("--max-minutes", type=float, default=7.0, help="start no case after this (the rest: skipped)")
     ap.add_argument("--cpu-target-s", type=float, default=0.3, help="seconds of timing per CPU measurement")
+    ap.add_argument("--warmup-s", type=float, default=3.0,
+                    help="GPU: seconds of matmuls before the first case, so every case is timed at the loaded clock")
     ap.add_argument("--torch-cpu", action="store_true", help=argparse.SUPPRESS)  # dry run of the torch path
     return ap.parse_args(argv)
 
@@ -584,6 +586,9 @@ def main(argv=None):
     out_root = os.path.join(REPO, "bench", "out") if os.path.isdir(os.path.join(REPO, "tests")) else "kvattn-bench-out"
     out_dir = args.out or os.path.join(out_root, datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
     log(f"{len(cases)} cases on {env['card']} ({device}); commit {env['git']}; output {out_dir}")
+    if device == "cuda" and args.warmup_s > 0:
+        n = T.warm_up_gpu(torch, args.warmup_s)
+        log(f"GPU warmed up: {n} bf16 4096^3 matmuls in {args.warmup_s:g} s (timing at the loaded clock)")
     t_start = time.perf_counter()
     records = []
     lost = ""
