@@ -22,6 +22,12 @@ mkdir -p "$OUT"
 export PYTHONPATH=python:/tmp/site:.
 export PYTHONUNBUFFERED=1
 export KVATTN_LIBRARY=${KVATTN_LIBRARY:-build-ci/libkvattn.so}
+# An xz-compressed library (a full 90a build is ~46 MB; with FA4's kit part it exceeds a call's carry):
+# unpacked once into /tmp.
+if [[ "$KVATTN_LIBRARY" == *.xz ]]; then
+  mkdir -p /tmp/kvattn_lib && xz -dc "$KVATTN_LIBRARY" > /tmp/kvattn_lib/libkvattn.so
+  export KVATTN_LIBRARY=/tmp/kvattn_lib/libkvattn.so
+fi
 if ls .whl/*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl \
     > "$OUT/wheels.log" 2>&1

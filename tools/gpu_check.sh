@@ -22,6 +22,12 @@ cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-/tmp/kvattn_gpu_check}
 mkdir -p "$OUT"
 export KVATTN_LIBRARY=${KVATTN_LIBRARY:-build-cuda/libkvattn.so}
+# An xz-compressed library (a full 90a build is ~46 MB; with FA4's kit part it exceeds a call's carry):
+# unpacked once into /tmp.
+if [[ "$KVATTN_LIBRARY" == *.xz ]]; then
+  mkdir -p /tmp/kvattn_lib && xz -dc "$KVATTN_LIBRARY" > /tmp/kvattn_lib/libkvattn.so
+  export KVATTN_LIBRARY=/tmp/kvattn_lib/libkvattn.so
+fi
 export PYTHONPATH=python:/tmp/site:.
 export PYTHONUNBUFFERED=1
 export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1  # the image's pytest plugins are not needed, nor their versions
