@@ -101,4 +101,28 @@ struct StorageOf<DType::fp8_e4m3> {
   using type = __nv_fp8_e4m3;
 };
 
+// Eight 16-bit values from src: one 16-byte load when aligned (else eight loads).
+template <typename T>
+__device__ __forceinline__ void load8(const T* src, T (&dst)[8]) {
+  static_assert(sizeof(T) == 2, "8 values are one 16-byte vector");
+  if (reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) dst[e] = src[e];
+  }
+}
+
+// Eight 16-bit values to dst: one 16-byte store when aligned.
+template <typename T>
+__device__ __forceinline__ void store8(T* dst, const T (&src)[8]) {
+  static_assert(sizeof(T) == 2, "8 values are one 16-byte vector");
+  if (reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) dst[e] = src[e];
+  }
+}
+
 }  // namespace kvattn::cuda

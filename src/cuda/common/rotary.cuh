@@ -52,28 +52,6 @@ struct RotaryChunk {
   alignas(16) uint32_t sn[8];
 };
 
-// Eight T from src: one 16-byte load when aligned.
-template <typename T>
-__device__ __forceinline__ void load8(const T* src, T (&dst)[8]) {
-  if (reinterpret_cast<uintptr_t>(src) % 16 == 0) {
-    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-  } else {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) dst[e] = src[e];
-  }
-}
-
-// Eight T to dst: one 16-byte store when aligned.
-template <typename T>
-__device__ __forceinline__ void store8(T* dst, const T (&src)[8]) {
-  if (reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
-    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-  } else {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) dst[e] = src[e];
-  }
-}
-
 // kN (4 or 8) consecutive table entries from index idx, raw.
 template <typename T, int kN>
 __device__ __forceinline__ void load_entries(const void* table, bool f32, int64_t idx, uint32_t (&raw)[8]) {
