@@ -280,8 +280,8 @@ MANY_UNITS = {
                                         leftpad=(0, 5, 64, 100), sq=200, seed=72),
     "causal contiguous, window": prefill(hq=20, hk=10, seqlens=(500, 210, 330, 205), sq=200, window=(150, 0),
                                          seed=73),
-    # 8 x 8 x 3 = 192 units, q shorter than the last block (4 rows), fp16
-    "MHA fp16 seqused_q": prefill(dtype="fp16", layout="paged", page_size=16, hq=8, hk=8,
+    # 8 x 16 x 3 = 384 units (about 3 a CTA), q shorter than the last block (4 rows), fp16
+    "MHA fp16 seqused_q": prefill(dtype="fp16", layout="paged", page_size=16, hq=16, hk=16,
                                   seqlens=(500, 260, 300, 700, 270, 350, 280, 290), sq=260, seqused_q=True,
                                   seed=74),
 }
@@ -354,14 +354,15 @@ def test_prefill_sm90_persistent_same_bits(monkeypatch, name, d):
 @pytest.mark.parametrize("tma", ["1", "0"])
 def test_prefill_sm90_persistent_nan_page_is_contained(monkeypatch, d, tma):
     """An out-of-range page id makes its sequence's units NaN rows (both consumers' halves, no tiles), and
-    the units after them on the same CTAs still right."""
+    the units after them on the same CTAs still right (sequence 0's units are the first of CTAs 0-27 of 132
+    SMs, sequence 3's their second)."""
     from reference import reference_attention
 
     case = dataclasses.replace(MANY_UNITS["causal paged 16"], d=d)
 
     def bad_page(kw):
         table = kw["page_table"].copy()
-        table[1, 5] = 1 << 20
+        table[0, 5] = 1 << 20
         kw["page_table"] = table
 
     out, lse, (q, k_cache, v_cache, ref_kw) = _call(case, monkeypatch,
@@ -371,6 +372,6 @@ def test_prefill_sm90_persistent_nan_page_is_contained(monkeypatch, d, tma):
         H.sync_device_errors(DEVICE)
     ref = reference_attention(q, k_cache, v_cache, **ref_kw)
     out, lse = H.to_numpy(out), H.to_numpy(lse)
-    assert np.isnan(out[1]).all() and np.isnan(lse[1]).all()
-    keep = [0, 2, 3]
+    assert np.isnan(out[0]).all() and np.isnan(lse[0]).all()
+    keep = [1, 2, 3]
     H.assert_close("out", out[keep], ref["out"][keep], H.TOL_OUT["bf16"])
