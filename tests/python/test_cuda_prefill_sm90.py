@@ -268,3 +268,117 @@ def test_prefill_sm90_pingpong_kernel(monkeypatch, name):
     """d 128's ping-pong kernel (KVATTN_SM90_PINGPONG=1; by default its consumers issue independently)."""
     monkeypatch.setenv("KVATTN_SM90_PINGPONG", "1")
     run_and_compare(dataclasses.replace(CASES[name], d=128), DEVICE)
+
+
+# The persistent instantiation (KVATTN_SM90_PERSISTENT=1, q without cu_seqlens_q only): at most a CTA an SM,
+# each taking units (128 packed rows of a (sequence, kv head)) blockIdx.x, + gridDim.x, ... with the stage
+# ring running on across them. WRITTEN WITHOUT A GPU (session 6, branch persist). The cases above with a
+# fixed q length are fewer units than SMs (a unit a CTA); MANY_UNITS are more units than the 114-132 SMs of
+# sm_90 parts (several a CTA, of different tile counts: causal m-blocks, sequences of different lengths).
+PERSISTENT_CASES = [name for name in CASES if CASES[name].q_lens is None]
+PERSISTENT_CONTIGUOUS = [name for name in CONTIGUOUS_TMA_CASES if CONTIGUOUS_TMA_CASES[name].q_lens is None]
+MANY_UNITS = {
+    # 4 sequences x 10 kv heads x 4 m-blocks of 128 rows (200 tokens x GQA 2) = 160 units
+    "causal paged 16": prefill(layout="paged", page_size=16, hq=20, hk=10, seqlens=(500, 210, 330, 205), sq=200,
+                               seed=70),
+    "non-causal paged 1": prefill(layout="paged", page_size=1, hq=20, hk=10, seqlens=(400, 210, 330, 205),
+                                  sq=200, causal=False, seed=71),
+    "causal paged 64, leftpad": prefill(layout="paged", page_size=64, hq=20, hk=10, seqlens=(450, 210, 330, 300),
+                                        leftpad=(0, 5, 64, 100), sq=200, seed=72),
+    "causal contiguous, window": prefill(hq=20, hk=10, seqlens=(500, 210, 330, 205), sq=200, window=(150, 0),
+                                         seed=73),
+    # 8 x 16 x 3 = 384 units (about 3 a CTA), q shorter than the last block (4 rows), fp16
+    "MHA fp16 seqused_q": prefill(dtype="fp16", layout="paged", page_size=16, hq=16, hk=16,
+                                  seqlens=(500, 260, 300, 700, 270, 350, 280, 290), sq=260, seqused_q=True,
+                                  seed=74),
+}
+
+
+@pytest.fixture
+def persistent(monkeypatch):
+    monkeypatch.setenv("KVATTN_SM90_PERSISTENT", "1")
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", PERSISTENT_CASES)
+def test_prefill_sm90_persistent(persistent, name, d):
+    run_and_compare(dataclasses.replace(CASES[name], d=d), DEVICE)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", PERSISTENT_CONTIGUOUS)
+def test_prefill_sm90_persistent_contiguous_tma(persistent, name, d):
+    run_and_compare(dataclasses.replace(CONTIGUOUS_TMA_CASES[name], d=d), DEVICE)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", list(MANY_UNITS))
+def test_prefill_sm90_persistent_many_units(persistent, name, d):
+    run_and_compare(dataclasses.replace(MANY_UNITS[name], d=d), DEVICE)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("tma", ["1", "0"])
+def test_prefill_sm90_persistent_cp_async_producer(monkeypatch, persistent, d, tma):
+    """Both producers run the unit loop (KVATTN_SM90_TMA=0: the cp.async one, 128 arrivals a stage)."""
+    monkeypatch.setenv("KVATTN_SM90_TMA", tma)
+    run_and_compare(dataclasses.replace(MANY_UNITS["causal paged 16"], leftpad=(33, 7, 0, 16), d=d, seed=75), DEVICE)
+
+
+def _call(case, monkeypatch, env, edit=None):
+    from cases import build
+
+    q, k_cache, v_cache, kw, ref_kw, _ = build(case)
+    kw = dict(kw)
+    if edit is not None:
+        edit(kw)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    with H.poisoned_outputs():
+        out, lse = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
+                                                    H.to_device(v_cache, DEVICE), return_softmax_lse=True, **dev)
+    return out, lse, (q, k_cache, v_cache, ref_kw)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", ["causal paged 16", "non-causal paged 1", "causal contiguous, window"])
+def test_prefill_sm90_persistent_same_bits(monkeypatch, name, d):
+    """A unit computes what the CTA of the other kernel computes, in the same order: the same bits."""
+    case = dataclasses.replace(MANY_UNITS[name], d=d)
+    results = []
+    for on in ("0", "1"):
+        out, lse, _ = _call(case, monkeypatch, {"KVATTN_SM90_PERSISTENT": on})
+        H.sync_device_errors(DEVICE)
+        results.append((H.to_numpy(out), H.to_numpy(lse)))
+    (out0, lse0), (out1, lse1) = results
+    assert np.isfinite(out1).all()
+    np.testing.assert_array_equal(out0.view(np.uint16), out1.view(np.uint16))
+    np.testing.assert_array_equal(lse0, lse1)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("tma", ["1", "0"])
+def test_prefill_sm90_persistent_nan_page_is_contained(monkeypatch, d, tma):
+    """An out-of-range page id makes its sequence's units NaN rows (both consumers' halves, no tiles), and
+    the units after them on the same CTAs still right (sequence 0's units are the first of CTAs 0-27 of 132
+    SMs, sequence 3's their second)."""
+    from reference import reference_attention
+
+    case = dataclasses.replace(MANY_UNITS["causal paged 16"], d=d)
+
+    def bad_page(kw):
+        table = kw["page_table"].copy()
+        table[0, 5] = 1 << 20
+        kw["page_table"] = table
+
+    out, lse, (q, k_cache, v_cache, ref_kw) = _call(case, monkeypatch,
+                                                   {"KVATTN_SM90_PERSISTENT": "1", "KVATTN_SM90_TMA": tma},
+                                                   bad_page)
+    with pytest.raises(H.kvattn.KvattnError, match="page_table"):
+        H.sync_device_errors(DEVICE)
+    ref = reference_attention(q, k_cache, v_cache, **ref_kw)
+    out, lse = H.to_numpy(out), H.to_numpy(lse)
+    assert np.isnan(out[0]).all() and np.isnan(lse[0]).all()
+    keep = [1, 2, 3]
+    H.assert_close("out", out[keep], ref["out"][keep], H.TOL_OUT["bf16"])

@@ -282,7 +282,7 @@ template <class Cfg>
 __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
                                         const KeyRange& cta_keys, int64_t n_tiles, unsigned char* s_q_all,
                                         uint32_t s_k, uint32_t s_v, uint32_t full_bar, uint32_t empty_bar,
-                                        bool reader_fence, bool diag_no_softmax) {
+                                        bool reader_fence, bool diag_no_softmax, int64_t tile0 = 0) {
   using T = typename Cfg::T;
   constexpr int kBlockN = Cfg::kBlockN, kD = Cfg::kHeadDim;
   const int consumer = threadIdx.x / 128 - 1;
@@ -329,6 +329,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     online_softmax<kBlockN>(s, factor, row_max, row_sum, correction);
   };
   auto wait_full = [&](int64_t tile) {
+    if constexpr (Cfg::kPersistent) tile += tile0;  // the CTA's tile (producer.cuh)
     const int stage = static_cast<int>(tile % Cfg::kStages);
     mbar_wait(full_bar + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1));
     if (reader_fence) fence_proxy_async();  // the stage's cp.async writes, seen here, before wgmma reads

@@ -129,16 +129,22 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream) {
     line =
         std::min(line, varlen_line_bound(params.seq.total_q * params.group, params.seq.batch, Cfg::kBlockM));
   }
-  const int64_t ctas = line * params.num_kv_heads;
+  int64_t ctas = line * params.num_kv_heads;
   if (ctas > 0x7fffffff) {
     return fail(KVATTN_ERROR_UNSUPPORTED, "q: batch * kv heads * row blocks = " + std::to_string(ctas) +
                                               " CTAs exceeds the grid limit");
   }
-  const int smem = static_cast<int>(prefill_smem_bytes(Cfg::kHeadDim));
+  const int smem = static_cast<int>(prefill_smem_bytes(Cfg::kHeadDim, Cfg::kPersistent));
   static std::atomic<uint64_t> opted_in{0};  // the devices this kernel has opted into its shared memory on
   int device = 0;
   if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {
     return cuda_fail(err, "prefill_kernel device");
+  }
+  if constexpr (Cfg::kPersistent) {
+    // A CTA an SM (the kernel's shared memory holds one), each walking the work units (persistent.cuh).
+    const DeviceInfo* info = nullptr;
+    if (const kvattn_status st = device_info(device, &info); st != KVATTN_OK) return st;
+    ctas = std::min<int64_t>(ctas, std::max(1, info->shape.sm_count));
   }
   if (const kvattn_status st = set_max_dynamic_smem_once(reinterpret_cast<const void*>(prefill_kernel<Cfg>),
                                                          device, smem, &opted_in, "prefill_kernel");
@@ -155,6 +161,12 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
     return fail(KVATTN_ERROR_UNSUPPORTED, "the sm_90a prefill kernel for head_dim=" +
                                               std::to_string(kHeadDim) + " is not compiled in this build");
   } else {
+    // KVATTN_SM90_PERSISTENT=1: q without cu_seqlens_q on the persistent kernel (off by default until it
+    // is measured on a device).
+    const char* persistent = std::getenv("KVATTN_SM90_PERSISTENT");
+    if (params.seq.cu_seqlens_q == nullptr && persistent != nullptr && std::strcmp(persistent, "1") == 0) {
+      return launch_config<PrefillConfig<T, kHeadDim, true, false, true>>(params, stream);
+    }
     // d = 128, q not varlen: the consumers issue their wgmma groups independently, 0-1.5% faster than
     // taking turns on every W3 / W6 case measured (bench/NOTES.md, session 6); KVATTN_SM90_PINGPONG=1 takes
     // turns (A/B). The other head dims compile the ping-pong kernel only.
