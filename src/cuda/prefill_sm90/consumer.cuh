@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/attention/epilogue.cuh"
 #include "cuda/attention/schedule.cuh"
@@ -58,6 +59,95 @@ __device__ __forceinline__ void load_q(const AttnParams& p, const Sequence& seq,
         *reinterpret_cast<const uint4*>(vals);
   }
 }
+
+// load_q in batches of kBatch chunks a thread whose loads are all issued before the first is used (branch
+// qload; one memory latency a batch, not one a chunk; rotary by 16-byte chunks): the persistent kernel's
+// Q of its next unit, loaded under the last tile's P V. There O and P are in flight: at d 128 kBatch 2
+// (48 registers of RotaryChunk) spills, 1 does not.
+template <class Cfg, int kBatch>
+__device__ __forceinline__ void load_q_batched(const AttnParams& p, const Sequence& seq, int i, int kv_head,
+                                               int64_t m0, unsigned char* s_q) {
+  using T = typename Cfg::T;
+  constexpr int kPerThread = 64 * Cfg::kChunks / 128;  // 16-byte chunks a thread
+  static_assert(kPerThread % kBatch == 0, "whole batches");
+  const int ctid = threadIdx.x % 128;
+  const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
+  const RotaryParams& rot = p.rotary;
+  // rotary_dim % 16 == 0: every chunk is wholly rotated or wholly copied (else channel by channel).
+  const bool whole_chunks = rot.rotary_dim % 16 == 0;
+#pragma unroll 1
+  for (int b = 0; b < kPerThread; b += kBatch) {
+    RotaryChunk<T> chunk[kBatch];
+    const T* src[kBatch];
+    int64_t pos[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int idx = ctid + 128 * (b + j), row = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
+      const int64_t r = m0 + row;
+      src[j] = nullptr;
+      pos[j] = 0;
+      if (r < used_rows) {
+        const int64_t t = r / p.group;
+        const int h = kv_head * p.group + static_cast<int>(r % p.group);
+        src[j] = token_row<const T>(p.q, seq, i, t, h);
+        pos[j] = seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0);
+        if (!whole_chunks) continue;
+        if (c * 8 < rot.rotary_dim) {
+          load_rotary_chunk(src[j], c * 8, pos[j], rot, chunk[j]);
+        } else {
+          load8(src[j] + c * 8, chunk[j].x);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int idx = ctid + 128 * (b + j), row = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
+      alignas(16) T vals[8];
+      if (src[j] == nullptr) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) vals[e] = from_float<T>(0.f);
+      } else if (whole_chunks && c * 8 >= rot.rotary_dim) {
+        *reinterpret_cast<uint4*>(vals) = *reinterpret_cast<const uint4*>(chunk[j].x);
+      } else if (whole_chunks) {
+        float rotated[8];
+        rotate_chunk(chunk[j], c * 8, rot, rotated);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) vals[e] = from_float<T>(rotated[e]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const int ch = c * 8 + e;
+          vals[e] =
+              ch < rot.rotary_dim ? from_float<T>(rotated_channel(src[j], ch, pos[j], rot)) : src[j][ch];
+        }
+      }
+      *reinterpret_cast<uint4*>(s_q + swizzled(row, c, Cfg::kQPanelBytes)) =
+          *reinterpret_cast<const uint4*>(vals);
+    }
+  }
+}
+
+// The persistent kernel's unit, for consume: its first tile in the CTA's stage ring, whether its Q is in
+// s_q already (loaded under the previous unit's last P V), and last() (what runs under this unit's last
+// P V: the next unit's Q).
+template <class Last>
+struct UnitTiles {
+  int64_t tile0;
+  bool q_loaded;
+  const Last& last;
+};
+// consume's wait_full with the hook run_tiles calls under the last P V (Cfg::kPersistent).
+template <class W, class = void>
+struct HasLast : std::false_type {};
+template <class W>
+struct HasLast<W, std::void_t<decltype(std::declval<const W&>().last())>> : std::true_type {};
+template <class WaitFull, class Last>
+struct WaitFullThenLast {
+  const WaitFull& wait_full;
+  const Last& last_;
+  __device__ __forceinline__ int operator()(int64_t tile) const { return wait_full(tile); }
+  __device__ __forceinline__ void last() const { last_(); }
+};
 
 // S = Q K^T of a tile into s (issued, not waited for): kD / 16 k-steps, 32 bytes apart within a 128-byte
 // panel row.
@@ -202,7 +292,9 @@ struct PingPong {
 // The consumer's tiles, S and P V in flight: the softmax of tile t overlaps the P V of tile t - 1 on the
 // tensor cores. Per iteration, issue S_t = Q K_t and O += P_{t-1} V_{t-1}, wait for S_t, softmax it, wait
 // for P V, release stage t - 1, rescale O by tile t's correction. wait_full(tile): the tile's stage, once
-// loaded; softmax(s, tile, correction): S -> P (the score mods, the online softmax).
+// loaded; softmax(s, tile, correction): S -> P (the score mods, the online softmax). A WaitFullThenLast's
+// last() runs while the last P V is on the tensor cores (every Q K^T of the tiles is done then).
+// (The hook rides on wait_full: an added parameter, even unused, moved the other kernels' code.)
 template <class Cfg, class WaitFull, class Softmax>
 __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint32_t s_k, uint32_t s_v,
                                           uint32_t empty_bar, PingPong<Cfg>& turns, const WaitFull& wait_full,
@@ -255,6 +347,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     wgmma_fence();
     issue_pv_tile<Cfg>(o, pa, s_v + prev_stage * Cfg::kKvStageBytes);
     turns.your_turn();
+    if constexpr (HasLast<WaitFull>::value) wait_full.last();
     wgmma_wait<0>();
     fence_registers(o);
     mbar_arrive(empty_bar + 8 * prev_stage);
@@ -278,11 +371,13 @@ __device__ __forceinline__ void idle_consumer(int64_t n_tiles, uint32_t full_bar
   }
 }
 
-template <class Cfg>
+// Cfg::kPersistent: unit is a UnitTiles (the other kernels: 0, unused; its type a template parameter so
+// that their code stays as it was).
+template <class Cfg, class Unit = int64_t>
 __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
                                         const KeyRange& cta_keys, int64_t n_tiles, unsigned char* s_q_all,
                                         uint32_t s_k, uint32_t s_v, uint32_t full_bar, uint32_t empty_bar,
-                                        bool reader_fence, bool diag_no_softmax, int64_t tile0 = 0) {
+                                        bool reader_fence, bool diag_no_softmax, Unit unit = 0) {
   using T = typename Cfg::T;
   constexpr int kBlockN = Cfg::kBlockN, kD = Cfg::kHeadDim;
   const int consumer = threadIdx.x / 128 - 1;
@@ -296,8 +391,16 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     }
   }
 
-  load_q<Cfg>(p, seq, cta.i, cta.kv_head, m0, s_q);
-  fence_proxy_async();  // Q is read by wgmma (async proxy)
+  constexpr bool kUnit = !std::is_integral_v<Unit>;  // a persistent kernel's unit
+  if constexpr (kUnit) {                             // (apart: the other kernels' code as it was)
+    if (!unit.q_loaded) {
+      load_q<Cfg>(p, seq, cta.i, cta.kv_head, m0, s_q);
+      fence_proxy_async();
+    }
+  } else {
+    load_q<Cfg>(p, seq, cta.i, cta.kv_head, m0, s_q);
+    fence_proxy_async();  // Q is read by wgmma (async proxy)
+  }
   named_barrier_sync(1 + consumer, 128);
 
   const int64_t kv_len = seq.end - seq.leftpad;
@@ -329,7 +432,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     online_softmax<kBlockN>(s, factor, row_max, row_sum, correction);
   };
   auto wait_full = [&](int64_t tile) {
-    if constexpr (Cfg::kPersistent) tile += tile0;  // the CTA's tile (producer.cuh)
+    if constexpr (kUnit) tile += unit.tile0;  // the CTA's tile (producer.cuh)
     const int stage = static_cast<int>(tile % Cfg::kStages);
     mbar_wait(full_bar + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1));
     if (reader_fence) fence_proxy_async();  // the stage's cp.async writes, seen here, before wgmma reads
@@ -337,7 +440,13 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   };
 
   PingPong<Cfg> turns(consumer, n_tiles);
-  run_tiles<Cfg>(n_tiles, q_addr, s_k, s_v, empty_bar, turns, wait_full, softmax, o);
+  if constexpr (kUnit) {
+    const WaitFullThenLast<decltype(wait_full), std::remove_reference_t<decltype(unit.last)>> waits{
+        wait_full, unit.last};
+    run_tiles<Cfg>(n_tiles, q_addr, s_k, s_v, empty_bar, turns, waits, softmax, o);
+  } else {
+    run_tiles<Cfg>(n_tiles, q_addr, s_k, s_v, empty_bar, turns, wait_full, softmax, o);
+  }
   write_rows<Cfg>(p, seq, cta, m0, row, o, row_max, row_sum, factor);
 }
 

@@ -32,6 +32,9 @@ struct PrefillArgs {
   AttnParams p;
   int32_t m_blocks;
   uint32_t flags;
+  // The persistent kernel: its units' order, in this many sections of (sequence, kv head) pairs (unit_rows;
+  // in the padding before k_map, so the other kernels' parameters keep their offsets).
+  int32_t sections;
   // With kTma: the K and V caches as 4-D tensors (channel, slot in page, kv head, page) over the pages of
   // tma_geometry, box (64 channels, its box slots, 1, 1), 128B swizzle: one box is one 64-channel panel of
   // a page's rows (a contiguous cache's page is a cache row, a packed cache is one page).
@@ -70,9 +73,9 @@ struct PrefillConfig {
   static_assert(kHeadDim % 64 == 0, "whole 128-byte panels");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 128, "a key row per producer thread");
   static_assert((kBlockN / 4) * kChunks % 32 == 0, "whole warp copy steps");
-  static_assert(prefill_smem_bytes(kHeadDim, kPersistent) ==
-                    1024 + kQBytes + 2 * kStages * kKvStageBytes + 16 * kStages +
-                        (kPersistent ? 32 + 2 * kPrefillUnitBytes : 0),
+  static_assert(prefill_smem_bytes(kHeadDim, kPersistent) == 1024 + kQBytes + 2 * kStages * kKvStageBytes +
+                                                                 16 * kStages +
+                                                                 (kPersistent ? kPrefillPersistentBytes : 0),
                 "the launcher's shared memory is the kernel's");
 };
 
@@ -127,20 +130,30 @@ __device__ __forceinline__ CtaRows cta_rows(const PrefillArgs& a) {
   return {u / p.num_kv_heads, u % p.num_kv_heads, static_cast<int64_t>(m_block) * Cfg::kBlockM};
 }
 
-// The rows of the persistent kernel's work unit x (x < m_blocks x batch x kv heads): what cta_rows gives
-// CTA x of the other kernel. (A copy: cta_rows calling it moved the other kernels' instructions.)
+// The rows of the persistent kernel's work unit x (x < m_blocks x batch x kv heads), longest first within
+// each of a.sections sections of consecutive (sequence, kv head) pairs u (sizes differing by at most one):
+// a section's units m-block-major, last (causal: the most keys) first, so that the units claimed last
+// (persistent.cuh: a tile counter) are the shortest and the CTAs end together; sections small enough that
+// their K/V stay in L2 while their m-blocks run (the launcher). One section: longest first over the grid;
+// as many as pairs: cta_rows' unit-major order.
 template <class Cfg>
 __device__ __forceinline__ CtaRows unit_rows(const PrefillArgs& a, unsigned x) {
   const AttnParams& p = a.p;
-  const int units = p.seq.batch * p.num_kv_heads;
-  int m_block, u;
-  if (a.flags & kUnitMajor) {
-    u = static_cast<int>(x / a.m_blocks);
-    m_block = a.m_blocks - 1 - static_cast<int>(x % a.m_blocks);
+  const unsigned units = static_cast<unsigned>(p.seq.batch * p.num_kv_heads), mb = a.m_blocks;
+  const unsigned sections = static_cast<unsigned>(a.sections);
+  const unsigned q = units / sections, big = units % sections;  // big sections of q + 1 pairs, then q
+  const unsigned big_x = big * (q + 1) * mb;
+  unsigned size, u0, r;
+  if (x < big_x) {
+    size = q + 1;
+    u0 = x / (size * mb) * size;
+    r = x % (size * mb);
   } else {
-    m_block = a.m_blocks - 1 - static_cast<int>(x / units);
-    u = static_cast<int>(x % units);
+    size = q;
+    u0 = big * (q + 1) + (x - big_x) / (size * mb) * size;
+    r = (x - big_x) % (size * mb);
   }
+  const int m_block = static_cast<int>(mb - 1 - r / size), u = static_cast<int>(u0 + r % size);
   return {u / p.num_kv_heads, u % p.num_kv_heads, static_cast<int64_t>(m_block) * Cfg::kBlockM};
 }
 
