@@ -291,6 +291,10 @@ MANY_UNITS = {
     "MHA fp16 seqused_q": prefill(dtype="fp16", layout="paged", page_size=16, hq=16, hk=16,
                                   seqlens=(500, 260, 300, 700, 270, 350, 280, 290), sq=260, seqused_q=True,
                                   seed=74),
+    # v2's counter and order (session 6, persist2): 3 x 8 x 16 = 384 causal units of very different lengths
+    # (1000 tokens x GQA 2 = 16 m-blocks of 128 rows over 1000-1500 keys: 1-12 tiles of 128 keys)
+    "causal, 384 units of 1-12 tiles": prefill(layout="paged", page_size=16, hq=16, hk=8, seqlens=(1000, 1500, 1100),
+                                               sq=1000, seed=76),
 }
 
 
@@ -361,8 +365,8 @@ def test_prefill_sm90_persistent_same_bits(monkeypatch, name, d):
 @pytest.mark.parametrize("tma", ["1", "0"])
 def test_prefill_sm90_persistent_nan_page_is_contained(monkeypatch, d, tma):
     """An out-of-range page id makes its sequence's units NaN rows (both consumers' halves, no tiles), and
-    the units after them on the same CTAs still right (sequence 0's units are the first of CTAs 0-27 of 132
-    SMs, sequence 3's their second)."""
+    the units after them on the same CTAs still right (sequence 0's units come first in the unit order: a
+    CTA's first unit or an early claim, the other sequences' after them)."""
     from reference import reference_attention
 
     case = dataclasses.replace(MANY_UNITS["causal paged 16"], d=d)
@@ -382,3 +386,78 @@ def test_prefill_sm90_persistent_nan_page_is_contained(monkeypatch, d, tma):
     assert np.isnan(out[0]).all() and np.isnan(lse[0]).all()
     keep = [1, 2, 3]
     H.assert_close("out", out[keep], ref["out"][keep], H.TOL_OUT["bf16"])
+
+
+# v2 (session 6, branch persist2, WRITTEN WITHOUT A GPU): units claimed from a counter in the workspace that
+# the launcher zeroes on the stream, in sections (KVATTN_SM90_SECTIONS: 1 = longest first over the grid, as
+# many as (sequence, kv head) pairs = v1's unit-major order); the next unit's Q loaded under the last P V.
+LENGTHS = "causal, 384 units of 1-12 tiles"
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_persistent_sections_same_bits(monkeypatch, d):
+    """Whatever the unit order (sections), a unit computes what the other kernel's CTA computes."""
+    case = dataclasses.replace(MANY_UNITS[LENGTHS], d=d)
+    base, _, _ = _call(case, monkeypatch, {"KVATTN_SM90_PERSISTENT": "0"})
+    H.sync_device_errors(DEVICE)
+    base = H.to_numpy(base)
+    for sections in ("1", "5", "24", "0"):  # 24 = 3 x 8 pairs; 0 = the launcher's choice
+        out, _, _ = _call(case, monkeypatch, {"KVATTN_SM90_PERSISTENT": "1", "KVATTN_SM90_SECTIONS": sections})
+        H.sync_device_errors(DEVICE)
+        out = H.to_numpy(out)
+        assert np.isfinite(out).all(), f"sections {sections}: a unit left unwritten"
+        np.testing.assert_array_equal(base.view(np.uint16), out.view(np.uint16), err_msg=f"sections {sections}")
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_persistent_twice_in_a_row(monkeypatch, d):
+    """The second call starts from a zeroed counter again (else its CTAs would find every unit claimed and
+    leave the poisoned rows): both calls give the same bits, and the oracle's values."""
+    case = dataclasses.replace(MANY_UNITS[LENGTHS], d=d)
+    results = []
+    for _ in range(2):
+        out, lse, _ = _call(case, monkeypatch, {"KVATTN_SM90_PERSISTENT": "1"})
+        H.sync_device_errors(DEVICE)
+        results.append((H.to_numpy(out), H.to_numpy(lse)))
+    (out0, lse0), (out1, lse1) = results
+    assert np.isfinite(out0).all() and np.isfinite(out1).all()
+    np.testing.assert_array_equal(out0.view(np.uint16), out1.view(np.uint16))
+    np.testing.assert_array_equal(lse0, lse1)
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_persistent_cuda_graph(monkeypatch, d):
+    """Captured in a CUDA graph (the counter's memset is a node of it), replayed twice into poisoned outputs:
+    the eager call's bits each time."""
+    import torch
+    from cases import build
+
+    monkeypatch.setenv("KVATTN_SM90_PERSISTENT", "1")
+    case = dataclasses.replace(MANY_UNITS[LENGTHS], d=d)
+    q, k_cache, v_cache, kw, _, _ = build(case)
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    qd, kc, vc = (H.to_device(x, DEVICE) for x in (q, k_cache, v_cache))
+
+    def call():
+        return H.kvattn.flash_attn_with_kvcache(qd, kc, vc, return_softmax_lse=True, **dev)
+
+    eager_out, eager_lse = call()
+    H.sync_device_errors(DEVICE)
+    side = torch.cuda.Stream()  # warm up off the capture stream
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    H.sync_device_errors(DEVICE)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = call()
+    for replay in range(2):
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        H.sync_device_errors(DEVICE)
+        assert torch.equal(out.view(torch.int16), eager_out.view(torch.int16)), f"replay {replay}: out"
+        assert torch.equal(lse, eager_lse), f"replay {replay}: lse"
