@@ -60,76 +60,60 @@ __device__ __forceinline__ void load_q(const AttnParams& p, const Sequence& seq,
   }
 }
 
-// load_q in batches of kBatch chunks a thread whose loads are all issued before the first is used (branch
-// qload; one memory latency a batch, not one a chunk; rotary by 16-byte chunks): the persistent kernel's
-// Q of its next unit, loaded under the last tile's P V. There O and P are in flight: at d 128 kBatch 2
-// (48 registers of RotaryChunk) spills, 1 does not.
-template <class Cfg, int kBatch>
-__device__ __forceinline__ void load_q_batched(const AttnParams& p, const Sequence& seq, int i, int kv_head,
-                                               int64_t m0, unsigned char* s_q) {
+// The persistent kernel's Q of its next unit, issued under the last tile's P V (O and P in flight): the
+// chunks that are plain copies (past rotary_dim, 16-byte aligned) and the zeros of rows that do not attend
+// by cp.async, which holds no register and lands while the P V and the epilogue run (consume waits for it
+// before the unit's first tile: cp_async_wait_all); rotated chunks through registers one at a time (loads
+// as 16-byte vectors, RotaryChunk of branch qload; two at a time spill at d 128).
+template <class Cfg>
+__device__ __forceinline__ void load_q_async(const AttnParams& p, const Sequence& seq, int i, int kv_head,
+                                             int64_t m0, unsigned char* s_q) {
   using T = typename Cfg::T;
-  constexpr int kPerThread = 64 * Cfg::kChunks / 128;  // 16-byte chunks a thread
-  static_assert(kPerThread % kBatch == 0, "whole batches");
   const int ctid = threadIdx.x % 128;
   const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
   const RotaryParams& rot = p.rotary;
   // rotary_dim % 16 == 0: every chunk is wholly rotated or wholly copied (else channel by channel).
   const bool whole_chunks = rot.rotary_dim % 16 == 0;
+  const uint32_t q_addr = smem_addr(s_q);
 #pragma unroll 1
-  for (int b = 0; b < kPerThread; b += kBatch) {
-    RotaryChunk<T> chunk[kBatch];
-    const T* src[kBatch];
-    int64_t pos[kBatch];
+  for (int idx = ctid; idx < 64 * Cfg::kChunks; idx += 128) {
+    const int row = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
+    const int64_t r = m0 + row;
+    const uint32_t at = swizzled(row, c, Cfg::kQPanelBytes);
+    if (r >= used_rows) {
+      cp_async_16(q_addr + at, p.q.ptr, false);  // zeros
+      continue;
+    }
+    const int64_t t = r / p.group;
+    const int h = kv_head * p.group + static_cast<int>(r % p.group);
+    const T* src = token_row<const T>(p.q, seq, i, t, h);
+    if (c * 8 >= rot.rotary_dim && reinterpret_cast<uintptr_t>(src + c * 8) % 16 == 0) {
+      cp_async_16(q_addr + at, src + c * 8, true);
+      continue;
+    }
+    const int64_t pos = seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0);
+    alignas(16) T vals[8];
+    if (whole_chunks && c * 8 < rot.rotary_dim) {
+      RotaryChunk<T> chunk;
+      load_rotary_chunk(src, c * 8, pos, rot, chunk);
+      float rotated[8];
+      rotate_chunk(chunk, c * 8, rot, rotated);
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int idx = ctid + 128 * (b + j), row = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
-      const int64_t r = m0 + row;
-      src[j] = nullptr;
-      pos[j] = 0;
-      if (r < used_rows) {
-        const int64_t t = r / p.group;
-        const int h = kv_head * p.group + static_cast<int>(r % p.group);
-        src[j] = token_row<const T>(p.q, seq, i, t, h);
-        pos[j] = seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0);
-        if (!whole_chunks) continue;
-        if (c * 8 < rot.rotary_dim) {
-          load_rotary_chunk(src[j], c * 8, pos[j], rot, chunk[j]);
-        } else {
-          load8(src[j] + c * 8, chunk[j].x);
-        }
+      for (int e = 0; e < 8; ++e) vals[e] = from_float<T>(rotated[e]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int ch = c * 8 + e;
+        vals[e] = ch < rot.rotary_dim ? from_float<T>(rotated_channel(src, ch, pos, rot)) : src[ch];
       }
     }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int idx = ctid + 128 * (b + j), row = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
-      alignas(16) T vals[8];
-      if (src[j] == nullptr) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) vals[e] = from_float<T>(0.f);
-      } else if (whole_chunks && c * 8 >= rot.rotary_dim) {
-        *reinterpret_cast<uint4*>(vals) = *reinterpret_cast<const uint4*>(chunk[j].x);
-      } else if (whole_chunks) {
-        float rotated[8];
-        rotate_chunk(chunk[j], c * 8, rot, rotated);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) vals[e] = from_float<T>(rotated[e]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const int ch = c * 8 + e;
-          vals[e] =
-              ch < rot.rotary_dim ? from_float<T>(rotated_channel(src[j], ch, pos[j], rot)) : src[j][ch];
-        }
-      }
-      *reinterpret_cast<uint4*>(s_q + swizzled(row, c, Cfg::kQPanelBytes)) =
-          *reinterpret_cast<const uint4*>(vals);
-    }
+    *reinterpret_cast<uint4*>(s_q + at) = *reinterpret_cast<const uint4*>(vals);
   }
 }
 
 // The persistent kernel's unit, for consume: its first tile in the CTA's stage ring, whether its Q is in
-// s_q already (loaded under the previous unit's last P V), and last() (what runs under this unit's last
-// P V: the next unit's Q).
+// s_q already (issued under the previous unit's last P V: load_q_async), and last() (what runs under this
+// unit's last P V: the next unit's Q).
 template <class Last>
 struct UnitTiles {
   int64_t tile0;
@@ -393,10 +377,12 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
 
   constexpr bool kUnit = !std::is_integral_v<Unit>;  // a persistent kernel's unit
   if constexpr (kUnit) {                             // (apart: the other kernels' code as it was)
-    if (!unit.q_loaded) {
+    if (unit.q_loaded) {
+      cp_async_wait_all();  // load_q_async's copies
+    } else {
       load_q<Cfg>(p, seq, cta.i, cta.kv_head, m0, s_q);
-      fence_proxy_async();
     }
+    fence_proxy_async();
   } else {
     load_q<Cfg>(p, seq, cta.i, cta.kv_head, m0, s_q);
     fence_proxy_async();  // Q is read by wgmma (async proxy)

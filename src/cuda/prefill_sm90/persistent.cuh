@@ -14,9 +14,10 @@
 // tile0 + n of the CTA, tile0 the unit's predecessors' tiles (kept modulo 2 kStages), the same count in
 // the producer and the consumers. The consumers copy the descriptor, free its slot and compute the unit as
 // the other kernel's consumers do (consume), or write the NaN rows of an offending sequence (64 rows each);
-// while a unit's last P V runs, each consumer waits for the next descriptor and loads its 64 Q rows into
-// its s_q (every Q K^T of the unit is done by then: no second Q buffer, which would not fit at d 128 and
-// 256), so the next unit starts at its first tile. The ping-pong turns complete within each unit.
+// while a unit's last P V runs, each consumer waits for the next descriptor and issues the loads of its 64
+// Q rows into its s_q (every Q K^T of the unit is done by then: no second Q buffer, which would not fit at
+// d 128 and 256; plain chunks by cp.async, landing under the P V and the epilogue), so the next unit
+// starts at its first tile. The ping-pong turns complete within each unit.
 #pragma once
 
 #include <cstdint>
@@ -169,9 +170,8 @@ __device__ __forceinline__ void consume_units(const PrefillArgs& a, unsigned cha
         const PrefillUnit& v = wait_unit(n + 1);
         if (v.state != kUnitRun) return;
         named_barrier_sync(1 + consumer, 128);
-        load_q_batched<Cfg, 1>(p, v.seq, v.cta.i, v.cta.kv_head, v.cta.m0 + 64 * consumer, s_q);
-        fence_proxy_async();  // Q is read by wgmma (async proxy)
-        next_q = true;
+        load_q_async<Cfg>(p, v.seq, v.cta.i, v.cta.kv_head, v.cta.m0 + 64 * consumer, s_q);
+        next_q = true;  // (consume waits for the copies and fences them before its first wgmma)
       };
       KeyRange keys;
       keys.first = u.first_key;
