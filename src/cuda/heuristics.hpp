@@ -148,6 +148,9 @@ struct AttentionPlan {
   size_t o_partial_offset = 0;    // (splits, total_q, hq, dv) fp32; balanced: (2, G, R, dv)
   size_t lse_partial_offset = 0;  // (splits, total_q, hq) fp32; balanced: (2, G, R)
   size_t unit_pieces_offset = 0;  // balanced: (batch, kv heads, 2) int32
+  // The persistent sm_90a prefill kernel: its unit counter, an int32 at the workspace's start
+  // (AttnParams::unit_pieces points at it; the launcher zeroes it on the stream before the kernel).
+  bool unit_counter = false;
   size_t workspace_bytes = 0;
 };
 

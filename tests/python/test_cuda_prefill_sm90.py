@@ -268,3 +268,196 @@ def test_prefill_sm90_pingpong_kernel(monkeypatch, name):
     """d 128's ping-pong kernel (KVATTN_SM90_PINGPONG=1; by default its consumers issue independently)."""
     monkeypatch.setenv("KVATTN_SM90_PINGPONG", "1")
     run_and_compare(dataclasses.replace(CASES[name], d=128), DEVICE)
+
+
+# The persistent instantiation (KVATTN_SM90_PERSISTENT=1, q without cu_seqlens_q only): at most a CTA an SM,
+# each taking units (128 packed rows of a (sequence, kv head)) blockIdx.x, + gridDim.x, ... with the stage
+# ring running on across them. WRITTEN WITHOUT A GPU (session 6, branch persist). The cases above with a
+# fixed q length are fewer units than SMs (a unit a CTA); MANY_UNITS are more units than the 114-132 SMs of
+# sm_90 parts (several a CTA, of different tile counts: causal m-blocks, sequences of different lengths).
+PERSISTENT_CASES = [name for name in CASES if CASES[name].q_lens is None]
+PERSISTENT_CONTIGUOUS = [name for name in CONTIGUOUS_TMA_CASES if CONTIGUOUS_TMA_CASES[name].q_lens is None]
+MANY_UNITS = {
+    # 4 sequences x 10 kv heads x 4 m-blocks of 128 rows (200 tokens x GQA 2) = 160 units
+    "causal paged 16": prefill(layout="paged", page_size=16, hq=20, hk=10, seqlens=(500, 210, 330, 205), sq=200,
+                               seed=70),
+    "non-causal paged 1": prefill(layout="paged", page_size=1, hq=20, hk=10, seqlens=(400, 210, 330, 205),
+                                  sq=200, causal=False, seed=71),
+    "causal paged 64, leftpad": prefill(layout="paged", page_size=64, hq=20, hk=10, seqlens=(450, 210, 330, 300),
+                                        leftpad=(0, 5, 64, 100), sq=200, seed=72),
+    "causal contiguous, window": prefill(hq=20, hk=10, seqlens=(500, 210, 330, 205), sq=200, window=(150, 0),
+                                         seed=73),
+    # 8 x 16 x 3 = 384 units (about 3 a CTA), q shorter than the last block (4 rows), fp16
+    "MHA fp16 seqused_q": prefill(dtype="fp16", layout="paged", page_size=16, hq=16, hk=16,
+                                  seqlens=(500, 260, 300, 700, 270, 350, 280, 290), sq=260, seqused_q=True,
+                                  seed=74),
+    # v2's counter and order (session 6, persist2): 3 x 8 x 16 = 384 causal units of very different lengths
+    # (1000 tokens x GQA 2 = 16 m-blocks of 128 rows over 1000-1500 keys: 1-12 tiles of 128 keys)
+    "causal, 384 units of 1-12 tiles": prefill(layout="paged", page_size=16, hq=16, hk=8, seqlens=(1000, 1500, 1100),
+                                               sq=1000, seed=76),
+}
+
+
+@pytest.fixture
+def persistent(monkeypatch):
+    monkeypatch.setenv("KVATTN_SM90_PERSISTENT", "1")
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", PERSISTENT_CASES)
+def test_prefill_sm90_persistent(persistent, name, d):
+    run_and_compare(dataclasses.replace(CASES[name], d=d), DEVICE)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", PERSISTENT_CONTIGUOUS)
+def test_prefill_sm90_persistent_contiguous_tma(persistent, name, d):
+    run_and_compare(dataclasses.replace(CONTIGUOUS_TMA_CASES[name], d=d), DEVICE)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", list(MANY_UNITS))
+def test_prefill_sm90_persistent_many_units(persistent, name, d):
+    run_and_compare(dataclasses.replace(MANY_UNITS[name], d=d), DEVICE)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("tma", ["1", "0"])
+def test_prefill_sm90_persistent_cp_async_producer(monkeypatch, persistent, d, tma):
+    """Both producers run the unit loop (KVATTN_SM90_TMA=0: the cp.async one, 128 arrivals a stage)."""
+    monkeypatch.setenv("KVATTN_SM90_TMA", tma)
+    run_and_compare(dataclasses.replace(MANY_UNITS["causal paged 16"], leftpad=(33, 7, 0, 16), d=d, seed=75), DEVICE)
+
+
+def _call(case, monkeypatch, env, edit=None):
+    from cases import build
+
+    q, k_cache, v_cache, kw, ref_kw, _ = build(case)
+    kw = dict(kw)
+    if edit is not None:
+        edit(kw)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    with H.poisoned_outputs():
+        out, lse = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
+                                                    H.to_device(v_cache, DEVICE), return_softmax_lse=True, **dev)
+    return out, lse, (q, k_cache, v_cache, ref_kw)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", ["causal paged 16", "non-causal paged 1", "causal contiguous, window"])
+def test_prefill_sm90_persistent_same_bits(monkeypatch, name, d):
+    """A unit computes what the CTA of the other kernel computes, in the same order: the same bits."""
+    case = dataclasses.replace(MANY_UNITS[name], d=d)
+    results = []
+    for on in ("0", "1"):
+        out, lse, _ = _call(case, monkeypatch, {"KVATTN_SM90_PERSISTENT": on})
+        H.sync_device_errors(DEVICE)
+        results.append((H.to_numpy(out), H.to_numpy(lse)))
+    (out0, lse0), (out1, lse1) = results
+    assert np.isfinite(out1).all()
+    np.testing.assert_array_equal(out0.view(np.uint16), out1.view(np.uint16))
+    np.testing.assert_array_equal(lse0, lse1)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("tma", ["1", "0"])
+def test_prefill_sm90_persistent_nan_page_is_contained(monkeypatch, d, tma):
+    """An out-of-range page id makes its sequence's units NaN rows (both consumers' halves, no tiles), and
+    the units after them on the same CTAs still right (sequence 0's units come first in the unit order: a
+    CTA's first unit or an early claim, the other sequences' after them)."""
+    from reference import reference_attention
+
+    case = dataclasses.replace(MANY_UNITS["causal paged 16"], d=d)
+
+    def bad_page(kw):
+        table = kw["page_table"].copy()
+        table[0, 5] = 1 << 20
+        kw["page_table"] = table
+
+    out, lse, (q, k_cache, v_cache, ref_kw) = _call(case, monkeypatch,
+                                                   {"KVATTN_SM90_PERSISTENT": "1", "KVATTN_SM90_TMA": tma},
+                                                   bad_page)
+    with pytest.raises(H.kvattn.KvattnError, match="page_table"):
+        H.sync_device_errors(DEVICE)
+    ref = reference_attention(q, k_cache, v_cache, **ref_kw)
+    out, lse = H.to_numpy(out), H.to_numpy(lse)
+    assert np.isnan(out[0]).all() and np.isnan(lse[0]).all()
+    keep = [1, 2, 3]
+    H.assert_close("out", out[keep], ref["out"][keep], H.TOL_OUT["bf16"])
+
+
+# v2 (session 6, branch persist2, WRITTEN WITHOUT A GPU): units claimed from a counter in the workspace that
+# the launcher zeroes on the stream, in sections (KVATTN_SM90_SECTIONS: 1 = longest first over the grid, as
+# many as (sequence, kv head) pairs = v1's unit-major order); the next unit's Q loaded under the last P V.
+LENGTHS = "causal, 384 units of 1-12 tiles"
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_persistent_sections_same_bits(monkeypatch, d):
+    """Whatever the unit order (sections), a unit computes what the other kernel's CTA computes."""
+    case = dataclasses.replace(MANY_UNITS[LENGTHS], d=d)
+    base, _, _ = _call(case, monkeypatch, {"KVATTN_SM90_PERSISTENT": "0"})
+    H.sync_device_errors(DEVICE)
+    base = H.to_numpy(base)
+    for sections in ("1", "5", "24", "0"):  # 24 = 3 x 8 pairs; 0 = the launcher's choice
+        out, _, _ = _call(case, monkeypatch, {"KVATTN_SM90_PERSISTENT": "1", "KVATTN_SM90_SECTIONS": sections})
+        H.sync_device_errors(DEVICE)
+        out = H.to_numpy(out)
+        assert np.isfinite(out).all(), f"sections {sections}: a unit left unwritten"
+        np.testing.assert_array_equal(base.view(np.uint16), out.view(np.uint16), err_msg=f"sections {sections}")
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_persistent_twice_in_a_row(monkeypatch, d):
+    """The second call starts from a zeroed counter again (else its CTAs would find every unit claimed and
+    leave the poisoned rows): both calls give the same bits, and the oracle's values."""
+    case = dataclasses.replace(MANY_UNITS[LENGTHS], d=d)
+    results = []
+    for _ in range(2):
+        out, lse, _ = _call(case, monkeypatch, {"KVATTN_SM90_PERSISTENT": "1"})
+        H.sync_device_errors(DEVICE)
+        results.append((H.to_numpy(out), H.to_numpy(lse)))
+    (out0, lse0), (out1, lse1) = results
+    assert np.isfinite(out0).all() and np.isfinite(out1).all()
+    np.testing.assert_array_equal(out0.view(np.uint16), out1.view(np.uint16))
+    np.testing.assert_array_equal(lse0, lse1)
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_persistent_cuda_graph(monkeypatch, d):
+    """Captured in a CUDA graph (the counter's memset is a node of it), replayed twice into poisoned outputs:
+    the eager call's bits each time."""
+    import torch
+    from cases import build
+
+    monkeypatch.setenv("KVATTN_SM90_PERSISTENT", "1")
+    case = dataclasses.replace(MANY_UNITS[LENGTHS], d=d)
+    q, k_cache, v_cache, kw, _, _ = build(case)
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    qd, kc, vc = (H.to_device(x, DEVICE) for x in (q, k_cache, v_cache))
+
+    def call():
+        return H.kvattn.flash_attn_with_kvcache(qd, kc, vc, return_softmax_lse=True, **dev)
+
+    eager_out, eager_lse = call()
+    H.sync_device_errors(DEVICE)
+    side = torch.cuda.Stream()  # warm up off the capture stream
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    H.sync_device_errors(DEVICE)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = call()
+    for replay in range(2):
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        H.sync_device_errors(DEVICE)
+        assert torch.equal(out.view(torch.int16), eager_out.view(torch.int16)), f"replay {replay}: out"
+        assert torch.equal(lse, eager_lse), f"replay {replay}: lse"

@@ -110,6 +110,7 @@ AttnParams make_attn_params(const FwdProblem& p, const AttentionPlan& plan, Devi
     a.lse_partial = reinterpret_cast<float*>(ws + plan.lse_partial_offset);
     if (plan.balanced) a.unit_pieces = reinterpret_cast<int32_t*>(ws + plan.unit_pieces_offset);
   }
+  if (plan.unit_counter) a.unit_pieces = static_cast<int32_t*>(p.workspace);
   a.errors = errors;
   return a;
 }

@@ -65,7 +65,7 @@ struct AttnParams {
   int32_t balanced_ctas;
   int32_t balanced_slots;
   int32_t rows_per_unit;
-  int32_t* unit_pieces;
+  int32_t* unit_pieces;  // (the persistent sm_90a prefill: its unit counter, AttentionPlan::unit_counter)
 
   DeviceErrorRecord* errors;
 };

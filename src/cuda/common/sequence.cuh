@@ -239,15 +239,39 @@ __device__ __forceinline__ void record_page_error(const SeqParams& p, const Sequ
   }
 }
 
-// Block-wide check of the page-table entries holding slots [slot_begin, slot_end) of a sequence; records
-// the first bad entry. Returns true when all are in range. Call from all threads of the block.
+// The threads that run a check together and how they agree: the whole block, or threads [0, kThreads) on
+// named barrier kBarrier (a warp-specialized CTA's producer warpgroup, while the others compute).
+struct BlockWide {
+  __device__ static unsigned rank() { return threadIdx.x; }
+  __device__ static unsigned size() { return blockDim.x; }
+  __device__ static bool any(bool b) { return __syncthreads_or(b); }
+};
+template <int kBarrier, int kThreads>
+struct LeadingThreads {
+  __device__ static unsigned rank() { return threadIdx.x; }
+  __device__ static unsigned size() { return kThreads; }
+  __device__ static bool any(bool b) {
+    uint32_t r;
+    asm volatile(
+        "{\n.reg .pred in, out;\nsetp.ne.u32 in, %1, 0;\nbar.red.or.pred out, %2, %3, in;\n"
+        "selp.u32 %0, 1, 0, out;\n}\n"
+        : "=r"(r)
+        : "r"(static_cast<uint32_t>(b)), "n"(kBarrier), "n"(kThreads)
+        : "memory");
+    return r != 0;
+  }
+};
+
+// Check of the page-table entries holding slots [slot_begin, slot_end) of a sequence; records the first
+// bad entry. Returns true when all are in range. Call from all threads of the Group (default: the block).
+template <class Group = BlockWide>
 __device__ inline bool check_pages(const SeqParams& p, const Sequence& seq, int64_t slot_begin,
                                    int64_t slot_end, DeviceErrorRecord* err) {
   bool bad = false;
   if (p.page_table && slot_end > slot_begin) {
     const int64_t first = slot_begin / p.page_size, last = (slot_end - 1) / p.page_size;
     const int32_t* row = p.page_table + seq.page_row0;
-    for (int64_t c = first + threadIdx.x; c <= last; c += blockDim.x) {
+    for (int64_t c = first + Group::rank(); c <= last; c += Group::size()) {
       const int64_t page = row[c];
       if (page < 0 || page >= p.num_pages) {
         bad = true;
@@ -255,22 +279,23 @@ __device__ inline bool check_pages(const SeqParams& p, const Sequence& seq, int6
       }
     }
   }
-  return !__syncthreads_or(bad);
+  return !Group::any(bad);
 }
 
-// Block-wide: with an append, two sequences may not share a cache row (both would write it).
+// With an append, two sequences may not share a cache row (both would write it). All threads of the Group.
+template <class Group = BlockWide>
 __device__ inline bool check_unique_row(const SeqParams& p, int i, DeviceErrorRecord* err) {
   bool dup = false;
   if (p.has_new && p.cache_batch_idx) {
     const int32_t mine = p.cache_batch_idx[i];
-    for (int j = threadIdx.x; j < p.batch; j += blockDim.x) {
+    for (int j = Group::rank(); j < p.batch; j += Group::size()) {
       if (j != i && p.cache_batch_idx[j] == mine) {
         dup = true;
         if (j > i) record_error(err, ErrorArg::cache_batch_idx, ErrorKind::duplicate, j, mine, 0, i);
       }
     }
   }
-  return !__syncthreads_or(dup);
+  return !Group::any(dup);
 }
 
 // ---- the line of a varlen batch (kernels whose grid covers the work of sequences of different sizes)

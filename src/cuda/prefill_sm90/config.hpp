@@ -35,12 +35,23 @@ constexpr PrefillTile prefill_tile(int head_dim) {
                            : PrefillTile{2, 48, 3, 40, 232};
 }
 
-// Dynamic shared memory: 1024 bytes of alignment slack, Q, the K and V stages, two mbarriers a stage.
-constexpr size_t prefill_smem_bytes(int head_dim) {
+// The persistent kernel's unit descriptor (persistent.cuh, PrefillUnit): one slot of its ring of two.
+constexpr size_t kPrefillUnitBytes = 192;
+// What the persistent kernel adds: the unit ring's four mbarriers, its two slots, the producer's claimed
+// unit (16 bytes).
+constexpr size_t kPrefillPersistentBytes = 32 + 2 * kPrefillUnitBytes + 16;
+
+// Dynamic shared memory: 1024 bytes of alignment slack, Q, the K and V stages, two mbarriers a stage, and
+// the persistent kernel's ring. (No second Q buffer: at d 128 and 256 it does not fit in 227 KiB beside the
+// stages; the persistent kernel rewrites Q under the last tile's P V instead.)
+constexpr size_t prefill_smem_bytes(int head_dim, bool persistent = false) {
   const PrefillTile t = prefill_tile(head_dim);
   return 1024 + size_t(64) * t.consumers * head_dim * 2 + 2 * size_t(t.stages) * t.block_n * head_dim * 2 +
-         16 * size_t(t.stages);
+         16 * size_t(t.stages) + (persistent ? kPrefillPersistentBytes : 0);
 }
+static_assert(prefill_smem_bytes(64, true) <= 227 * 1024 && prefill_smem_bytes(128, true) <= 227 * 1024 &&
+                  prefill_smem_bytes(256, true) <= 227 * 1024,
+              "the opt-in shared memory of a CTA on sm_90");
 
 // The TMA producer's view of a KV cache (kernel.cuh produce_tma, launch.cuh make_kv_maps): every layout as
 // pages of `slots` slots in a 4-D tensor map (channel, slot in page, kv head, page), the pages and slots of

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/attention/epilogue.cuh"
 #include "cuda/attention/schedule.cuh"
@@ -58,6 +59,79 @@ __device__ __forceinline__ void load_q(const AttnParams& p, const Sequence& seq,
         *reinterpret_cast<const uint4*>(vals);
   }
 }
+
+// The persistent kernel's Q of its next unit, issued under the last tile's P V (O and P in flight): the
+// chunks that are plain copies (past rotary_dim, 16-byte aligned) and the zeros of rows that do not attend
+// by cp.async, which holds no register and lands while the P V and the epilogue run (consume waits for it
+// before the unit's first tile: cp_async_wait_all); rotated chunks through registers one at a time (loads
+// as 16-byte vectors, RotaryChunk of branch qload; two at a time spill at d 128).
+template <class Cfg>
+__device__ __forceinline__ void load_q_async(const AttnParams& p, const Sequence& seq, int i, int kv_head,
+                                             int64_t m0, unsigned char* s_q) {
+  using T = typename Cfg::T;
+  const int ctid = threadIdx.x % 128;
+  const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
+  const RotaryParams& rot = p.rotary;
+  // rotary_dim % 16 == 0: every chunk is wholly rotated or wholly copied (else channel by channel).
+  const bool whole_chunks = rot.rotary_dim % 16 == 0;
+  const uint32_t q_addr = smem_addr(s_q);
+#pragma unroll 1
+  for (int idx = ctid; idx < 64 * Cfg::kChunks; idx += 128) {
+    const int row = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
+    const int64_t r = m0 + row;
+    const uint32_t at = swizzled(row, c, Cfg::kQPanelBytes);
+    if (r >= used_rows) {
+      cp_async_16(q_addr + at, p.q.ptr, false);  // zeros
+      continue;
+    }
+    const int64_t t = r / p.group;
+    const int h = kv_head * p.group + static_cast<int>(r % p.group);
+    const T* src = token_row<const T>(p.q, seq, i, t, h);
+    if (c * 8 >= rot.rotary_dim && reinterpret_cast<uintptr_t>(src + c * 8) % 16 == 0) {
+      cp_async_16(q_addr + at, src + c * 8, true);
+      continue;
+    }
+    const int64_t pos = seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0);
+    alignas(16) T vals[8];
+    if (whole_chunks && c * 8 < rot.rotary_dim) {
+      RotaryChunk<T> chunk;
+      load_rotary_chunk(src, c * 8, pos, rot, chunk);
+      float rotated[8];
+      rotate_chunk(chunk, c * 8, rot, rotated);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) vals[e] = from_float<T>(rotated[e]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int ch = c * 8 + e;
+        vals[e] = ch < rot.rotary_dim ? from_float<T>(rotated_channel(src, ch, pos, rot)) : src[ch];
+      }
+    }
+    *reinterpret_cast<uint4*>(s_q + at) = *reinterpret_cast<const uint4*>(vals);
+  }
+}
+
+// The persistent kernel's unit, for consume: its first tile in the CTA's stage ring, whether its Q is in
+// s_q already (issued under the previous unit's last P V: load_q_async), and last() (what runs under this
+// unit's last P V: the next unit's Q).
+template <class Last>
+struct UnitTiles {
+  int64_t tile0;
+  bool q_loaded;
+  const Last& last;
+};
+// consume's wait_full with the hook run_tiles calls under the last P V (Cfg::kPersistent).
+template <class W, class = void>
+struct HasLast : std::false_type {};
+template <class W>
+struct HasLast<W, std::void_t<decltype(std::declval<const W&>().last())>> : std::true_type {};
+template <class WaitFull, class Last>
+struct WaitFullThenLast {
+  const WaitFull& wait_full;
+  const Last& last_;
+  __device__ __forceinline__ int operator()(int64_t tile) const { return wait_full(tile); }
+  __device__ __forceinline__ void last() const { last_(); }
+};
 
 // S = Q K^T of a tile into s (issued, not waited for): kD / 16 k-steps, 32 bytes apart within a 128-byte
 // panel row.
@@ -202,7 +276,9 @@ struct PingPong {
 // The consumer's tiles, S and P V in flight: the softmax of tile t overlaps the P V of tile t - 1 on the
 // tensor cores. Per iteration, issue S_t = Q K_t and O += P_{t-1} V_{t-1}, wait for S_t, softmax it, wait
 // for P V, release stage t - 1, rescale O by tile t's correction. wait_full(tile): the tile's stage, once
-// loaded; softmax(s, tile, correction): S -> P (the score mods, the online softmax).
+// loaded; softmax(s, tile, correction): S -> P (the score mods, the online softmax). A WaitFullThenLast's
+// last() runs while the last P V is on the tensor cores (every Q K^T of the tiles is done then).
+// (The hook rides on wait_full: an added parameter, even unused, moved the other kernels' code.)
 template <class Cfg, class WaitFull, class Softmax>
 __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint32_t s_k, uint32_t s_v,
                                           uint32_t empty_bar, PingPong<Cfg>& turns, const WaitFull& wait_full,
@@ -255,6 +331,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     wgmma_fence();
     issue_pv_tile<Cfg>(o, pa, s_v + prev_stage * Cfg::kKvStageBytes);
     turns.your_turn();
+    if constexpr (HasLast<WaitFull>::value) wait_full.last();
     wgmma_wait<0>();
     fence_registers(o);
     mbar_arrive(empty_bar + 8 * prev_stage);
@@ -278,11 +355,13 @@ __device__ __forceinline__ void idle_consumer(int64_t n_tiles, uint32_t full_bar
   }
 }
 
-template <class Cfg>
+// Cfg::kPersistent: unit is a UnitTiles (the other kernels: 0, unused; its type a template parameter so
+// that their code stays as it was).
+template <class Cfg, class Unit = int64_t>
 __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
                                         const KeyRange& cta_keys, int64_t n_tiles, unsigned char* s_q_all,
                                         uint32_t s_k, uint32_t s_v, uint32_t full_bar, uint32_t empty_bar,
-                                        bool reader_fence, bool diag_no_softmax) {
+                                        bool reader_fence, bool diag_no_softmax, Unit unit = 0) {
   using T = typename Cfg::T;
   constexpr int kBlockN = Cfg::kBlockN, kD = Cfg::kHeadDim;
   const int consumer = threadIdx.x / 128 - 1;
@@ -296,8 +375,18 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     }
   }
 
-  load_q<Cfg>(p, seq, cta.i, cta.kv_head, m0, s_q);
-  fence_proxy_async();  // Q is read by wgmma (async proxy)
+  constexpr bool kUnit = !std::is_integral_v<Unit>;  // a persistent kernel's unit
+  if constexpr (kUnit) {                             // (apart: the other kernels' code as it was)
+    if (unit.q_loaded) {
+      cp_async_wait_all();  // load_q_async's copies
+    } else {
+      load_q<Cfg>(p, seq, cta.i, cta.kv_head, m0, s_q);
+    }
+    fence_proxy_async();
+  } else {
+    load_q<Cfg>(p, seq, cta.i, cta.kv_head, m0, s_q);
+    fence_proxy_async();  // Q is read by wgmma (async proxy)
+  }
   named_barrier_sync(1 + consumer, 128);
 
   const int64_t kv_len = seq.end - seq.leftpad;
@@ -329,6 +418,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     online_softmax<kBlockN>(s, factor, row_max, row_sum, correction);
   };
   auto wait_full = [&](int64_t tile) {
+    if constexpr (kUnit) tile += unit.tile0;  // the CTA's tile (producer.cuh)
     const int stage = static_cast<int>(tile % Cfg::kStages);
     mbar_wait(full_bar + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1));
     if (reader_fence) fence_proxy_async();  // the stage's cp.async writes, seen here, before wgmma reads
@@ -336,7 +426,13 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   };
 
   PingPong<Cfg> turns(consumer, n_tiles);
-  run_tiles<Cfg>(n_tiles, q_addr, s_k, s_v, empty_bar, turns, wait_full, softmax, o);
+  if constexpr (kUnit) {
+    const WaitFullThenLast<decltype(wait_full), std::remove_reference_t<decltype(unit.last)>> waits{
+        wait_full, unit.last};
+    run_tiles<Cfg>(n_tiles, q_addr, s_k, s_v, empty_bar, turns, waits, softmax, o);
+  } else {
+    run_tiles<Cfg>(n_tiles, q_addr, s_k, s_v, empty_bar, turns, wait_full, softmax, o);
+  }
   write_rows<Cfg>(p, seq, cta, m0, row, o, row_max, row_sum, factor);
 }
 

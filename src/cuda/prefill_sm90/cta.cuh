@@ -32,6 +32,9 @@ struct PrefillArgs {
   AttnParams p;
   int32_t m_blocks;
   uint32_t flags;
+  // The persistent kernel: its units' order, in this many sections of (sequence, kv head) pairs (unit_rows;
+  // in the padding before k_map, so the other kernels' parameters keep their offsets).
+  int32_t sections;
   // With kTma: the K and V caches as 4-D tensors (channel, slot in page, kv head, page) over the pages of
   // tma_geometry, box (64 channels, its box slots, 1, 1), 128B swizzle: one box is one 64-channel panel of
   // a page's rows (a contiguous cache's page is a cache row, a packed cache is one page).
@@ -39,7 +42,7 @@ struct PrefillArgs {
   CUtensorMap v_map;
 };
 
-template <typename T_, int kHeadDim_, bool kPingPong_, bool kVarlen_ = false>
+template <typename T_, int kHeadDim_, bool kPingPong_, bool kVarlen_ = false, bool kPersistent_ = false>
 struct PrefillConfig {
   using T = T_;
   static constexpr int kHeadDim = kHeadDim_;     // d = dv
@@ -49,6 +52,10 @@ struct PrefillConfig {
   // position x of the varlen m-block line (attention/schedule.cuh); a CTA of <= 64 rows computes with
   // consumer 0 alone.
   static constexpr bool kVarlen = kVarlen_;
+  // At most a CTA an SM, each taking the work units (the other kernel's CTAs) blockIdx.x, + gridDim.x, ...:
+  // the next unit's set-up and loads overlap this one's compute (persistent.cuh). Not with kVarlen.
+  static constexpr bool kPersistent = kPersistent_;
+  static_assert(!(kVarlen && kPersistent), "the persistent kernel walks the max-length grid's units");
   static constexpr PrefillTile kTile = prefill_tile(kHeadDim);
   static constexpr int kConsumers = kTile.consumers;  // warpgroups of 64 rows
   static constexpr int kBlockM = 64 * kConsumers;
@@ -66,7 +73,9 @@ struct PrefillConfig {
   static_assert(kHeadDim % 64 == 0, "whole 128-byte panels");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 128, "a key row per producer thread");
   static_assert((kBlockN / 4) * kChunks % 32 == 0, "whole warp copy steps");
-  static_assert(prefill_smem_bytes(kHeadDim) == 1024 + kQBytes + 2 * kStages * kKvStageBytes + 16 * kStages,
+  static_assert(prefill_smem_bytes(kHeadDim, kPersistent) == 1024 + kQBytes + 2 * kStages * kKvStageBytes +
+                                                                 16 * kStages +
+                                                                 (kPersistent ? kPrefillPersistentBytes : 0),
                 "the launcher's shared memory is the kernel's");
 };
 
@@ -121,12 +130,43 @@ __device__ __forceinline__ CtaRows cta_rows(const PrefillArgs& a) {
   return {u / p.num_kv_heads, u % p.num_kv_heads, static_cast<int64_t>(m_block) * Cfg::kBlockM};
 }
 
-// An offending sequence: NaN in out (and lse) for the CTA's rows. All threads.
+// The rows of the persistent kernel's work unit x (x < m_blocks x batch x kv heads), longest first within
+// each of a.sections sections of consecutive (sequence, kv head) pairs u (sizes differing by at most one):
+// a section's units m-block-major, last (causal: the most keys) first, so that the units claimed last
+// (persistent.cuh: a tile counter) are the shortest and the CTAs end together; sections small enough that
+// their K/V stay in L2 while their m-blocks run (the launcher). One section: longest first over the grid;
+// as many as pairs: cta_rows' unit-major order.
 template <class Cfg>
+__device__ __forceinline__ CtaRows unit_rows(const PrefillArgs& a, unsigned x) {
+  const AttnParams& p = a.p;
+  const unsigned units = static_cast<unsigned>(p.seq.batch * p.num_kv_heads), mb = a.m_blocks;
+  const unsigned sections = static_cast<unsigned>(a.sections);
+  const unsigned q = units / sections, big = units % sections;  // big sections of q + 1 pairs, then q
+  const unsigned big_x = big * (q + 1) * mb;
+  unsigned size, u0, r;
+  if (x < big_x) {
+    size = q + 1;
+    u0 = x / (size * mb) * size;
+    r = x % (size * mb);
+  } else {
+    size = q;
+    u0 = big * (q + 1) + (x - big_x) / (size * mb) * size;
+    r = (x - big_x) % (size * mb);
+  }
+  const int m_block = static_cast<int>(mb - 1 - r / size), u = static_cast<int>(u0 + r % size);
+  return {u / p.num_kv_heads, u % p.num_kv_heads, static_cast<int64_t>(m_block) * Cfg::kBlockM};
+}
+
+// An offending sequence: NaN in out (and lse) for the CTA's rows, all threads; kConsumer: the 64 rows from
+// c.m0 by one consumer warpgroup (the persistent kernel).
+template <class Cfg, bool kConsumer = false>
 __device__ void write_nan_rows(const AttnParams& p, const CtaRows& c, const Sequence& seq) {
   using T = typename Cfg::T;
+  constexpr int kRows = kConsumer ? 64 : Cfg::kBlockM, kThreads = kConsumer ? 128 : Cfg::kThreads;
   const int64_t rows = static_cast<int64_t>(seq.q_len) * p.group;
-  for (int idx = threadIdx.x; idx < Cfg::kBlockM * p.head_dim_v; idx += Cfg::kThreads) {
+  int first = threadIdx.x;
+  if constexpr (kConsumer) first %= 128;
+  for (int idx = first; idx < kRows * p.head_dim_v; idx += kThreads) {
     const int64_t r = c.m0 + idx / p.head_dim_v;
     const int ch = idx % p.head_dim_v;
     if (r >= rows) continue;

@@ -17,8 +17,9 @@
 // Scores are in log2 units (exp2 is one instruction), as in the portable kernel.
 //
 // Files: cta.cuh (the argument PrefillArgs, PrefillConfig, the CTA's rows, NaN rows), producer.cuh (the
-// cp.async and TMA producers), consumer.cuh (Q, the tiles' wgmma, softmax, ping-pong, the epilogue), this
-// file (the CTA's set-up, the roles, the kernel).
+// cp.async and TMA producers), consumer.cuh (Q, the tiles' wgmma, softmax, ping-pong, the epilogue),
+// persistent.cuh (the persistent kernel's loops over work units), this file (the CTA's set-up, the roles,
+// the kernel).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,7 @@
 #include "cuda/common/sequence.cuh"
 #include "cuda/prefill_sm90/consumer.cuh"
 #include "cuda/prefill_sm90/cta.cuh"
+#include "cuda/prefill_sm90/persistent.cuh"
 #include "cuda/prefill_sm90/producer.cuh"
 #include "cuda/prefill_sm90/ptx.cuh"
 
@@ -46,6 +48,10 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
   const uint32_t s_v = s_k + Cfg::kStages * Cfg::kKvStageBytes;
   const uint32_t full_bar = s_v + Cfg::kStages * Cfg::kKvStageBytes;
   const uint32_t empty_bar = full_bar + 8 * Cfg::kStages;
+  if constexpr (Cfg::kPersistent) {
+    prefill_persistent_cta<Cfg>(a, s_q, s_k, s_v, full_bar, empty_bar);
+    return;
+  }
 
   const CtaRows cta = cta_rows<Cfg>(a);  // all threads (the varlen line's scan)
   if constexpr (Cfg::kVarlen) {

@@ -108,6 +108,24 @@ bool make_kv_maps(const AttnParams& params, PrefillArgs& a) {
   return make(params.k_cache, &a.k_map) && make(params.v_cache, &a.v_map);
 }
 
+// The persistent kernel's unit order (cta.cuh unit_rows): sections of (sequence, kv head) pairs whose K/V
+// (as much as the cache holds a sequence) fit in kSectionL2 bytes, equal to within one pair, so that the
+// units in flight share K/V in L2 and each section is longest first. KVATTN_SM90_SECTIONS=n sets it (A/B:
+// the pairs' count is v1's unit-major order, 1 longest first over the whole grid).
+inline int64_t persistent_sections(const AttnParams& params, int head_dim) {
+  constexpr int64_t kSectionL2 = int64_t{24} << 20;  // of the 50-60 MiB L2 of sm_90 parts
+  const int64_t pairs = std::max<int64_t>(1, static_cast<int64_t>(params.seq.batch) * params.num_kv_heads);
+  const SeqParams& sp = params.seq;
+  const int64_t keys = sp.cu_seqlens_k != nullptr ? sp.num_pages / std::max(1, sp.batch) : sp.capacity;
+  const int64_t pair_bytes = std::max<int64_t>(1, keys) * head_dim * 2 * 2;  // K and V, 16-bit
+  int64_t per = std::clamp<int64_t>(kSectionL2 / pair_bytes, 1, pairs);
+  int64_t sections = (pairs + per - 1) / per;
+  if (const char* v = std::getenv("KVATTN_SM90_SECTIONS"); v != nullptr && std::atoll(v) > 0) {
+    sections = std::atoll(v);
+  }
+  return std::clamp<int64_t>(sections, 1, pairs);
+}
+
 template <class Cfg>
 kvattn_status launch_config(const AttnParams& params, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(params.seq.max_seqlen_q) * params.group;
@@ -129,16 +147,29 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream) {
     line =
         std::min(line, varlen_line_bound(params.seq.total_q * params.group, params.seq.batch, Cfg::kBlockM));
   }
-  const int64_t ctas = line * params.num_kv_heads;
+  int64_t ctas = line * params.num_kv_heads;
   if (ctas > 0x7fffffff) {
     return fail(KVATTN_ERROR_UNSUPPORTED, "q: batch * kv heads * row blocks = " + std::to_string(ctas) +
                                               " CTAs exceeds the grid limit");
   }
-  const int smem = static_cast<int>(prefill_smem_bytes(Cfg::kHeadDim));
+  const int smem = static_cast<int>(prefill_smem_bytes(Cfg::kHeadDim, Cfg::kPersistent));
   static std::atomic<uint64_t> opted_in{0};  // the devices this kernel has opted into its shared memory on
   int device = 0;
   if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {
     return cuda_fail(err, "prefill_kernel device");
+  }
+  if constexpr (Cfg::kPersistent) {
+    // A CTA an SM (the kernel's shared memory holds one), each taking units from the counter
+    // (persistent.cuh), which starts at 0: a memset node on the stream (graph-capturable; the API promises
+    // nothing of a workspace's contents).
+    const DeviceInfo* info = nullptr;
+    if (const kvattn_status st = device_info(device, &info); st != KVATTN_OK) return st;
+    ctas = std::min<int64_t>(ctas, std::max(1, info->shape.sm_count));
+    a.sections = static_cast<int32_t>(persistent_sections(params, Cfg::kHeadDim));
+    if (const cudaError_t err = cudaMemsetAsync(params.unit_pieces, 0, sizeof(int32_t), stream);
+        err != cudaSuccess) {
+      return cuda_fail(err, "prefill_kernel unit counter");
+    }
   }
   if (const kvattn_status st = set_max_dynamic_smem_once(reinterpret_cast<const void*>(prefill_kernel<Cfg>),
                                                          device, smem, &opted_in, "prefill_kernel");
@@ -155,6 +186,12 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
     return fail(KVATTN_ERROR_UNSUPPORTED, "the sm_90a prefill kernel for head_dim=" +
                                               std::to_string(kHeadDim) + " is not compiled in this build");
   } else {
+    // KVATTN_SM90_PERSISTENT=1: q without cu_seqlens_q on the persistent kernel (off by default until it
+    // is measured on a device).
+    // The plan gave it its unit counter (AttentionPlan::unit_counter); without one, the other kernels.
+    if (prefill_persistent_selected(params.seq.cu_seqlens_q != nullptr) && params.unit_pieces != nullptr) {
+      return launch_config<PrefillConfig<T, kHeadDim, true, false, true>>(params, stream);
+    }
     // d = 128, q not varlen: the consumers issue their wgmma groups independently, 0-1.5% faster than
     // taking turns on every W3 / W6 case measured (bench/NOTES.md, session 6); KVATTN_SM90_PINGPONG=1 takes
     // turns (A/B). The other head dims compile the ping-pong kernel only.

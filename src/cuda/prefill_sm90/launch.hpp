@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "api/problem.hpp"
@@ -35,11 +37,23 @@ inline AttentionPlan prefill_sm90_single_pass(AttentionPlan plan) {
   plan.workspace_bytes = 0;
   return plan;
 }
+// KVATTN_SM90_PERSISTENT=1 and q without cu_seqlens_q: the persistent kernel (persistent.cuh; off by
+// default until it is measured on a device). The plan and the launcher ask it alike.
+inline bool prefill_persistent_selected(bool varlen_q) {
+  const char* v = std::getenv("KVATTN_SM90_PERSISTENT");
+  return !varlen_q && v != nullptr && std::strcmp(v, "1") == 0;
+}
+// The persistent kernel needs a workspace: one int32 unit counter (AttentionPlan::unit_counter).
 inline AttentionPlan plan_prefill_sm90(const FwdProblem& p, const AttentionKernel& row,
                                        const DeviceShape& device) {
   AttentionPlan plan = prefill_sm90_single_pass(plan_portable(p, row, device));
   plan.smem_bytes = prefill_smem_bytes(row.head_dim);
   plan.static_smem_bytes = 0;
+  if (prefill_persistent_selected(p.cu_seqlens_q != nullptr)) {
+    plan.unit_counter = true;
+    plan.workspace_bytes = kWorkspaceAlign;
+    plan.smem_bytes = prefill_smem_bytes(row.head_dim, true);
+  }
   return plan;
 }
 

@@ -14,10 +14,13 @@ namespace kvattn::cuda::sm90 {
 
 // ---- producer: K/V tiles into the stage ring
 
+// Cfg::kPersistent: tile n is the CTA's tile tile0 + n of the stage ring (the units so far), and drain =
+// false leaves the copies in flight (the persistent kernel waits once, at its end).
 template <class Cfg>
 __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq, int kv_head, int64_t slot0,
                                         int64_t n_tiles, uint32_t s_k, uint32_t s_v, uint32_t full_bar,
-                                        uint32_t empty_bar, bool diag_no_load) {
+                                        uint32_t empty_bar, bool diag_no_load, int64_t tile0 = 0,
+                                        bool drain = true) {
   constexpr int kRowsPerWarp = Cfg::kBlockN / 4;
   const int ptid = threadIdx.x;  // 0..127
   const int warp = ptid / 32, lane = ptid % 32;
@@ -34,7 +37,9 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
   };
   int32_t entry = entry_of(0);
   for (int64_t tile = 0; tile < n_tiles; ++tile) {
-    const int stage = static_cast<int>(tile % Cfg::kStages);
+    int64_t ring_tile = tile;
+    if constexpr (Cfg::kPersistent) ring_tile += tile0;
+    const int stage = static_cast<int>(ring_tile % Cfg::kStages);
     // This thread's key row: where it starts in each cache, in 16-byte units (32 bits: the launcher checks
     // that the caches span less than 64 GiB), or kNoRow (zero-filled).
     constexpr uint32_t kNoRow = 0xffffffffu;
@@ -52,7 +57,7 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
       }
     }
     entry = entry_of(tile + 1);
-    mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1) ^ 1u);
+    mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((ring_tile / Cfg::kStages) & 1) ^ 1u);
     const uint32_t k_dst = s_k + stage * Cfg::kKvStageBytes, v_dst = s_v + stage * Cfg::kKvStageBytes;
     // Warp-wide steps of 32 chunks: lane l copies chunk (j * 32 + l) % kChunks of row (j * 32 + l) /
     // kChunks of the warp's rows, so consecutive lanes read consecutive 16 bytes of a row.
@@ -73,7 +78,7 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
     // The stage is full once every producer thread's copies of it have landed (no wait here).
     cp_async_arrive(full_bar + 8 * stage);
   }
-  cp_async_wait_all();  // nothing in flight when the producer leaves
+  if (!Cfg::kPersistent || drain) cp_async_wait_all();  // nothing in flight when the producer leaves
 }
 
 // The TMA producer (one warp; kTma): tile t covers slots [slot0 + t kBlockN, + kBlockN), slot0 a multiple of
@@ -89,7 +94,8 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
 template <class Cfg>
 __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence& seq, int kv_head,
                                             int64_t slot0, int64_t n_tiles, uint32_t s_k, uint32_t s_v,
-                                            uint32_t full_bar, uint32_t empty_bar, bool diag_no_load) {
+                                            uint32_t full_bar, uint32_t empty_bar, bool diag_no_load,
+                                            int64_t tile0 = 0, bool drain = true) {
   const AttnParams& p = a.p;
   const int lane = threadIdx.x % 32;
   const bool packed = p.seq.cu_seqlens_k != nullptr, paged = p.seq.page_table != nullptr && !packed;
@@ -105,14 +111,16 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
   const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache.ptr);
   const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache.ptr);
   for (int64_t tile = 0; tile < n_tiles; ++tile) {
-    const int stage = static_cast<int>(tile % Cfg::kStages);
+    int64_t ring_tile = tile;
+    if constexpr (Cfg::kPersistent) ring_tile += tile0;
+    const int stage = static_cast<int>(ring_tile % Cfg::kStages);
     const uint32_t bar = full_bar + 8 * stage;
     const uint32_t k_dst = s_k + stage * Cfg::kKvStageBytes, v_dst = s_v + stage * Cfg::kKvStageBytes;
     const int64_t t0 = slot0 + tile * Cfg::kBlockN;
     const bool whole = t0 >= seq.leftpad && (t0 + Cfg::kBlockN <= seq.end || zero_tail);
     const int64_t box_slot = t0 + lane * g.box;
     const int32_t entry = paged && whole && lane < boxes ? page_entry(p.seq, seq, box_slot) : 0;
-    mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1) ^ 1u);
+    mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((ring_tile / Cfg::kStages) & 1) ^ 1u);
     if (diag_no_load && tile >= Cfg::kStages) {
       mbar_arrive(bar);  // stale stage (timing only)
     } else if (whole) {
@@ -164,7 +172,7 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
       cp_async_arrive(bar);
     }
   }
-  cp_async_wait_all();
+  if (!Cfg::kPersistent || drain) cp_async_wait_all();
 }
 
 #endif  // sm_90a
