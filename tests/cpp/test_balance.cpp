@@ -37,6 +37,33 @@ TEST(Balance, EveryPositionBelongsToTheCtaWhoseRangeHoldsIt) {
   }
 }
 
+// The CTA count: equal units fewer than the resident CTAs get whole CTAs each (every CTA then computes one
+// piece of one unit), the cost floor and the slots respected; else the grid under the cost floor.
+TEST(Balance, CtaCountGivesEqualUnitsWholeCtas) {
+  for (int64_t units : {1, 2, 3, 8, 32, 100, 131, 132, 500}) {
+    for (int64_t slots : {132, 396}) {
+      for (int64_t tiles : {0, 1, 2, 5, 8, 32, 256}) {
+        const int64_t cost = tiles + kUnitCost, w = units * cost, grid = std::max(slots, units);
+        const int64_t g = balanced_ctas(w, units, slots, grid);
+        const int64_t by_cost = (w + kMinCtaCost - 1) / kMinCtaCost;
+        ASSERT_GE(g, 1);
+        ASSERT_LE(g, std::max<int64_t>(1, by_cost)) << units << " " << slots << " " << tiles;
+        ASSERT_LE(g, grid);
+        if (units >= slots || g < units) continue;
+        ASSERT_EQ(g % units, 0) << units << " " << slots << " " << tiles;
+        ASSERT_LE(g, units * (slots / units));
+        for (int64_t k = 0; k < g; ++k) {  // no CTA's share crosses a unit end
+          const int64_t b = cta_begin(k, g, w), e = cta_begin(k + 1, g, w);
+          ASSERT_EQ(b / cost, (e - 1) / cost) << "units " << units << " tiles " << tiles << " cta " << k;
+        }
+      }
+    }
+  }
+  // The tiny decode of the session-6 timeline (b1 1k, 8 kv heads, 64-key tiles: 16 + 2 a unit): 32 CTAs
+  // of one piece each, where the cost floor alone gave 36 (4 with two pieces).
+  EXPECT_EQ(balanced_ctas(8 * 18, 8, 132, 132), 32);
+}
+
 struct Piece {
   int64_t unit, tile_begin, tile_end;
   int slot;  // -1: the whole unit (written directly), 0 or 1: a partial
@@ -65,7 +92,7 @@ std::vector<Piece> walk(const std::vector<int64_t>& tiles, int64_t k, int64_t g,
 void check_schedule(const std::vector<int64_t>& tiles, int64_t grid) {
   int64_t total = 0;
   for (int64_t t : tiles) total += t + kUnitCost;
-  const int64_t g = std::max<int64_t>(1, std::min(grid, (total + kMinCtaCost - 1) / kMinCtaCost));
+  const int64_t g = balanced_ctas(total, static_cast<int64_t>(tiles.size()), grid, grid);  // the kernel's
   std::map<int64_t, std::pair<int64_t, int64_t>> unit_pieces;  // unit -> (first CTA, pieces)
   std::map<int64_t, std::vector<std::pair<int64_t, Piece>>> by_unit;
   for (int64_t k = 0; k < g; ++k) {

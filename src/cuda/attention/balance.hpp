@@ -29,4 +29,21 @@ KVATTN_HOST_DEVICE inline int64_t cta_of(int64_t x, int64_t g, int64_t w) {
   return k;
 }
 
+// CTAs with work over a line of total cost w made of `units` units: with fewer units than resident CTAs
+// (`slots`), a whole number of CTAs a unit, so that equal units are cut at unit ends (one piece a CTA);
+// else the grid; and at least kMinCtaCost a CTA, rounded down to whole CTAs a unit where that rule applies
+// (a CTA whose share crosses a unit end computes two pieces back to back: on a tiny problem that is the
+// kernel's last 4-5 us, bench/NOTES.md session 6).
+KVATTN_HOST_DEVICE inline int64_t balanced_ctas(int64_t w, int64_t units, int64_t slots, int64_t grid) {
+  const int64_t by_cost = (w + kMinCtaCost - 1) / kMinCtaCost;
+  if (units > 0 && units < slots) {
+    const int64_t per_unit = slots / units;  // >= 1
+    const int64_t fit = by_cost / units;     // whole CTAs a unit within the cost floor
+    if (fit >= 1) return units * (fit < per_unit ? fit : per_unit);
+    return by_cost > 1 ? by_cost : 1;  // less than a CTA a unit: the cost floor alone
+  }
+  const int64_t ctas = grid < by_cost ? grid : by_cost;
+  return ctas > 1 ? ctas : 1;
+}
+
 }  // namespace kvattn::cuda

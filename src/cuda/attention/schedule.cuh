@@ -126,13 +126,10 @@ __device__ inline BalancedStart balanced_start(const AttnParams& p) {
     total += s_warp_sums[w];
   }
   const int64_t excl = before + incl - mine;
-  // CTAs with work: with fewer units than resident CTAs, a whole number of CTAs a unit in one wave (equal
-  // lengths are then cut at unit ends, one piece a CTA); else the grid (whole waves); and at least
-  // kMinCtaCost a CTA.
+  // CTAs with work (balance.hpp): whole CTAs a unit in one wave when the units are fewer than the
+  // resident CTAs, else the grid, at least kMinCtaCost a CTA.
   const int64_t units = static_cast<int64_t>(p.seq.batch) * p.num_kv_heads;
-  int64_t ctas = gridDim.x;
-  if (units > 0 && units < p.balanced_slots) ctas = units * (p.balanced_slots / units);
-  ctas = max(int64_t{1}, min(ctas, (total + kMinCtaCost - 1) / kMinCtaCost));
+  const int64_t ctas = balanced_ctas(total, units, p.balanced_slots, gridDim.x);
   const int64_t a = cta_begin(blockIdx.x, ctas, max(total, int64_t{1}));
   if (threadIdx.x == 0) s_start = {total, static_cast<int>(ctas), p.seq.batch, total, 0};
   __syncthreads();
