@@ -140,14 +140,15 @@ struct AttentionPlan {
   // Balanced schedule (decode with num_splits = 0, not deterministic): a grid of balanced_ctas CTAs that
   // share the key tiles of all units evenly; splits stays 1.
   bool balanced = false;
-  bool early_launch = false;      // after the append kernel on sm_90+: launched early, waits before K/V (PDL)
-  int64_t balanced_ctas = 0;      // the grid
-  int64_t balanced_slots = 0;     // CTAs resident at once
-  int rows_per_unit = 0;          // max_seqlen_q * g (<= 16)
-  int producer_warps = 0;         // the sm_90 decode kernel: its variant, read once (smem_bytes is for it)
-  size_t o_partial_offset = 0;    // (splits, total_q, hq, dv) fp32; balanced: (2, G, R, dv)
-  size_t lse_partial_offset = 0;  // (splits, total_q, hq) fp32; balanced: (2, G, R)
-  size_t unit_pieces_offset = 0;  // balanced: (batch, kv heads, 2) int32
+  bool early_launch = false;   // after the append kernel on sm_90+: launched early, waits before K/V (PDL)
+  int64_t balanced_ctas = 0;   // the grid
+  int64_t balanced_slots = 0;  // CTAs resident at once
+  int64_t balanced_whole_grid = 0;  // > 0: the whole grid when each slot gets this many tiles
+  int rows_per_unit = 0;            // max_seqlen_q * g (<= 16)
+  int producer_warps = 0;           // the sm_90 decode kernel: its variant, read once (smem_bytes is for it)
+  size_t o_partial_offset = 0;      // (splits, total_q, hq, dv) fp32; balanced: (2, G, R, dv)
+  size_t lse_partial_offset = 0;    // (splits, total_q, hq) fp32; balanced: (2, G, R)
+  size_t unit_pieces_offset = 0;    // balanced: (batch, kv heads, 2) int32
   // The persistent sm_90a prefill kernel: its unit counter, an int32 at the workspace's start
   // (AttnParams::unit_pieces points at it; the launcher zeroes it on the stream before the kernel).
   bool unit_counter = false;

@@ -64,6 +64,21 @@ TEST(Balance, CtaCountGivesEqualUnitsWholeCtas) {
   EXPECT_EQ(balanced_ctas(8 * 18, 8, 132, 132), 32);
 }
 
+// The whole grid once each slot gets whole_grid_cost: 128 units of a long decode (b16 x 8 kv heads, 128k
+// keys) take all 132 SMs instead of 128, a shorter one keeps whole CTAs a unit, 0 never switches.
+TEST(Balance, WholeGridForLongShares) {
+  const int64_t long_w = 128 * (2048 + kUnitCost), short_w = 128 * (8 + kUnitCost);
+  EXPECT_EQ(balanced_ctas(long_w, 128, 132, 132, 0), 128);
+  EXPECT_EQ(balanced_ctas(long_w, 128, 132, 132, 384), 132);
+  EXPECT_EQ(balanced_ctas(short_w, 128, 132, 132, 384), 128);
+  EXPECT_EQ(balanced_ctas(8 * (2048 + kUnitCost), 8, 132, 132, 96), 132);   // 124 tiles a slot
+  EXPECT_EQ(balanced_ctas(8 * (2048 + kUnitCost), 8, 132, 132, 128), 128);  // 16 CTAs a unit
+  // The cost floor still applies to the whole grid (200 tiles: 50 CTAs of 4), and a line below the
+  // threshold keeps whole CTAs a unit (40 tiles over 4 units: 2 CTAs each).
+  EXPECT_EQ(balanced_ctas(200, 4, 132, 132, 1), 50);
+  EXPECT_EQ(balanced_ctas(40, 4, 132, 132, 1), 8);
+}
+
 struct Piece {
   int64_t unit, tile_begin, tile_end;
   int slot;  // -1: the whole unit (written directly), 0 or 1: a partial

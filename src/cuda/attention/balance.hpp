@@ -33,10 +33,14 @@ KVATTN_HOST_DEVICE inline int64_t cta_of(int64_t x, int64_t g, int64_t w) {
 // (`slots`), a whole number of CTAs a unit, so that equal units are cut at unit ends (one piece a CTA);
 // else the grid; and at least kMinCtaCost a CTA, rounded down to whole CTAs a unit where that rule applies
 // (a CTA whose share crosses a unit end computes two pieces back to back: on a tiny problem that is the
-// kernel's last 4-5 us, bench/NOTES.md session 6).
-KVATTN_HOST_DEVICE inline int64_t balanced_ctas(int64_t w, int64_t units, int64_t slots, int64_t grid) {
+// kernel's last 4-5 us, bench/NOTES.md session 6). whole_grid_cost > 0: when each of `slots` CTAs would
+// get at least that much, the whole grid instead (8 units on 132 SMs leave 4 idle, 3% of a long decode,
+// more than one piece switch costs).
+KVATTN_HOST_DEVICE inline int64_t balanced_ctas(int64_t w, int64_t units, int64_t slots, int64_t grid,
+                                                int64_t whole_grid_cost = 0) {
   const int64_t by_cost = (w + kMinCtaCost - 1) / kMinCtaCost;
-  if (units > 0 && units < slots) {
+  const bool whole_grid = whole_grid_cost > 0 && w >= whole_grid_cost * slots;
+  if (units > 0 && units < slots && !whole_grid) {
     const int64_t per_unit = slots / units;  // >= 1
     const int64_t fit = by_cost / units;     // whole CTAs a unit within the cost floor
     if (fit >= 1) return units * (fit < per_unit ? fit : per_unit);

@@ -99,6 +99,16 @@ static_assert(DecodeSm90Shape::smem_bytes(false, 2) + 1024 <= 227 * 1024 &&
                   DecodeSm90Shape::smem_bytes(true, 8) + 1024 <= 227 * 1024,
               "the decode ring fits an sm_90 CTA");
 
+// The balanced schedule takes every SM, not whole CTAs a unit, once each SM gets this many 64-key tiles
+// (balance.hpp). H200 (bench/NOTES.md, session 7): 1,988 tiles an SM (b16 x 128k) 1.3% faster, ~500 (b4 x
+// 128k, b16 x 32k) 0-1%, ~124 (b1 x 128k, b4 x 32k) 1-2.5% slower (a second piece in most CTAs).
+// KVATTN_DECODE_WHOLE_GRID=n sets it (0: never).
+static int64_t decode_sm90_whole_grid_tiles() {
+  constexpr int64_t kDefault = 1024;
+  const char* e = std::getenv("KVATTN_DECODE_WHOLE_GRID");
+  return e != nullptr ? std::max<int64_t>(0, std::atoll(e)) : kDefault;
+}
+
 bool decode_sm90_supports(const FwdProblem& p) {
   using S = DecodeSm90Shape;
   if (p.head_dim != S::kHeadDim || p.head_dim_v != S::kHeadDim || p.qv.ptr != nullptr) return false;
@@ -119,6 +129,7 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
   const int64_t sms = std::max(1, device.sm_count - std::max(0, p.sm_margin));
   plan.balanced_ctas = std::max<int64_t>(1, std::min<int64_t>(sms, plan.balanced_ctas));
   plan.balanced_slots = plan.balanced_ctas;
+  plan.balanced_whole_grid = decode_sm90_whole_grid_tiles();
   plan.producer_warps = decode_sm90_producer_warps();
   plan.smem_bytes = DecodeSm90Shape::smem_bytes(p.kv_dtype == DType::fp8_e4m3, plan.producer_warps);
   plan.static_smem_bytes = 0;

@@ -37,11 +37,19 @@ inline AttentionPlan prefill_sm90_single_pass(AttentionPlan plan) {
   plan.workspace_bytes = 0;
   return plan;
 }
-// KVATTN_SM90_PERSISTENT=1 and q without cu_seqlens_q: the persistent kernel (persistent.cuh; off by
-// default until it is measured on a device). The plan and the launcher ask it alike.
-inline bool prefill_persistent_selected(bool varlen_q) {
-  const char* v = std::getenv("KVATTN_SM90_PERSISTENT");
-  return !varlen_q && v != nullptr && std::strcmp(v, "1") == 0;
+// The persistent kernel (persistent.cuh) for q without cu_seqlens_q where it was measured to pay (bench/
+// NOTES.md, session 7, H200: W6 dense prefill 3-7% faster; rotary q (W3) up to 1.7% slower, and 64 units
+// on 132 SMs 12% slower): q without rotary and at least two 128-row units an SM.
+// KVATTN_SM90_PERSISTENT=1 takes it for every fixed q, =0 never (A/B). The plan and the launcher agree
+// through the plan's unit counter (the launcher takes this kernel exactly when it has one).
+inline bool prefill_persistent_selected(const FwdProblem& p, int sm_count) {
+  if (p.cu_seqlens_q != nullptr) return false;
+  if (const char* v = std::getenv("KVATTN_SM90_PERSISTENT"); v != nullptr) return std::strcmp(v, "1") == 0;
+  constexpr int64_t kBlockM = 128;  // the kernel's rows a unit (two 64-row consumers)
+  const int64_t g = p.num_q_heads / std::max(1, p.num_kv_heads);
+  const int64_t units = static_cast<int64_t>(p.batch) * p.num_kv_heads *
+                        ((static_cast<int64_t>(p.max_seqlen_q) * g + kBlockM - 1) / kBlockM);
+  return p.rotary_dim == 0 && units >= 2 * static_cast<int64_t>(sm_count);
 }
 // The persistent kernel needs a workspace: one int32 unit counter (AttentionPlan::unit_counter).
 inline AttentionPlan plan_prefill_sm90(const FwdProblem& p, const AttentionKernel& row,
@@ -49,7 +57,7 @@ inline AttentionPlan plan_prefill_sm90(const FwdProblem& p, const AttentionKerne
   AttentionPlan plan = prefill_sm90_single_pass(plan_portable(p, row, device));
   plan.smem_bytes = prefill_smem_bytes(row.head_dim);
   plan.static_smem_bytes = 0;
-  if (prefill_persistent_selected(p.cu_seqlens_q != nullptr)) {
+  if (prefill_persistent_selected(p, device.sm_count)) {
     plan.unit_counter = true;
     plan.workspace_bytes = kWorkspaceAlign;
     plan.smem_bytes = prefill_smem_bytes(row.head_dim, true);
