@@ -14,18 +14,28 @@ namespace {
 constexpr int kRowsPerBlock = 4;  // one warp a row
 
 // Rows (i, t, h) for t < max_seqlen_q; rows outside sequence i's q are not ours and stay untouched.
+// Launched early (PDL): everything that reads the call's inputs only (the sequence, the row's place) runs
+// before the wait, under the attention kernel; past it, one round trip for the unit's pieces (balanced)
+// and one for the partials (merge_row_warp issues the O loads with the LSE loads).
 __global__ void __launch_bounds__(32 * kRowsPerBlock)
     split_combine_kernel(const __grid_constant__ AttnParams p, int head_dim_v, DType out_dtype) {
-  wait_for_prior_grid();  // launched early (PDL): the partials are complete only past this point
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
   const int64_t per_seq = static_cast<int64_t>(p.seq.max_seqlen_q) * p.num_q_heads;
   if (row >= per_seq * p.seq.batch) return;
   const int i = static_cast<int>(row / per_seq);
   const int64_t t = row % per_seq / p.num_q_heads;
   const int h = static_cast<int>(row % p.num_q_heads);
-  const Sequence seq = load_sequence(p.seq, i, nullptr, false);
+  const Sequence seq = load_sequence(p.seq, i, nullptr, false);  // inputs: neither kernel writes them
   if (!seq.rows_known || t >= seq.q_len) return;
   const bool attends = t < seq.q_used;  // rows past seqused_q: out 0, lse -inf, no sink
+  const int64_t out_offset =
+      i * p.out.batch_stride + (seq.q_row0 + t) * p.out.token_stride + h * p.out.head_stride;
+  float* lse_out =
+      p.lse ? p.lse + i * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_row0 + t) * p.lse_token_stride
+            : nullptr;
+  const bool has_sink = attends && p.sinks;
+  const float sink = has_sink ? p.sinks[h] : 0.f;
+  wait_for_prior_grid();  // the partials (and the unit's pieces) are complete only past this point
   PartialRow in;
   int n = p.num_splits;
   if (p.balanced) {
@@ -48,14 +58,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
     const int64_t split_rows = p.seq.total_q * p.num_q_heads;
     in = {p.lse_partial + prow, split_rows, p.o_partial + prow * head_dim_v, split_rows * head_dim_v};
   }
-  const int64_t out_offset =
-      i * p.out.batch_stride + (seq.q_row0 + t) * p.out.token_stride + h * p.out.head_stride;
-  float* lse_out =
-      p.lse ? p.lse + i * p.lse_batch_stride + h * p.lse_head_stride + (seq.q_row0 + t) * p.lse_token_stride
-            : nullptr;
-  const bool has_sink = attends && p.sinks;
-  merge_row_warp(in, n, head_dim_v, has_sink, has_sink ? p.sinks[h] : 0.f, p.out.ptr, out_dtype, out_offset,
-                 lse_out);
+  merge_row_warp(in, n, head_dim_v, has_sink, sink, p.out.ptr, out_dtype, out_offset, lse_out);
 }
 
 __global__ void __launch_bounds__(32 * kRowsPerBlock)

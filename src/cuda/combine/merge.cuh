@@ -31,6 +31,21 @@ struct PartialRow {
 __device__ inline void merge_row_warp(const PartialRow& in, int n, int dv, bool has_sink, float sink,
                                       void* out, DType out_dtype, int64_t out_offset, float* lse_out) {
   const int lane = threadIdx.x % 32;
+  const bool vec4 = dv % 4 == 0 && in.o_stride % 4 == 0 && reinterpret_cast<uintptr_t>(in.o) % 16 == 0 &&
+                    reinterpret_cast<uintptr_t>(in.o0) % 16 == 0;
+  // The common short merge (<= kEarly partials, one float4 of <= 128 channels a lane): the O loads are
+  // issued here, with the LSE loads below, so both land in one memory round trip (the weights need the
+  // LSEs first, the loads do not need the weights).
+  constexpr int kEarly = 8;
+  const bool early = vec4 && n <= kEarly && dv <= 128;
+  float4 o_early[kEarly];
+  if (early) {
+#pragma unroll
+    for (int s = 0; s < kEarly; ++s) {
+      o_early[s] = s < n && lane * 4 < dv ? *reinterpret_cast<const float4*>(in.o_of(s) + lane * 4)
+                                          : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
   // The row's state: each lane merges its partials (split s is the state (lse_s log2(e), 1)), then the
   // lanes merge theirs, then the sink. Any NaN partial makes the whole row NaN (an offending sequence
   // stays NaN through a split).
@@ -94,9 +109,22 @@ __device__ inline void merge_row_warp(const PartialRow& in, int n, int dv, bool 
       for (int e = 0; e < kW; ++e) store_as(out, out_dtype, out_offset + c0 + e, nan ? NAN : acc[e]);
     }
   };
-  const bool vec4 = dv % 4 == 0 && in.o_stride % 4 == 0 && reinterpret_cast<uintptr_t>(in.o) % 16 == 0 &&
-                    reinterpret_cast<uintptr_t>(in.o0) % 16 == 0;
-  if (vec4) {
+  if (early) {
+    const float w_mine = lane < n ? weight(*in.lse_of(lane)) : 0.f;
+    float acc[4] = {};
+#pragma unroll
+    for (int s = 0; s < kEarly; ++s) {
+      const float w = __shfl_sync(0xffffffffu, w_mine, s);
+      if (s < n && w > 0.f) {  // a zero-weight partial is selected away (its O may be anything)
+        acc[0] += w * o_early[s].x, acc[1] += w * o_early[s].y, acc[2] += w * o_early[s].z;
+        acc[3] += w * o_early[s].w;
+      }
+    }
+    if (lane * 4 < dv) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) store_as(out, out_dtype, out_offset + lane * 4 + e, nan ? NAN : acc[e]);
+    }
+  } else if (vec4) {
     accumulate(std::integral_constant<int, 4>{});
   } else {
     accumulate(std::integral_constant<int, 1>{});
