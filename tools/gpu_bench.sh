@@ -9,7 +9,8 @@
 #      tool returns at most 8 files); with KVATTN_MAIN=1 also the MAIN JOB;
 #   4. the summary and plots of every call's records on this machine so far (a run cut into several
 #      calls): <name>/all_calls/ in the same archive.
-# Knobs: KVATTN_LIBRARY (build-ci/libkvattn.so), KVATTN_BENCH_MINUTES (--max-minutes, 7.5, 6.5 with the
+# Knobs: KVATTN_LIBRARY (build-ci/libkvattn.so), KVATTN_TORCH_OP (1, the default: build the torch op first
+# when absent; 0: the ctypes path), KVATTN_BENCH_MINUTES (--max-minutes, 7.5, 6.5 with the
 # MAIN JOB: no case starts after it), KVATTN_BENCH_TIMEOUT (540 s, 450 with the MAIN JOB: the whole bench.run),
 # KVATTN_BENCH_ARGS (more bench.run arguments, e.g. "--peers flashinfer,fa4 --flex none"),
 # KVATTN_BENCH_FILTER (case names: substrings separated by '|', spaces allowed).
@@ -31,6 +32,14 @@ fi
 if ls .whl/*.whl > /dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl \
     > "$OUT/wheels.log" 2>&1
+fi
+# The optional torch op (tools/build_torch_op.sh: one g++ compile against the machine's torch), so that the
+# host column times the package as users run it; KVATTN_TORCH_OP=0 keeps the ctypes path (session 7's run
+# had no op: its Python column was the ctypes path's, 83 us against 28 with the op).
+if [ "${KVATTN_TORCH_OP:-1}" != 0 ] && [ ! -s python/kvattn/_kvattn_stable.so ]; then
+  t_op=$(date +%s)
+  bash tools/build_torch_op.sh > "$OUT/torch_op.log" 2>&1
+  echo "torch op: rc=$? in $(($(date +%s) - t_op)) s"
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
 t0=$(date +%s)
