@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "cuda/common/mma.cuh"
+#include "cuda/common/sequence.cuh"
 
 namespace kvattn::cuda::sm90 {
 
@@ -82,14 +83,8 @@ __device__ __forceinline__ void consumers_sync() {
 }
 template <int kThreads>
 __device__ __forceinline__ bool consumers_or(bool flag) {
-  uint32_t out;
-  asm volatile(
-      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, 1, %2, p;\n selp.u32 %0, 1, 0, "
-      "q;\n}\n"
-      : "=r"(out)
-      : "r"(static_cast<uint32_t>(flag)), "n"(kThreads)
-      : "memory");
-  return out != 0;
+  return LeadingThreads<1, kThreads>::any(
+      flag);  // the consumer warps are the CTA's first (common/sequence.cuh)
 }
 
 // Two e4m3 values (the low and high byte of `pair`) as an f16x2 / bf16x2 register, exactly (every e4m3
