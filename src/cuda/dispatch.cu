@@ -8,8 +8,8 @@
 // dv > 256 with d > 64, on the (512, 512) kernel). The dtype pairs: (f16, f16), (bf16, bf16), (f16, fp8),
 // (bf16, fp8) and (fp8, fp8), which runs the (bf16, fp8) kernel (fp8 q is converted to bf16 as it is loaded;
 // out is bf16).
-//   cuda_fwd: [append if k_new] -> attention -> [split combine if splits > 1], all on p.stream, no host
-//   synchronization, no allocation, no host read of device data.
+//   cuda_fwd: [append if k_new] -> [q rotation if the plan says so] -> attention -> [split combine if
+//   splits > 1], all on p.stream, no host synchronization, no allocation, no host read of device data.
 //
 // Plugging in an architecture (docs/DESIGN.md): add rows with its arch, the launcher of the new kernel,
 // its plan (or plan_portable) and a supports(problem) predicate for what it covers, as the two sm_90a
@@ -180,6 +180,9 @@ kvattn_status cuda_fwd(const FwdProblem& p, const CudaFwdCall& call) {
   if (p.k_new.ptr != nullptr && (status = launch_append(p, errors, stream)) != KVATTN_OK) return status;
   if (call.plan.m_blocks == 0 || p.batch == 0) return KVATTN_OK;
   const AttnParams params = make_attn_params(p, call.plan, errors);
+  // KVATTN_SM90_QROT=1 (sm_90a prefill): q rotated once into the workspace, where params.q points.
+  if (call.plan.q_rotated && (status = launch_rotate_q(p, params.q, errors, stream)) != KVATTN_OK)
+    return status;
   if ((status = call.kernel->launch(params, call.plan, stream)) != KVATTN_OK) return status;
   if (call.plan.splits > 1 || call.plan.balanced) {
     return launch_split_combine(params, p.head_dim_v, p.out_dtype, call.device->shape.arch >= 90, stream);

@@ -152,6 +152,10 @@ struct AttentionPlan {
   // The persistent sm_90a prefill kernel: its unit counter, an int32 at the workspace's start
   // (AttnParams::unit_pieces points at it; the launcher zeroes it on the stream before the kernel).
   bool unit_counter = false;
+  // The sm_90a prefill kernel under KVATTN_SM90_QROT=1: q rotated once ahead of it (append/rotate_q.cu)
+  // into the workspace at q_rot_offset, (total_q, hq, d) in q's dtype; the kernel loads it as a plain q.
+  bool q_rotated = false;
+  size_t q_rot_offset = 0;
   size_t workspace_bytes = 0;
 };
 

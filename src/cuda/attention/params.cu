@@ -112,6 +112,17 @@ AttnParams make_attn_params(const FwdProblem& p, const AttentionPlan& plan, Devi
     if (plan.balanced) a.unit_pieces = reinterpret_cast<int32_t*>(ws + plan.unit_pieces_offset);
   }
   if (plan.unit_counter) a.unit_pieces = static_cast<int32_t*>(p.workspace);
+  if (plan.q_rotated) {
+    // q as the rotate kernel leaves it in the workspace (dispatch.cu launches it with this tensor):
+    // contiguous (total_q, hq, d), row i * sq + t when fixed, q_row0 + t when varlen. The kernel then
+    // rotates nothing (the append rotates the keys with its own params; seq keeps the position checks).
+    const int64_t row = static_cast<int64_t>(p.num_q_heads) * p.head_dim;
+    a.q.ptr = static_cast<char*>(p.workspace) + plan.q_rot_offset;
+    a.q.batch_stride = p.cu_seqlens_q != nullptr ? 0 : static_cast<int64_t>(p.max_seqlen_q) * row;
+    a.q.token_stride = row;
+    a.q.head_stride = p.head_dim;
+    a.rotary.rotary_dim = 0;
+  }
   a.errors = errors;
   return a;
 }

@@ -28,8 +28,8 @@ namespace kvattn::cuda::sm90 {
 bool prefill_sm90_supports(const FwdProblem& p);
 
 // The plan of its rows: the portable plan made one pass (the kernel never splits K/V, so nothing launches
-// a combine after it, and it needs no workspace). The kernel reads only params; its own grid and shared
-// memory come from prefill_sm90/config.hpp.
+// a combine after it; plan_prefill_sm90 adds the workspace of the persistent kernel and the rotated q). The
+// kernel reads only params; its own grid and shared memory come from prefill_sm90/config.hpp.
 inline AttentionPlan prefill_sm90_single_pass(AttentionPlan plan) {
   plan.key_split = plan.balanced = plan.early_launch = false;
   plan.splits = 1;
@@ -37,9 +37,21 @@ inline AttentionPlan prefill_sm90_single_pass(AttentionPlan plan) {
   plan.workspace_bytes = 0;
   return plan;
 }
+// KVATTN_SM90_QROT=1 (off by default until measured): q with rotary is rotated once ahead of the kernel
+// (append/rotate_q.cu) into the workspace, and the kernel loads it as a q without rotary (its Q load
+// rotated channel by channel, ~9% of a W3 call on the H200: bench/NOTES.md, session 7). 16-bit q only
+// (fp8 q never reaches this kernel); rounded once to q's dtype as the Q load does, so the same bits.
+inline bool prefill_q_rotated_ahead(const FwdProblem& p) {
+  if (p.rotary_dim == 0 || p.total_q == 0 || p.qv.ptr != nullptr) return false;
+  if (p.q_dtype != DType::f16 && p.q_dtype != DType::bf16) return false;
+  const char* v = std::getenv("KVATTN_SM90_QROT");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
 // The persistent kernel (persistent.cuh) for q without cu_seqlens_q where it was measured to pay (bench/
 // NOTES.md, session 7, H200: W6 dense prefill 3-7% faster; rotary q (W3) up to 1.7% slower, and 64 units
-// on 132 SMs 12% slower): q without rotary and at least two 128-row units an SM.
+// on 132 SMs 12% slower): q without rotary and at least two 128-row units an SM. A q rotated ahead
+// (prefill_q_rotated_ahead) counts as a q without rotary: the kernel's next-unit Q load is then a plain
+// cp.async copy, not the chunk-by-chunk rotation through registers that made rotary q slower.
 // KVATTN_SM90_PERSISTENT=1 takes it for every fixed q, =0 never (A/B). The plan and the launcher agree
 // through the plan's unit counter (the launcher takes this kernel exactly when it has one).
 inline bool prefill_persistent_selected(const FwdProblem& p, int sm_count) {
@@ -49,9 +61,10 @@ inline bool prefill_persistent_selected(const FwdProblem& p, int sm_count) {
   const int64_t g = p.num_q_heads / std::max(1, p.num_kv_heads);
   const int64_t units = static_cast<int64_t>(p.batch) * p.num_kv_heads *
                         ((static_cast<int64_t>(p.max_seqlen_q) * g + kBlockM - 1) / kBlockM);
-  return p.rotary_dim == 0 && units >= 2 * static_cast<int64_t>(sm_count);
+  return (p.rotary_dim == 0 || prefill_q_rotated_ahead(p)) && units >= 2 * static_cast<int64_t>(sm_count);
 }
-// The persistent kernel needs a workspace: one int32 unit counter (AttentionPlan::unit_counter).
+// The workspace: the persistent kernel's int32 unit counter (AttentionPlan::unit_counter) in its first
+// 256 bytes, then the rotated q (AttentionPlan::q_rotated).
 inline AttentionPlan plan_prefill_sm90(const FwdProblem& p, const AttentionKernel& row,
                                        const DeviceShape& device) {
   AttentionPlan plan = prefill_sm90_single_pass(plan_portable(p, row, device));
@@ -61,6 +74,12 @@ inline AttentionPlan plan_prefill_sm90(const FwdProblem& p, const AttentionKerne
     plan.unit_counter = true;
     plan.workspace_bytes = kWorkspaceAlign;
     plan.smem_bytes = prefill_smem_bytes(row.head_dim, true);
+  }
+  if (prefill_q_rotated_ahead(p)) {
+    plan.q_rotated = true;
+    plan.q_rot_offset = plan.workspace_bytes;
+    const size_t q_bytes = static_cast<size_t>(p.total_q) * p.num_q_heads * p.head_dim * 2;  // 16-bit q
+    plan.workspace_bytes += align_up(q_bytes, kWorkspaceAlign);
   }
   return plan;
 }
