@@ -461,3 +461,162 @@ def test_prefill_sm90_persistent_cuda_graph(monkeypatch, d):
         H.sync_device_errors(DEVICE)
         assert torch.equal(out.view(torch.int16), eager_out.view(torch.int16)), f"replay {replay}: out"
         assert torch.equal(lse, eager_lse), f"replay {replay}: lse"
+
+
+# q rotated once ahead of the kernel (KVATTN_SM90_QROT=1, src/cuda/append/rotate_q.cu; WRITTEN WITHOUT A GPU,
+# session 7, branch qrot): a kernel pass writes the rotated q into the workspace and the prefill kernel
+# loads it as a q without rotary, so with the switch on every rotary case must give the bits of the switch
+# off (the same fp32 arithmetic, rounded to q's dtype once). The rotary cases above, and q-only rotary with
+# rotary_dim < d (the chunk path: rotary_dim % 16 == 0; the element path: 40), every token at p_i
+# (non-causal), cos/sin in q's dtype, rotary_seqlens, seqused_q, GQA 8, leftpad + scattered batch rows,
+# strided q, varlen q on the m-block line.
+ROTARY_CASES = {
+    **{name: CASES[name] for name in CASES if CASES[name].rotary},
+    **{"tma " + name: CONTIGUOUS_TMA_CASES[name] for name in CONTIGUOUS_TMA_CASES if CONTIGUOUS_TMA_CASES[name].rotary},
+    "q only, interleaved, rotary_dim 32": prefill(rotary="interleaved", rotary_dim=32, seed=80),
+    "q only, neox, rotary_dim 40 (element path), non-causal": prefill(rotary="neox", rotary_dim=40, causal=False,
+                                                                      seed=81),
+    "GQA 8 seqused_q, neox, cos/sin in q dtype": prefill(hq=16, hk=2, seqlens=(300, 100), sq=100, seqused_q=True,
+                                                         rotary="neox", rotary_in_q_dtype=True, seed=82),
+    "batch idx + leftpad, rotary_seqlens": prefill(batch_idx="scattered", leftpad=(50, 0), rotary="interleaved",
+                                                   rotary_seqlens=True, new=(20, 20), seed=83),
+    "strided q, neox": prefill(strided_q=True, rotary="neox", seed=84),
+    "mixed varlen q, interleaved rotary_dim 32": prefill(layout="paged", page_size=16, q_lens=(300, 1, 1, 0, 2, 1),
+                                                         sq=0, seqlens=(500, 200, 33, 90, 130, 257),
+                                                         rotary="interleaved", rotary_dim=32, seed=85),
+    "fp16 varlen q append, neox": prefill(dtype="fp16", layout="paged", page_size=16, seqlens=(300, 90),
+                                          new=(200, 150), varlen_new=True, q_lens=(200, 150), sq=0, rotary="neox",
+                                          seed=86),
+}
+QROT_PERSISTENT = {
+    # MANY_UNITS' 160 causal units, q-only rotary (the persistent kernel's next-unit Q load is a plain copy)
+    "causal paged 16, neox": dataclasses.replace(MANY_UNITS["causal paged 16"], rotary="neox", seed=87),
+    "non-causal paged 1, interleaved rotary_dim 32": dataclasses.replace(MANY_UNITS["non-causal paged 1"],
+                                                                         rotary="interleaved", rotary_dim=32, seed=88),
+    "MHA fp16 seqused_q, neox rotary_dim 40, append": dataclasses.replace(MANY_UNITS["MHA fp16 seqused_q"],
+                                                                          rotary="neox", rotary_dim=40,
+                                                                          new=(20,) * 8, seed=89),
+}
+
+
+@pytest.mark.parametrize("qrot", ["0", "1"], ids=["qrot_off", "qrot_on"])
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", list(ROTARY_CASES))
+def test_prefill_sm90_rotary(monkeypatch, name, d, qrot):
+    monkeypatch.setenv("KVATTN_SM90_QROT", qrot)
+    run_and_compare(dataclasses.replace(ROTARY_CASES[name], d=d), DEVICE)
+
+
+def _same_bits(monkeypatch, case, env0, env1):
+    results = []
+    for env in (env0, env1):
+        out, lse, _ = _call(case, monkeypatch, env)
+        H.sync_device_errors(DEVICE)
+        results.append((H.to_numpy(out), H.to_numpy(lse)))
+    (out0, lse0), (out1, lse1) = results
+    assert np.isfinite(out1).all()
+    np.testing.assert_array_equal(out0.view(np.uint16), out1.view(np.uint16))
+    np.testing.assert_array_equal(lse0, lse1)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", list(ROTARY_CASES))
+def test_prefill_sm90_qrot_same_bits(monkeypatch, name, d):
+    """q rotated ahead gives the bits of the kernel's own rotation."""
+    case = dataclasses.replace(ROTARY_CASES[name], d=d)
+    _same_bits(monkeypatch, case, {"KVATTN_SM90_QROT": "0"}, {"KVATTN_SM90_QROT": "1"})
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", list(QROT_PERSISTENT))
+def test_prefill_sm90_qrot_persistent_same_bits(monkeypatch, name, d):
+    """The persistent kernel on a q rotated ahead (what W3's fixed-q cases take with the switch on) gives
+    the bits of today's default (the max-grid kernel rotating q in its Q load), and the oracle's values."""
+    case = dataclasses.replace(QROT_PERSISTENT[name], d=d)
+    _same_bits(monkeypatch, case, {"KVATTN_SM90_PERSISTENT": "0", "KVATTN_SM90_QROT": "0"},
+               {"KVATTN_SM90_PERSISTENT": "1", "KVATTN_SM90_QROT": "1"})
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_qrot_runs(monkeypatch, d):
+    """With the switch the rotation kernel runs (sm_90 devices with a 90a build only), and without it not."""
+    import torch
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("not an sm_90 device")
+    from cases import build
+
+    q, k_cache, v_cache, kw, _, _ = build(ROTARY_CASES["q only, interleaved, rotary_dim 32"])
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    args = (H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE), H.to_device(v_cache, DEVICE))
+    for qrot in ("0", "1"):
+        monkeypatch.setenv("KVATTN_SM90_QROT", qrot)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            H.kvattn.flash_attn_with_kvcache(*args, **dev)
+            torch.cuda.synchronize()
+        names = [e.name for e in prof.events()]
+        if not names:
+            pytest.skip("the profiler saw no kernels here")
+        assert any("prefill_kernel" in n for n in names), names
+        assert any("rotate_q_kernel" in n for n in names) == (qrot == "1"), names
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_qrot_overlapping_cu_seqlens_q_is_an_error(monkeypatch, d):
+    """A broken cu_seqlens_q (the line longer than the rotation kernel's grid too): the error is recorded
+    and nothing is read or written out of bounds (compute-sanitizer in tools/qrot_check.sh)."""
+    monkeypatch.setenv("KVATTN_SM90_QROT", "1")
+    case = prefill(q_lens=(300, 1, 300), sq=0, seqlens=(400, 20, 400), d=d, rotary="neox", seed=90)
+    from cases import build
+
+    q, k_cache, v_cache, kw, _, _ = build(case)
+    kw = dict(kw)
+    cuq = kw["cu_seqlens_q"].copy()
+    q = q[:350]
+    cuq[:] = [0, 300, 50, 350]
+    kw["cu_seqlens_q"] = cuq
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    with H.poisoned_outputs():
+        H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
+                                         H.to_device(v_cache, DEVICE), **dev)
+    with pytest.raises(H.kvattn.KvattnError, match="cu_seqlens_q"):
+        H.sync_device_errors(DEVICE)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_qrot_cuda_graph(monkeypatch, d):
+    """Captured in a CUDA graph with the switch on and the persistent kernel (the rotation kernel and the
+    counter's memset are nodes of it), replayed twice into poisoned outputs: the eager call's bits."""
+    import torch
+    from cases import build
+
+    monkeypatch.setenv("KVATTN_SM90_QROT", "1")
+    monkeypatch.setenv("KVATTN_SM90_PERSISTENT", "1")
+    case = dataclasses.replace(QROT_PERSISTENT["causal paged 16, neox"], d=d)
+    q, k_cache, v_cache, kw, _, _ = build(case)
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    qd, kc, vc = (H.to_device(x, DEVICE) for x in (q, k_cache, v_cache))
+
+    def call():
+        return H.kvattn.flash_attn_with_kvcache(qd, kc, vc, return_softmax_lse=True, **dev)
+
+    eager_out, eager_lse = call()
+    H.sync_device_errors(DEVICE)
+    side = torch.cuda.Stream()  # warm up off the capture stream
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    H.sync_device_errors(DEVICE)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = call()
+    for replay in range(2):
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        H.sync_device_errors(DEVICE)
+        assert torch.equal(out.view(torch.int16), eager_out.view(torch.int16)), f"replay {replay}: out"
+        assert torch.equal(lse, eager_lse), f"replay {replay}: lse"
