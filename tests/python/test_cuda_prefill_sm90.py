@@ -547,7 +547,7 @@ def test_prefill_sm90_qrot_runs(monkeypatch, d):
         pytest.skip("not an sm_90 device")
     from cases import build
 
-    q, k_cache, v_cache, kw, _, _ = build(ROTARY_CASES["q only, interleaved, rotary_dim 32"])
+    q, k_cache, v_cache, kw, _, _ = build(dataclasses.replace(ROTARY_CASES["q only, interleaved, rotary_dim 32"], d=d))
     dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
     args = (H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE), H.to_device(v_cache, DEVICE))
     for qrot in ("0", "1"):
