@@ -37,31 +37,35 @@ inline AttentionPlan prefill_sm90_single_pass(AttentionPlan plan) {
   plan.workspace_bytes = 0;
   return plan;
 }
-// KVATTN_SM90_QROT=1 (off by default until measured): q with rotary is rotated once ahead of the kernel
-// (append/rotate_q.cu) into the workspace, and the kernel loads it as a q without rotary (its Q load
-// rotated channel by channel, ~9% of a W3 call on the H200: bench/NOTES.md, session 7). 16-bit q only
-// (fp8 q never reaches this kernel); rounded once to q's dtype as the Q load does, so the same bits.
-inline bool prefill_q_rotated_ahead(const FwdProblem& p) {
+// The kernel's 128-row units of a fixed q (two 64-row consumers): the persistent kernel's work list.
+inline int64_t prefill_units(const FwdProblem& p) {
+  constexpr int64_t kBlockM = 128;
+  const int64_t g = p.num_q_heads / std::max(1, p.num_kv_heads);
+  return static_cast<int64_t>(p.batch) * p.num_kv_heads *
+         ((static_cast<int64_t>(p.max_seqlen_q) * g + kBlockM - 1) / kBlockM);
+}
+// q with rotary rotated once ahead of the kernel (append/rotate_q.cu) into the workspace; the kernel loads
+// it as a q without rotary (its Q load rotates channel by channel: ~9% of a W3 call). Taken exactly where
+// it lets the persistent kernel run (fixed q, >= 2 units an SM): H200, session 8, W3 b8 +512 over 4k
+// 980 -> 918 us, b8 +2048 over 4k p64 3,418 -> 3,070; where the plain kernel stays (b1 +512 over 4k, 128
+// units) the extra launch lost 6% (126 -> 134 us). 16-bit q only (fp8 q never reaches this kernel);
+// rounded once to q's dtype as the Q load does, so the same bits. KVATTN_SM90_QROT=1 / 0 forces (A/B).
+inline bool prefill_q_rotated_ahead(const FwdProblem& p, int sm_count) {
   if (p.rotary_dim == 0 || p.total_q == 0 || p.qv.ptr != nullptr) return false;
   if (p.q_dtype != DType::f16 && p.q_dtype != DType::bf16) return false;
-  const char* v = std::getenv("KVATTN_SM90_QROT");
-  return v != nullptr && std::strcmp(v, "1") == 0;
+  if (const char* v = std::getenv("KVATTN_SM90_QROT"); v != nullptr) return std::strcmp(v, "1") == 0;
+  return p.cu_seqlens_q == nullptr && prefill_units(p) >= 2 * static_cast<int64_t>(sm_count);
 }
 // The persistent kernel (persistent.cuh) for q without cu_seqlens_q where it was measured to pay (bench/
-// NOTES.md, session 7, H200: W6 dense prefill 3-7% faster; rotary q (W3) up to 1.7% slower, and 64 units
-// on 132 SMs 12% slower): q without rotary and at least two 128-row units an SM. A q rotated ahead
-// (prefill_q_rotated_ahead) counts as a q without rotary: the kernel's next-unit Q load is then a plain
-// cp.async copy, not the chunk-by-chunk rotation through registers that made rotary q slower.
-// KVATTN_SM90_PERSISTENT=1 takes it for every fixed q, =0 never (A/B). The plan and the launcher agree
-// through the plan's unit counter (the launcher takes this kernel exactly when it has one).
+// NOTES.md, session 7, H200: W6 dense prefill 3-7% faster; rotary q rotated in the Q load up to 1.7%
+// slower, and 64 units on 132 SMs 12% slower): q without rotary, or rotated ahead, and at least two units
+// an SM. KVATTN_SM90_PERSISTENT=1 takes it for every fixed q, =0 never (A/B). The plan and the launcher
+// agree through the plan's unit counter (the launcher takes this kernel exactly when it has one).
 inline bool prefill_persistent_selected(const FwdProblem& p, int sm_count) {
   if (p.cu_seqlens_q != nullptr) return false;
   if (const char* v = std::getenv("KVATTN_SM90_PERSISTENT"); v != nullptr) return std::strcmp(v, "1") == 0;
-  constexpr int64_t kBlockM = 128;  // the kernel's rows a unit (two 64-row consumers)
-  const int64_t g = p.num_q_heads / std::max(1, p.num_kv_heads);
-  const int64_t units = static_cast<int64_t>(p.batch) * p.num_kv_heads *
-                        ((static_cast<int64_t>(p.max_seqlen_q) * g + kBlockM - 1) / kBlockM);
-  return (p.rotary_dim == 0 || prefill_q_rotated_ahead(p)) && units >= 2 * static_cast<int64_t>(sm_count);
+  return (p.rotary_dim == 0 || prefill_q_rotated_ahead(p, sm_count)) &&
+         prefill_units(p) >= 2 * static_cast<int64_t>(sm_count);
 }
 // The workspace: the persistent kernel's int32 unit counter (AttentionPlan::unit_counter) in its first
 // 256 bytes, then the rotated q (AttentionPlan::q_rotated).
@@ -75,7 +79,7 @@ inline AttentionPlan plan_prefill_sm90(const FwdProblem& p, const AttentionKerne
     plan.workspace_bytes = kWorkspaceAlign;
     plan.smem_bytes = prefill_smem_bytes(row.head_dim, true);
   }
-  if (prefill_q_rotated_ahead(p)) {
+  if (prefill_q_rotated_ahead(p, device.sm_count)) {
     plan.q_rotated = true;
     plan.q_rot_offset = plan.workspace_bytes;
     const size_t q_bytes = static_cast<size_t>(p.total_q) * p.num_q_heads * p.head_dim * 2;  // 16-bit q
