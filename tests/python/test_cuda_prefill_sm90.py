@@ -563,6 +563,38 @@ def test_prefill_sm90_qrot_runs(monkeypatch, d):
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_qrot_default_rule(monkeypatch, d):
+    """Without the switches, q is rotated ahead exactly where the persistent kernel runs (fixed q, >= 2 units
+    an SM: 384 units on the H200's 132 SMs), not at 160 units; both give the oracle's values, and
+    the 384-unit case the bits of the kernel's own rotation (the max-grid kernel, both switches 0)."""
+    import torch
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("not an sm_90 device")
+    from cases import build
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    many = dataclasses.replace(MANY_UNITS["MHA fp16 seqused_q"], rotary="neox", d=d, seed=92)  # 384 units
+    few = dataclasses.replace(QROT_PERSISTENT["causal paged 16, neox"], d=d)  # 160 units
+    for case, units in ((many, 384), (few, 160)):  # the 384-unit case last with the env unset: _same_bits
+        monkeypatch.delenv("KVATTN_SM90_QROT", raising=False)
+        monkeypatch.delenv("KVATTN_SM90_PERSISTENT", raising=False)
+        q, k_cache, v_cache, kw, _, _ = build(case)
+        dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
+                                             H.to_device(v_cache, DEVICE), **dev)
+            torch.cuda.synchronize()
+        names = [e.name for e in prof.events()]
+        if not names:
+            pytest.skip("the profiler saw no kernels here")
+        rotated = units >= 2 * sms
+        assert any("rotate_q_kernel" in n for n in names) == rotated, (units, sms, names)
+        run_and_compare(case, DEVICE)
+    _same_bits(monkeypatch, many, {}, {"KVATTN_SM90_PERSISTENT": "0", "KVATTN_SM90_QROT": "0"})
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
 def test_prefill_sm90_qrot_overlapping_cu_seqlens_q_is_an_error(monkeypatch, d):
     """A broken cu_seqlens_q (the line longer than the rotation kernel's grid too): the error is recorded
     and nothing is read or written out of bounds (compute-sanitizer in tools/qrot_check.sh)."""
