@@ -576,7 +576,7 @@ def test_prefill_sm90_qrot_default_rule(monkeypatch, d):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     many = dataclasses.replace(MANY_UNITS["MHA fp16 seqused_q"], rotary="neox", d=d, seed=92)  # 384 units
     few = dataclasses.replace(QROT_PERSISTENT["causal paged 16, neox"], d=d)  # 160 units
-    for case, units in ((many, 384), (few, 160)):  # the 384-unit case last with the env unset: _same_bits
+    for case, units in ((many, 384), (few, 160)):  # leaves both switches unset
         monkeypatch.delenv("KVATTN_SM90_QROT", raising=False)
         monkeypatch.delenv("KVATTN_SM90_PERSISTENT", raising=False)
         q, k_cache, v_cache, kw, _, _ = build(case)
