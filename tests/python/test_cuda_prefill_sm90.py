@@ -426,15 +426,11 @@ def test_prefill_sm90_persistent_twice_in_a_row(monkeypatch, d):
     run_and_compare(case, DEVICE)
 
 
-@pytest.mark.parametrize("d", HEAD_DIMS)
-def test_prefill_sm90_persistent_cuda_graph(monkeypatch, d):
-    """Captured in a CUDA graph (the counter's memset is a node of it), replayed twice into poisoned outputs:
-    the eager call's bits each time."""
+def _graph_replays_give_eager_bits(case):
+    """The case captured in a CUDA graph, replayed twice into poisoned outputs: the eager call's bits."""
     import torch
     from cases import build
 
-    monkeypatch.setenv("KVATTN_SM90_PERSISTENT", "1")
-    case = dataclasses.replace(MANY_UNITS[LENGTHS], d=d)
     q, k_cache, v_cache, kw, _, _ = build(case)
     dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
     qd, kc, vc = (H.to_device(x, DEVICE) for x in (q, k_cache, v_cache))
@@ -463,13 +459,21 @@ def test_prefill_sm90_persistent_cuda_graph(monkeypatch, d):
         assert torch.equal(lse, eager_lse), f"replay {replay}: lse"
 
 
-# q rotated once ahead of the kernel (KVATTN_SM90_QROT=1, src/cuda/append/rotate_q.cu; WRITTEN WITHOUT A GPU,
-# session 7, branch qrot): a kernel pass writes the rotated q into the workspace and the prefill kernel
-# loads it as a q without rotary, so with the switch on every rotary case must give the bits of the switch
-# off (the same fp32 arithmetic, rounded to q's dtype once). The rotary cases above, and q-only rotary with
-# rotary_dim < d (the chunk path: rotary_dim % 16 == 0; the element path: 40), every token at p_i
-# (non-causal), cos/sin in q's dtype, rotary_seqlens, seqused_q, GQA 8, leftpad + scattered batch rows,
-# strided q, varlen q on the m-block line.
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_persistent_cuda_graph(monkeypatch, d):
+    """Captured in a CUDA graph (the counter's memset is a node of it), replayed twice into poisoned outputs:
+    the eager call's bits each time."""
+    monkeypatch.setenv("KVATTN_SM90_PERSISTENT", "1")
+    _graph_replays_give_eager_bits(dataclasses.replace(MANY_UNITS[LENGTHS], d=d))
+
+
+# q rotated once ahead of the kernel (src/cuda/append/rotate_q.cu; the default where the persistent kernel
+# runs, KVATTN_SM90_QROT=1 / 0 forces it; written in session 7, checked on the H200 in session 8): a kernel
+# pass writes the rotated q into the workspace and the prefill kernel loads it as a q without rotary, so
+# with the switch on every rotary case must give the bits of the switch off (the same fp32 arithmetic,
+# rounded to q's dtype once). The rotary cases above, and q-only rotary with rotary_dim < d (the chunk path:
+# rotary_dim % 16 == 0; the element path: 40), every token at p_i (non-causal), cos/sin in q's dtype,
+# rotary_seqlens, seqused_q, GQA 8, leftpad + scattered batch rows, strided q, varlen q on the m-block line.
 ROTARY_CASES = {
     **{name: CASES[name] for name in CASES if CASES[name].rotary},
     **{"tma " + name: CONTIGUOUS_TMA_CASES[name] for name in CONTIGUOUS_TMA_CASES if CONTIGUOUS_TMA_CASES[name].rotary},
@@ -620,35 +624,6 @@ def test_prefill_sm90_qrot_overlapping_cu_seqlens_q_is_an_error(monkeypatch, d):
 def test_prefill_sm90_qrot_cuda_graph(monkeypatch, d):
     """Captured in a CUDA graph with the switch on and the persistent kernel (the rotation kernel and the
     counter's memset are nodes of it), replayed twice into poisoned outputs: the eager call's bits."""
-    import torch
-    from cases import build
-
     monkeypatch.setenv("KVATTN_SM90_QROT", "1")
     monkeypatch.setenv("KVATTN_SM90_PERSISTENT", "1")
-    case = dataclasses.replace(QROT_PERSISTENT["causal paged 16, neox"], d=d)
-    q, k_cache, v_cache, kw, _, _ = build(case)
-    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
-    qd, kc, vc = (H.to_device(x, DEVICE) for x in (q, k_cache, v_cache))
-
-    def call():
-        return H.kvattn.flash_attn_with_kvcache(qd, kc, vc, return_softmax_lse=True, **dev)
-
-    eager_out, eager_lse = call()
-    H.sync_device_errors(DEVICE)
-    side = torch.cuda.Stream()  # warm up off the capture stream
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        call()
-    torch.cuda.current_stream().wait_stream(side)
-    H.sync_device_errors(DEVICE)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out, lse = call()
-    for replay in range(2):
-        out.fill_(float("nan"))
-        lse.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        H.sync_device_errors(DEVICE)
-        assert torch.equal(out.view(torch.int16), eager_out.view(torch.int16)), f"replay {replay}: out"
-        assert torch.equal(lse, eager_lse), f"replay {replay}: lse"
+    _graph_replays_give_eager_bits(dataclasses.replace(QROT_PERSISTENT["causal paged 16, neox"], d=d))
