@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Where the sm_90a prefill kernel's time goes, per head dim (the next step of bench/NOTES.md "Where to go
+# next", session 8): ncu on one persistent prefill kernel of W6 at d 64 and d 128 (and a W3 chunk), with
+# the pipes that bound a tile (tensor, MUFU for exp2, FMA / ALU), the issue rate and the warp stall
+# reasons, then the SASS lines with the most stall samples (a -lineinfo-free build: SASS addresses only).
+# On the GPU machine, from the repository root, with a 90a library (.so or .xz) carried:
+#   run(command="KVATTN_LIBRARY=<lib>.xz bash tools/ncu_prefill.sh", carry=[<lib>.xz, ".whl"], timeout_s=400)
+# KVATTN_NCU_CASES="case;case" overrides the cases (bench.run --list names them). ~60-90 s a case.
+set +e
+cd "$(dirname "$0")/.." || exit 2
+OUT=${OUT:-/tmp/ncu_prefill}
+mkdir -p "$OUT" /tmp/kvattn_lib
+lib=${KVATTN_LIBRARY:?a 90a library}
+if [[ "$lib" == *.xz ]]; then xz -dc "$lib" > /tmp/kvattn_lib/ncu.so; lib=/tmp/kvattn_lib/ncu.so; fi
+export KVATTN_LIBRARY=$lib PYTHONPATH=python:/tmp/site:. PYTHONUNBUFFERED=1
+if ls .whl/*.whl > /dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl > /dev/null 2>&1
+fi
+stalls=""
+for r in barrier long_scoreboard short_scoreboard mio_throttle wait math_pipe_throttle not_selected \
+  selected dispatch_stall no_instruction branch_resolving membar sleeping; do
+  stalls="$stalls,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
+done
+pipes="sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
+pipes="$pipes,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active"
+pipes="$pipes,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"
+pipes="$pipes,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active"
+pipes="$pipes,sm__inst_executed.avg.per_cycle_active,smsp__issue_active.avg.pct_of_peak_sustained_active"
+pipes="$pipes,smsp__inst_executed.sum,sm__cycles_elapsed.avg,gpu__time_duration.sum"
+IFS=';' read -ra cases <<< "${KVATTN_NCU_CASES:-W6 prefill 16k 32x64 full;W6 prefill 16k 16x128 full;W3 32/8 b8 +512 over 4k p16}"
+for c in "${cases[@]}"; do
+  name=$(echo "$c" | tr ' /+' '___')
+  # The prefill kernel's 3rd launch (two warm-up calls first); W3's append kernel is skipped by the name.
+  timeout -k 10 150 ncu --kernel-name regex:prefill_kernel --launch-skip 2 --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section SourceCounters \
+    --metrics "$pipes$stalls" --export "$OUT/ncu_$name" --force-overwrite \
+    python3 -m bench.profile_case "$c" --calls 4 > "$OUT/ncu_$name.log" 2>&1
+  echo "== ncu '$c' rc=$?"
+  ncu --import "$OUT/ncu_$name.ncu-rep" --page raw --csv --metrics "$pipes$stalls" 2>/dev/null > "$OUT/raw_$name.csv"
+  python3 - "$OUT/raw_$name.csv" <<'EOF'
+import csv, sys
+with open(sys.argv[1], newline="") as f:
+    rows = list(csv.reader(f))
+if len(rows) >= 3:
+    for name, unit, value in zip(rows[0], rows[1], rows[2]):
+        if "__" in name:
+            short = name.replace("smsp__average_warps_issue_stalled_", "stall ")
+            print(f"   {short[:78]:78s} {value:>12s} {unit}")
+EOF
+  # The 12 SASS instructions with the most stall samples (SourceCounters), with their reasons.
+  ncu --import "$OUT/ncu_$name.ncu-rep" --page source --csv --print-source sass 2>/dev/null > "$OUT/sass_$name.csv"
+  python3 - "$OUT/sass_$name.csv" <<'EOF'
+import csv, sys
+with open(sys.argv[1], newline="") as f:
+    rows = list(csv.reader(f))
+head = next((i for i, r in enumerate(rows) if any("Source" == c or "Address" == c for c in r)), None)
+if head is None:
+    print("   (no source page)"); sys.exit(0)
+cols = rows[head]
+def col(*names):
+    return next((cols.index(n) for n in names if n in cols), None)
+src, samp = col("Source"), col("Warp Stall Sampling (All Samples)", "Sampling Data (All)")
+if src is None or samp is None:
+    print("   columns:", cols[:12]); sys.exit(0)
+body = [r for r in rows[head + 1:] if len(r) > max(src, samp)]
+def num(x):
+    try: return float(x.replace(",", ""))
+    except ValueError: return 0.0
+total = sum(num(r[samp]) for r in body) or 1.0
+print(f"   stall samples {total:.0f}; top instructions:")
+for r in sorted(body, key=lambda r: -num(r[samp]))[:12]:
+    print(f"   {100 * num(r[samp]) / total:5.1f}%  {r[src][:100]}")
+EOF
+done
