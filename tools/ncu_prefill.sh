@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Where the sm_90a prefill kernel's time goes, per head dim (the next step of bench/NOTES.md "Where to go
-# next", session 8): ncu on one persistent prefill kernel of W6 at d 64 and d 128 (and a W3 chunk), with
+# next", session 8): ncu on the persistent prefill kernel of W6 at d 64 and d 128, and on W3's b1 +512 over
+# 4k (one wave of 128 CTAs of 36 tiles: 126 us where FA4 takes 65, twice W6's time a tile), with
 # the pipes that bound a tile (tensor, MUFU for exp2, FMA / ALU), the issue rate and the warp stall
 # reasons, then the SASS lines with the most stall samples (a -lineinfo-free build: SASS addresses only).
 # On the GPU machine, from the repository root, with a 90a library (.so or .xz) carried:
@@ -27,7 +28,7 @@ pipes="$pipes,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"
 pipes="$pipes,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active"
 pipes="$pipes,sm__inst_executed.avg.per_cycle_active,smsp__issue_active.avg.pct_of_peak_sustained_active"
 pipes="$pipes,smsp__inst_executed.sum,sm__cycles_elapsed.avg,gpu__time_duration.sum"
-IFS=';' read -ra cases <<< "${KVATTN_NCU_CASES:-W6 prefill 16k 32x64 full;W6 prefill 16k 16x128 full;W3 32/8 b8 +512 over 4k p16}"
+IFS=';' read -ra cases <<< "${KVATTN_NCU_CASES:-W6 prefill 16k 32x64 full;W6 prefill 16k 16x128 full;W3 32/8 b1 +512 over 4k p16}"
 for c in "${cases[@]}"; do
   name=$(echo "$c" | tr ' /+' '___')
   # The prefill kernel's 3rd launch (two warm-up calls first); W3's append kernel is skipped by the name.
