@@ -10,13 +10,9 @@
 set +e
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-/tmp/ncu_prefill}
-mkdir -p "$OUT" /tmp/kvattn_lib
-lib=${KVATTN_LIBRARY:?a 90a library}
-if [[ "$lib" == *.xz ]]; then xz -dc "$lib" > /tmp/kvattn_lib/ncu.so; lib=/tmp/kvattn_lib/ncu.so; fi
-export KVATTN_LIBRARY=$lib PYTHONPATH=python:/tmp/site:. PYTHONUNBUFFERED=1
-if ls .whl/*.whl > /dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl > /dev/null 2>&1
-fi
+mkdir -p "$OUT"
+source tools/device_env.sh
+export KVATTN_LIBRARY=$(device_lib "${KVATTN_LIBRARY:?a 90a library}" ncu)
 stalls=""
 for r in barrier long_scoreboard short_scoreboard mio_throttle wait math_pipe_throttle not_selected \
   selected dispatch_stall no_instruction branch_resolving membar sleeping; do

@@ -18,11 +18,8 @@ set +e
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-/tmp/qrot_check}
 mkdir -p "$OUT"
-export KVATTN_LIBRARY=${KVATTN_LIBRARY:-build-ci/libkvattn.so}
-export PYTHONPATH=python:/tmp/site:. PYTHONUNBUFFERED=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1
-if ls .whl/*.whl > /dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl > /dev/null 2>&1
-fi
+source tools/device_env.sh
+export KVATTN_LIBRARY=$(device_lib "${KVATTN_LIBRARY:-build-ci/libkvattn.so}" checked)
 PT="python3 -m pytest -q -p no:cacheprovider tests/python/test_cuda_prefill_sm90.py"
 timeout -k 5 25 $PT -x -k "qrot_same_bits and 128 and (strided or mixed)" > "$OUT/smoke.log" 2>&1
 echo "smoke rc=$? $(tail -1 "$OUT/smoke.log")"
