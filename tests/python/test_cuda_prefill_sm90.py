@@ -345,20 +345,25 @@ def _call(case, monkeypatch, env, edit=None):
     return out, lse, (q, k_cache, v_cache, ref_kw)
 
 
-@pytest.mark.parametrize("d", HEAD_DIMS)
-@pytest.mark.parametrize("name", ["causal paged 16", "non-causal paged 1", "causal contiguous, window"])
-def test_prefill_sm90_persistent_same_bits(monkeypatch, name, d):
-    """A unit computes what the CTA of the other kernel computes, in the same order: the same bits."""
-    case = dataclasses.replace(MANY_UNITS[name], d=d)
+def _same_bits(monkeypatch, case, env0, env1):
+    """The call under env0, then under env1: the same bits of out and lse (and finite)."""
     results = []
-    for on in ("0", "1"):
-        out, lse, _ = _call(case, monkeypatch, {"KVATTN_SM90_PERSISTENT": on})
+    for env in (env0, env1):
+        out, lse, _ = _call(case, monkeypatch, env)
         H.sync_device_errors(DEVICE)
         results.append((H.to_numpy(out), H.to_numpy(lse)))
     (out0, lse0), (out1, lse1) = results
     assert np.isfinite(out1).all()
     np.testing.assert_array_equal(out0.view(np.uint16), out1.view(np.uint16))
     np.testing.assert_array_equal(lse0, lse1)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", ["causal paged 16", "non-causal paged 1", "causal contiguous, window"])
+def test_prefill_sm90_persistent_same_bits(monkeypatch, name, d):
+    """A unit computes what the CTA of the other kernel computes, in the same order: the same bits."""
+    case = dataclasses.replace(MANY_UNITS[name], d=d)
+    _same_bits(monkeypatch, case, {"KVATTN_SM90_PERSISTENT": "0"}, {"KVATTN_SM90_PERSISTENT": "1"})
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
@@ -509,18 +514,6 @@ QROT_PERSISTENT = {
 def test_prefill_sm90_rotary(monkeypatch, name, d, qrot):
     monkeypatch.setenv("KVATTN_SM90_QROT", qrot)
     run_and_compare(dataclasses.replace(ROTARY_CASES[name], d=d), DEVICE)
-
-
-def _same_bits(monkeypatch, case, env0, env1):
-    results = []
-    for env in (env0, env1):
-        out, lse, _ = _call(case, monkeypatch, env)
-        H.sync_device_errors(DEVICE)
-        results.append((H.to_numpy(out), H.to_numpy(lse)))
-    (out0, lse0), (out1, lse1) = results
-    assert np.isfinite(out1).all()
-    np.testing.assert_array_equal(out0.view(np.uint16), out1.view(np.uint16))
-    np.testing.assert_array_equal(lse0, lse1)
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
