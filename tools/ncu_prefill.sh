@@ -6,7 +6,9 @@
 # reasons, then the SASS lines with the most stall samples (a -lineinfo-free build: SASS addresses only).
 # On the GPU machine, from the repository root, with a 90a library (.so or .xz) carried:
 #   run(command="KVATTN_LIBRARY=<lib>.xz bash tools/ncu_prefill.sh", carry=[<lib>.xz, ".whl"], timeout_s=400)
-# KVATTN_NCU_CASES="case;case" overrides the cases (bench.run --list names them). ~60-90 s a case.
+# KVATTN_NCU_CASES="case;case" overrides the cases (bench.run --list names them), KVATTN_NCU_KERNEL the
+# kernel's name regex (e.g. decode_sm90 with "W1 32/8 b1 1k p16 short": the decode start's ~2,700
+# instructions a warp, bench/NOTES.md session 7). ~60-90 s a case.
 set +e
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-/tmp/ncu_prefill}
@@ -27,8 +29,8 @@ pipes="$pipes,smsp__inst_executed.sum,sm__cycles_elapsed.avg,gpu__time_duration.
 IFS=';' read -ra cases <<< "${KVATTN_NCU_CASES:-W6 prefill 16k 32x64 full;W6 prefill 16k 16x128 full;W3 32/8 b1 +512 over 4k p16}"
 for c in "${cases[@]}"; do
   name=$(echo "$c" | tr ' /+' '___')
-  # The prefill kernel's 3rd launch (two warm-up calls first); W3's append kernel is skipped by the name.
-  timeout -k 10 150 ncu --kernel-name regex:prefill_kernel --launch-skip 2 --launch-count 1 \
+  # The kernel's 3rd launch (two warm-up calls first); W3's append kernel is skipped by the name.
+  timeout -k 10 150 ncu --kernel-name "regex:${KVATTN_NCU_KERNEL:-prefill_kernel}" --launch-skip 2 --launch-count 1 \
     --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section SourceCounters \
     --metrics "$pipes$stalls" --export "$OUT/ncu_$name" --force-overwrite \
     python3 -m bench.profile_case "$c" --calls 4 > "$OUT/ncu_$name.log" 2>&1
