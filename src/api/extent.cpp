@@ -2,7 +2,6 @@
 // the extents, quadratic in it (at most 24 x 24 pairs) for the overlaps; nothing depends on sizes.
 #include "api/extent.hpp"
 
-#include <algorithm>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -87,13 +86,19 @@ namespace {
 void expect_no_self_overlap(const char* name, const kvattn_tensor& t) {
   int32_t dims[KVATTN_MAX_DIMS];
   int32_t n = 0;
-  for (int32_t i = 0; i < t.ndim; ++i) {
+  for (int32_t i = 0; i < t.ndim && i < KVATTN_MAX_DIMS; ++i) {
     if (t.shape[i] > 1) dims[n++] = i;
   }
   auto magnitude = [&](int32_t i) {
     return t.strides[i] < 0 ? -uint64_t(t.strides[i]) : uint64_t(t.strides[i]);
   };
-  std::sort(dims, dims + n, [&](int32_t a, int32_t b) { return magnitude(a) < magnitude(b); });
+  // Insertion sort of at most KVATTN_MAX_DIMS dims (std::sort's >16-element path made GCC 12 warn).
+  for (int32_t k = 1; k < n; ++k) {
+    const int32_t d = dims[k];
+    int32_t j = k;
+    for (; j > 0 && magnitude(d) < magnitude(dims[j - 1]); --j) dims[j] = dims[j - 1];
+    dims[j] = d;
+  }
   uint64_t span = 0;  // largest |offset| the inner dims reach; fits: the extent was checked
   for (int32_t k = 0; k < n; ++k) {
     const int32_t i = dims[k];
