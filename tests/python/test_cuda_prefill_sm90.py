@@ -196,16 +196,14 @@ def test_prefill_sm90_nan_page_is_contained(d):
     H.assert_close("out", out[1:], ref["out"][1:], H.TOL_OUT["bf16"])
 
 
-@pytest.mark.parametrize("d", HEAD_DIMS)
-def test_prefill_sm90_runs_on_hopper(d):
-    """The kernel, not the fallback, ran (sm_90 devices with a 90a build only)."""
+def _kernel_names(case):
+    """The names of the CUDA kernels one eager call of the case ran (sm_90 devices only: elsewhere the
+    sm_90a kernels do not run; skips where the profiler sees no kernel)."""
     import torch
+    from cases import build
 
     if torch.cuda.get_device_capability()[0] != 9:
         pytest.skip("not an sm_90 device")
-    case = prefill(layout="paged", page_size=16, d=d)
-    from cases import build
-
     q, k_cache, v_cache, kw, _, _ = build(case)
     dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
     args = (H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE), H.to_device(v_cache, DEVICE))
@@ -215,6 +213,13 @@ def test_prefill_sm90_runs_on_hopper(d):
     names = [e.name for e in prof.events()]
     if not names:
         pytest.skip("the profiler saw no kernels here")
+    return names
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_runs_on_hopper(d):
+    """The kernel, not the fallback, ran (sm_90 devices with a 90a build only)."""
+    names = _kernel_names(prefill(layout="paged", page_size=16, d=d))
     assert any("prefill_kernel" in n for n in names), names
 
 
@@ -538,23 +543,10 @@ def test_prefill_sm90_qrot_persistent_same_bits(monkeypatch, name, d):
 @pytest.mark.parametrize("d", HEAD_DIMS)
 def test_prefill_sm90_qrot_runs(monkeypatch, d):
     """With the switch the rotation kernel runs (sm_90 devices with a 90a build only), and without it not."""
-    import torch
-
-    if torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("not an sm_90 device")
-    from cases import build
-
-    q, k_cache, v_cache, kw, _, _ = build(dataclasses.replace(ROTARY_CASES["q only, interleaved, rotary_dim 32"], d=d))
-    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
-    args = (H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE), H.to_device(v_cache, DEVICE))
+    case = dataclasses.replace(ROTARY_CASES["q only, interleaved, rotary_dim 32"], d=d)
     for qrot in ("0", "1"):
         monkeypatch.setenv("KVATTN_SM90_QROT", qrot)
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            H.kvattn.flash_attn_with_kvcache(*args, **dev)
-            torch.cuda.synchronize()
-        names = [e.name for e in prof.events()]
-        if not names:
-            pytest.skip("the profiler saw no kernels here")
+        names = _kernel_names(case)
         assert any("prefill_kernel" in n for n in names), names
         assert any("rotate_q_kernel" in n for n in names) == (qrot == "1"), names
 
@@ -566,25 +558,13 @@ def test_prefill_sm90_qrot_default_rule(monkeypatch, d):
     the 384-unit case the bits of the kernel's own rotation (the max-grid kernel, both switches 0)."""
     import torch
 
-    if torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("not an sm_90 device")
-    from cases import build
-
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     many = dataclasses.replace(MANY_UNITS["MHA fp16 seqused_q"], rotary="neox", d=d, seed=92)  # 384 units
     few = dataclasses.replace(QROT_PERSISTENT["causal paged 16, neox"], d=d)  # 160 units
     for case, units in ((many, 384), (few, 160)):  # leaves both switches unset
         monkeypatch.delenv("KVATTN_SM90_QROT", raising=False)
         monkeypatch.delenv("KVATTN_SM90_PERSISTENT", raising=False)
-        q, k_cache, v_cache, kw, _, _ = build(case)
-        dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
-                                             H.to_device(v_cache, DEVICE), **dev)
-            torch.cuda.synchronize()
-        names = [e.name for e in prof.events()]
-        if not names:
-            pytest.skip("the profiler saw no kernels here")
+        names = _kernel_names(case)
         rotated = units >= 2 * sms
         assert any("rotate_q_kernel" in n for n in names) == rotated, (units, sms, names)
         run_and_compare(case, DEVICE)
