@@ -223,13 +223,9 @@ def test_prefill_sm90_runs_on_hopper(d):
     assert any("prefill_kernel" in n for n in names), names
 
 
-@pytest.mark.parametrize("varlen_kernel", ["0", "1"])
-@pytest.mark.parametrize("d", HEAD_DIMS)
-def test_prefill_sm90_overlapping_cu_seqlens_q_is_an_error(monkeypatch, d, varlen_kernel):
-    """A cu_seqlens_q that goes back (overlapping sequences) makes the varlen m-block line longer than the
-    grid the launcher sized from total_q: the error is still recorded (by the grid's last CTA)."""
-    monkeypatch.setenv("KVATTN_SM90_VARLEN", varlen_kernel)
-    case = prefill(q_lens=(300, 1, 300), sq=0, seqlens=(400, 20, 400), d=d, seed=63)
+def _overlapping_cu_seqlens_q_is_an_error(case):
+    """The case (q_lens 300, 1, 300) called with cu_seqlens_q [0, 300, 50, 350]: sequence 1 goes back, 0
+    and 2 overlap on rows 50-299; the call returns and the error is recorded for the next sync."""
     from cases import build
 
     q, k_cache, v_cache, kw, _, _ = build(case)
@@ -244,6 +240,16 @@ def test_prefill_sm90_overlapping_cu_seqlens_q_is_an_error(monkeypatch, d, varle
                                          H.to_device(v_cache, DEVICE), **dev)
     with pytest.raises(H.kvattn.KvattnError, match="cu_seqlens_q"):
         H.sync_device_errors(DEVICE)
+
+
+@pytest.mark.parametrize("varlen_kernel", ["0", "1"])
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_overlapping_cu_seqlens_q_is_an_error(monkeypatch, d, varlen_kernel):
+    """A cu_seqlens_q that goes back (overlapping sequences) makes the varlen m-block line longer than the
+    grid the launcher sized from total_q: the error is still recorded (by the grid's last CTA)."""
+    monkeypatch.setenv("KVATTN_SM90_VARLEN", varlen_kernel)
+    case = prefill(q_lens=(300, 1, 300), sq=0, seqlens=(400, 20, 400), d=d, seed=63)
+    _overlapping_cu_seqlens_q_is_an_error(case)
 
 
 MIXED = [name for name in CASES if name.startswith("mixed")]
@@ -577,20 +583,7 @@ def test_prefill_sm90_qrot_overlapping_cu_seqlens_q_is_an_error(monkeypatch, d):
     and nothing is read or written out of bounds (compute-sanitizer in tools/qrot_check.sh)."""
     monkeypatch.setenv("KVATTN_SM90_QROT", "1")
     case = prefill(q_lens=(300, 1, 300), sq=0, seqlens=(400, 20, 400), d=d, rotary="neox", seed=90)
-    from cases import build
-
-    q, k_cache, v_cache, kw, _, _ = build(case)
-    kw = dict(kw)
-    cuq = kw["cu_seqlens_q"].copy()
-    q = q[:350]
-    cuq[:] = [0, 300, 50, 350]
-    kw["cu_seqlens_q"] = cuq
-    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
-    with H.poisoned_outputs():
-        H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
-                                         H.to_device(v_cache, DEVICE), **dev)
-    with pytest.raises(H.kvattn.KvattnError, match="cu_seqlens_q"):
-        H.sync_device_errors(DEVICE)
+    _overlapping_cu_seqlens_q_is_an_error(case)
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)

@@ -10,6 +10,7 @@
 
 #include "api/backend.hpp"
 #include "cuda/append/append.hpp"
+#include "cuda/append/token_grid.hpp"
 #include "cuda/attention/params.cuh"
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/host.hpp"
@@ -297,19 +298,15 @@ kvattn_status launch_append(const FwdProblem& p, DeviceErrorRecord* errors, cuda
     a.v_descale_strides[k] = p.v_descale_strides[k];
   }
   a.errors = errors;
-  const int64_t token_blocks =
-      (static_cast<int64_t>(p.max_seqlen_k_new) + kTokensPerBlock - 1) / kTokensPerBlock;
-  dim3 grid(p.batch, static_cast<unsigned>(std::min<int64_t>(token_blocks, 65535)));
-  if (a.seq.cu_seqlens_k_new != nullptr) {
-    const int64_t line = std::min(static_cast<int64_t>(p.batch) * token_blocks,
-                                  varlen_line_bound(a.seq.total_k_new, p.batch, kTokensPerBlock));
-    if (line > 0x7fffffff) {
-      return fail(KVATTN_ERROR_UNSUPPORTED, "k: " + std::to_string(a.seq.total_k_new) +
-                                                " new tokens exceed the append kernel's grid limit");
-    }
-    a.line = true;
-    grid = dim3(static_cast<unsigned>(line), 1);
+  TokenGrid tg;
+  if (const kvattn_status st =
+          token_grid(p.batch, p.max_seqlen_k_new, a.seq.cu_seqlens_k_new != nullptr, a.seq.total_k_new,
+                     kTokensPerBlock, "k", "new tokens", "append kernel", tg);
+      st != KVATTN_OK) {
+    return st;
   }
+  a.line = tg.line;
+  const dim3 grid = tg.grid;
   const bool fp8_cache = p.kv_dtype == DType::fp8_e4m3;
   if (p.q_dtype == DType::fp8_e4m3) {  // validation: fp8 q has an fp8 cache, and k, v are fp8
     append_kernel<__nv_fp8_e4m3, __nv_fp8_e4m3><<<grid, kAppendThreads, 0, stream>>>(a);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cuda/append/append.hpp"
+#include "cuda/append/token_grid.hpp"
 #include "cuda/attention/params.cuh"
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/host.hpp"
@@ -26,9 +27,9 @@ struct RotateQParams {
   TokenTensor q_rot;  // the same rows in the workspace
   RotaryParams rotary;
   DeviceErrorRecord* errors;
-  bool
-      chunks;  // d a multiple of 8 and rotary_dim of 16: whole 16-byte chunks (no chunk straddles rotary_dim)
-  bool line;   // varlen q: a 1-D grid over the token-block line of the batch (find_on_line)
+  // d a multiple of 8 and rotary_dim of 16: whole 16-byte chunks (no chunk straddles rotary_dim).
+  bool chunks;
+  bool line;  // varlen q: a 1-D grid over the token-block line of the batch (find_on_line)
 };
 
 // Token blocks of sequence i on the line (1 when cu_seqlens_q is broken at i: nothing of it is read).
@@ -143,18 +144,15 @@ kvattn_status launch_rotate_q(const FwdProblem& p, const TokenTensor& q_rot, Dev
   a.rotary = make_rotary_params(p);
   a.errors = errors;
   a.chunks = p.head_dim % 8 == 0 && p.rotary_dim % 16 == 0;
-  const int64_t token_blocks = (static_cast<int64_t>(p.max_seqlen_q) + kRotateTokens - 1) / kRotateTokens;
-  dim3 grid(p.batch, static_cast<unsigned>(std::min<int64_t>(token_blocks, 65535)));
-  if (a.seq.cu_seqlens_q != nullptr) {
-    const int64_t line = std::min(static_cast<int64_t>(p.batch) * token_blocks,
-                                  varlen_line_bound(a.seq.total_q, p.batch, kRotateTokens));
-    if (line > 0x7fffffff) {
-      return fail(KVATTN_ERROR_UNSUPPORTED, "q: " + std::to_string(a.seq.total_q) +
-                                                " tokens exceed the q rotation kernel's grid limit");
-    }
-    a.line = true;
-    grid = dim3(static_cast<unsigned>(line), 1);
+  TokenGrid tg;
+  if (const kvattn_status st =
+          token_grid(p.batch, p.max_seqlen_q, a.seq.cu_seqlens_q != nullptr, a.seq.total_q, kRotateTokens,
+                     "q", "tokens", "q rotation kernel", tg);
+      st != KVATTN_OK) {
+    return st;
   }
+  a.line = tg.line;
+  const dim3 grid = tg.grid;
   if (p.q_dtype == DType::bf16) {
     rotate_q_kernel<__nv_bfloat16><<<grid, kRotateThreads, 0, stream>>>(a);
   } else if (p.q_dtype == DType::f16) {

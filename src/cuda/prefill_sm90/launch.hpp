@@ -37,12 +37,15 @@ inline AttentionPlan prefill_sm90_single_pass(AttentionPlan plan) {
   plan.workspace_bytes = 0;
   return plan;
 }
-// The kernel's 128-row units of a fixed q (two 64-row consumers): the persistent kernel's work list.
-inline int64_t prefill_units(const FwdProblem& p) {
+// A fixed q with at least two of the kernel's 128-row units (two 64-row consumers) an SM: where the
+// persistent kernel, which walks those units, was measured to pay.
+inline bool prefill_fills_sms_twice(const FwdProblem& p, int sm_count) {
+  if (p.cu_seqlens_q != nullptr) return false;
   constexpr int64_t kBlockM = 128;
   const int64_t g = p.num_q_heads / std::max(1, p.num_kv_heads);
-  return static_cast<int64_t>(p.batch) * p.num_kv_heads *
-         ((static_cast<int64_t>(p.max_seqlen_q) * g + kBlockM - 1) / kBlockM);
+  const int64_t units = static_cast<int64_t>(p.batch) * p.num_kv_heads *
+                        ((static_cast<int64_t>(p.max_seqlen_q) * g + kBlockM - 1) / kBlockM);
+  return units >= 2 * static_cast<int64_t>(sm_count);
 }
 // q with rotary rotated once ahead of the kernel (append/rotate_q.cu) into the workspace; the kernel loads
 // it as a q without rotary (its Q load rotates channel by channel: ~9% of a W3 call). Taken exactly where
@@ -54,18 +57,18 @@ inline bool prefill_q_rotated_ahead(const FwdProblem& p, int sm_count) {
   if (p.rotary_dim == 0 || p.total_q == 0 || p.qv.ptr != nullptr) return false;
   if (p.q_dtype != DType::f16 && p.q_dtype != DType::bf16) return false;
   if (const char* v = std::getenv("KVATTN_SM90_QROT"); v != nullptr) return std::strcmp(v, "1") == 0;
-  return p.cu_seqlens_q == nullptr && prefill_units(p) >= 2 * static_cast<int64_t>(sm_count);
+  return prefill_fills_sms_twice(p, sm_count);
 }
 // The persistent kernel (persistent.cuh) for q without cu_seqlens_q where it was measured to pay (bench/
 // NOTES.md, session 7, H200: W6 dense prefill 3-7% faster; rotary q rotated in the Q load up to 1.7%
 // slower, and 64 units on 132 SMs 12% slower): q without rotary, or rotated ahead, and at least two units
 // an SM. KVATTN_SM90_PERSISTENT=1 takes it for every fixed q, =0 never (A/B). The plan and the launcher
 // agree through the plan's unit counter (the launcher takes this kernel exactly when it has one).
-inline bool prefill_persistent_selected(const FwdProblem& p, int sm_count) {
+// q_rotated: prefill_q_rotated_ahead's answer for this problem.
+inline bool prefill_persistent_selected(const FwdProblem& p, int sm_count, bool q_rotated) {
   if (p.cu_seqlens_q != nullptr) return false;
   if (const char* v = std::getenv("KVATTN_SM90_PERSISTENT"); v != nullptr) return std::strcmp(v, "1") == 0;
-  return (p.rotary_dim == 0 || prefill_q_rotated_ahead(p, sm_count)) &&
-         prefill_units(p) >= 2 * static_cast<int64_t>(sm_count);
+  return (p.rotary_dim == 0 || q_rotated) && prefill_fills_sms_twice(p, sm_count);
 }
 // The workspace: the persistent kernel's int32 unit counter (AttentionPlan::unit_counter) in its first
 // 256 bytes, then the rotated q (AttentionPlan::q_rotated).
@@ -74,12 +77,13 @@ inline AttentionPlan plan_prefill_sm90(const FwdProblem& p, const AttentionKerne
   AttentionPlan plan = prefill_sm90_single_pass(plan_portable(p, row, device));
   plan.smem_bytes = prefill_smem_bytes(row.head_dim);
   plan.static_smem_bytes = 0;
-  if (prefill_persistent_selected(p, device.sm_count)) {
+  const bool q_rotated = prefill_q_rotated_ahead(p, device.sm_count);
+  if (prefill_persistent_selected(p, device.sm_count, q_rotated)) {
     plan.unit_counter = true;
     plan.workspace_bytes = kWorkspaceAlign;
     plan.smem_bytes = prefill_smem_bytes(row.head_dim, true);
   }
-  if (prefill_q_rotated_ahead(p, device.sm_count)) {
+  if (q_rotated) {
     plan.q_rotated = true;
     plan.q_rot_offset = plan.workspace_bytes;
     const size_t q_bytes = static_cast<size_t>(p.total_q) * p.num_q_heads * p.head_dim * 2;  // 16-bit q
