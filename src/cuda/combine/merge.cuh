@@ -36,7 +36,7 @@ __device__ inline void merge_row_warp(const PartialRow& in, int n, int dv, bool 
   // The common short merge (<= kEarly partials, one float4 of <= 128 channels a lane): the O loads are
   // issued here, with the LSE loads below, so both land in one memory round trip (the weights need the
   // LSEs first, the loads do not need the weights).
-  constexpr int kEarly = 8;
+  constexpr int kEarly = 16;
   const bool early = vec4 && n <= kEarly && dv <= 128;
   float4 o_early[kEarly];
   if (early) {
