@@ -134,28 +134,28 @@ struct WaitFullThenLast {
 };
 
 // S = Q K^T of a tile into s (issued, not waited for): kD / 16 k-steps, 32 bytes apart within a 128-byte
-// panel row.
+// panel row. q, k: the descriptors of Q and of stage 0's K; k_stage: the tile's stage offset (bytes).
 template <class Cfg>
-__device__ __forceinline__ void issue_qk_tile(float (&s)[Cfg::kBlockN / 2], uint32_t q_addr,
-                                              uint32_t k_tile) {
+__device__ __forceinline__ void issue_qk_tile(float (&s)[Cfg::kBlockN / 2], const SmemDesc& q,
+                                              const SmemDesc& k, uint32_t k_stage) {
 #pragma unroll
   for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk) {
     const uint32_t q_step = (kk / 4) * Cfg::kQPanelBytes + (kk % 4) * 32;
     const uint32_t k_step = (kk / 4) * Cfg::kKvPanelBytes + (kk % 4) * 32;
-    wgmma_ss<typename Cfg::T, Cfg::kBlockN>(s, desc_k_major(q_addr + q_step), desc_k_major(k_tile + k_step),
-                                            kk > 0);
+    wgmma_ss<typename Cfg::T, Cfg::kBlockN>(s, q.at(q_step), k.at(k_stage + k_step), kk > 0);
   }
   wgmma_commit();
 }
 
-// O += P V of a tile (issued, not waited for): V's 16-key k-steps are 16 rows = 2048 bytes apart.
+// O += P V of a tile (issued, not waited for): V's 16-key k-steps are 16 rows = 2048 bytes apart. v: the
+// descriptor of stage 0's V; v_stage: the tile's stage offset (bytes).
 template <class Cfg>
 __device__ __forceinline__ void issue_pv_tile(float (&o)[Cfg::kHeadDim / 2],
-                                              const uint32_t (&pa)[Cfg::kBlockN / 16][4], uint32_t v_tile) {
+                                              const uint32_t (&pa)[Cfg::kBlockN / 16][4], const SmemDesc& v,
+                                              uint32_t v_stage) {
 #pragma unroll
   for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
-    wgmma_rs<typename Cfg::T, Cfg::kHeadDim>(o, pa[kk], desc_mn_major(v_tile + kk * 2048, Cfg::kKvPanelBytes),
-                                             1);
+    wgmma_rs<typename Cfg::T, Cfg::kHeadDim>(o, pa[kk], v.at(v_stage + kk * 2048), 1);
   }
   wgmma_commit();
 }
@@ -284,6 +284,10 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
                                           uint32_t empty_bar, PingPong<Cfg>& turns, const WaitFull& wait_full,
                                           const Softmax& softmax, float (&o)[Cfg::kHeadDim / 2]) {
   constexpr int kBlockN = Cfg::kBlockN, kD = Cfg::kHeadDim;
+  // (Q's address from lane 0: one value a warp, which the compiler can then keep in the uniform registers
+  // that wgmma takes its descriptors from, instead of moving it there for every wgmma.)
+  const SmemDesc q_desc(desc_k_major(__shfl_sync(0xffffffffu, q_addr, 0))), k_desc(desc_k_major(s_k));
+  const SmemDesc v_desc(desc_mn_major(s_v, Cfg::kKvPanelBytes));
   uint32_t pa[kBlockN / 16][4];
   int prev_stage = 0;
   if (n_tiles > 0) {
@@ -291,7 +295,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     prev_stage = wait_full(0);
     turns.my_turn();
     wgmma_fence();
-    issue_qk_tile<Cfg>(s, q_addr, s_k + prev_stage * Cfg::kKvStageBytes);
+    issue_qk_tile<Cfg>(s, q_desc, k_desc, prev_stage * Cfg::kKvStageBytes);
     turns.your_turn();
     wgmma_wait<0>();
     fence_registers(s);
@@ -306,8 +310,8 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     fence_registers(o);
     turns.my_turn();
     wgmma_fence();
-    issue_qk_tile<Cfg>(s, q_addr, s_k + stage * Cfg::kKvStageBytes);
-    issue_pv_tile<Cfg>(o, pa, s_v + prev_stage * Cfg::kKvStageBytes);
+    issue_qk_tile<Cfg>(s, q_desc, k_desc, stage * Cfg::kKvStageBytes);
+    issue_pv_tile<Cfg>(o, pa, v_desc, prev_stage * Cfg::kKvStageBytes);
     turns.your_turn();
     wgmma_wait<1>();  // S_t is done (P V may still run)
     fence_registers(s);
@@ -329,7 +333,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     fence_registers(o);
     turns.my_turn();
     wgmma_fence();
-    issue_pv_tile<Cfg>(o, pa, s_v + prev_stage * Cfg::kKvStageBytes);
+    issue_pv_tile<Cfg>(o, pa, v_desc, prev_stage * Cfg::kKvStageBytes);
     turns.your_turn();
     if constexpr (HasLast<WaitFull>::value) wait_full.last();
     wgmma_wait<0>();
@@ -419,8 +423,11 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   };
   auto wait_full = [&](int64_t tile) {
     if constexpr (kUnit) tile += unit.tile0;  // the CTA's tile (producer.cuh)
-    const int stage = static_cast<int>(tile % Cfg::kStages);
-    mbar_wait(full_bar + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1));
+    // 32-bit: a unit's tiles number < 2^31 / kBlockN (int32 lengths) and tile0 < 2 kStages; a 64-bit
+    // division by kStages cost ~20 instructions a tile.
+    const uint32_t t = static_cast<uint32_t>(tile);
+    const int stage = static_cast<int>(t % Cfg::kStages);
+    mbar_wait(full_bar + 8 * stage, (t / Cfg::kStages) & 1);
     if (reader_fence) fence_proxy_async();  // the stage's cp.async writes, seen here, before wgmma reads
     return stage;
   };

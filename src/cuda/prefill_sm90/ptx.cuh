@@ -107,6 +107,20 @@ __device__ __forceinline__ uint64_t desc_mn_major(uint32_t addr, uint32_t panel_
   return smem_desc(addr, panel_bytes, 1024);
 }
 
+// A descriptor made once, moved by byte offsets: the start address field is the low word's bits [0, 14)
+// and every operand lies below 256 KB of shared memory, so a 16-byte multiple added to the low word never
+// carries out of it. One add a wgmma instead of smem_desc's mask, shift and or (the consumers issue their
+// wgmma groups in turns: the issue's instructions are on the tensor cores' critical path, NOTES.md).
+struct SmemDesc {
+  uint32_t lo, hi;
+  __device__ __forceinline__ explicit SmemDesc(uint64_t d)
+      : lo(static_cast<uint32_t>(d)), hi(static_cast<uint32_t>(d >> 32)) {}
+  // The descriptor of the operand `bytes` (a multiple of 16) past this one's start.
+  __device__ __forceinline__ uint64_t at(uint32_t bytes) const {
+    return (static_cast<uint64_t>(hi) << 32) | (lo + (bytes >> 4));
+  }
+};
+
 // ---- misc
 
 // Orders this thread's generic-proxy shared-memory writes (st.shared, cp.async results it has waited for)
