@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "api/problem.hpp"
+#include "cuda/attention/balance.hpp"
 
 namespace kvattn::cuda {
 
@@ -143,12 +144,13 @@ struct AttentionPlan {
   bool early_launch = false;   // after the append kernel on sm_90+: launched early, waits before K/V (PDL)
   int64_t balanced_ctas = 0;   // the grid
   int64_t balanced_slots = 0;  // CTAs resident at once
-  int64_t balanced_whole_grid = 0;  // > 0: the whole grid when each slot gets this many tiles
-  int rows_per_unit = 0;            // max_seqlen_q * g (<= 16)
-  int producer_warps = 0;           // the sm_90 decode kernel: its variant, read once (smem_bytes is for it)
-  size_t o_partial_offset = 0;      // (splits, total_q, hq, dv) fp32; balanced: (2, G, R, dv)
-  size_t lse_partial_offset = 0;    // (splits, total_q, hq) fp32; balanced: (2, G, R)
-  size_t unit_pieces_offset = 0;    // balanced: (batch, kv heads, 2) int32
+  int64_t balanced_whole_grid = 0;          // > 0: the whole grid when each slot gets this many tiles
+  int64_t balanced_min_cost = kMinCtaCost;  // a CTA's share is at least this many tiles (balance.hpp)
+  int rows_per_unit = 0;                    // max_seqlen_q * g (<= 16)
+  int producer_warps = 0;         // the sm_90 decode kernel: its variant, read once (smem_bytes is for it)
+  size_t o_partial_offset = 0;    // (splits, total_q, hq, dv) fp32; balanced: (2, G, R, dv)
+  size_t lse_partial_offset = 0;  // (splits, total_q, hq) fp32; balanced: (2, G, R)
+  size_t unit_pieces_offset = 0;  // balanced: (batch, kv heads, 2) int32
   // The persistent sm_90a prefill kernel: its unit counter, an int32 at the workspace's start
   // (AttnParams::unit_pieces points at it; the launcher zeroes it on the stream before the kernel).
   bool unit_counter = false;

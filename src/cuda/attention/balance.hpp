@@ -37,8 +37,8 @@ KVATTN_HOST_DEVICE inline int64_t cta_of(int64_t x, int64_t g, int64_t w) {
 // get at least that much, the whole grid instead (8 units on 132 SMs leave 4 idle, 3% of a long decode,
 // more than one piece switch costs).
 KVATTN_HOST_DEVICE inline int64_t balanced_ctas(int64_t w, int64_t units, int64_t slots, int64_t grid,
-                                                int64_t whole_grid_cost = 0) {
-  const int64_t by_cost = (w + kMinCtaCost - 1) / kMinCtaCost;
+                                                int64_t whole_grid_cost = 0, int64_t min_cost = kMinCtaCost) {
+  const int64_t by_cost = (w + min_cost - 1) / min_cost;
   const bool whole_grid = whole_grid_cost > 0 && w >= whole_grid_cost * slots;
   if (units > 0 && units < slots && !whole_grid) {
     const int64_t per_unit = slots / units;  // >= 1

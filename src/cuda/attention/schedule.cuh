@@ -127,9 +127,10 @@ __device__ inline BalancedStart balanced_start(const AttnParams& p) {
   }
   const int64_t excl = before + incl - mine;
   // CTAs with work (balance.hpp): whole CTAs a unit in one wave when the units are fewer than the
-  // resident CTAs, else the grid, at least kMinCtaCost a CTA.
+  // resident CTAs, else the grid, at least p.balanced_min_cost tiles a CTA.
   const int64_t units = static_cast<int64_t>(p.seq.batch) * p.num_kv_heads;
-  const int64_t ctas = balanced_ctas(total, units, p.balanced_slots, gridDim.x, p.balanced_whole_grid);
+  const int64_t ctas =
+      balanced_ctas(total, units, p.balanced_slots, gridDim.x, p.balanced_whole_grid, p.balanced_min_cost);
   const int64_t a = cta_begin(blockIdx.x, ctas, max(total, int64_t{1}));
   if (threadIdx.x == 0) s_start = {total, static_cast<int>(ctas), p.seq.batch, total, 0};
   __syncthreads();

@@ -109,6 +109,16 @@ static int64_t decode_sm90_whole_grid_tiles() {
   return e != nullptr ? std::max<int64_t>(0, std::atoll(e)) : kDefault;
 }
 
+// A CTA's share of the balanced schedule is at least this many 64-key tiles (balance.hpp; the portable
+// kernel keeps kMinCtaCost = 4). H200 (bench/NOTES.md, session 9), W1 32/8 b1, us at 4 / 2 / 1: 1k 21.4-21.8
+// / 18.7-19.0 / 18.7-19.1, 2k 22.5 / 20.4 / 20.5, 4k and longer unchanged (their shares are longer): twice
+// the CTAs read half the keys each, and the starts overlap. KVATTN_DECODE_MIN_CTA_COST=n sets it.
+static int64_t decode_sm90_min_cta_tiles() {
+  constexpr int64_t kDefault = 2;
+  const char* e = std::getenv("KVATTN_DECODE_MIN_CTA_COST");
+  return e != nullptr ? std::max<int64_t>(1, std::atoll(e)) : kDefault;
+}
+
 bool decode_sm90_supports(const FwdProblem& p) {
   using S = DecodeSm90Shape;
   if (p.head_dim != S::kHeadDim || p.head_dim_v != S::kHeadDim || p.qv.ptr != nullptr) return false;
@@ -130,6 +140,7 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
   plan.balanced_ctas = std::max<int64_t>(1, std::min<int64_t>(sms, plan.balanced_ctas));
   plan.balanced_slots = plan.balanced_ctas;
   plan.balanced_whole_grid = decode_sm90_whole_grid_tiles();
+  plan.balanced_min_cost = decode_sm90_min_cta_tiles();
   plan.producer_warps = decode_sm90_producer_warps();
   plan.smem_bytes = DecodeSm90Shape::smem_bytes(p.kv_dtype == DType::fp8_e4m3, plan.producer_warps);
   plan.static_smem_bytes = 0;
