@@ -20,7 +20,7 @@ for r in barrier long_scoreboard short_scoreboard mio_throttle wait math_pipe_th
   selected dispatch_stall no_instruction branch_resolving membar sleeping; do
   stalls="$stalls,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
 done
-pipes="sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"
+pipes="sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"
 pipes="$pipes,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active"
 pipes="$pipes,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"
 pipes="$pipes,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active"
