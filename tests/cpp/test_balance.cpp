@@ -64,6 +64,14 @@ TEST(Balance, CtaCountGivesEqualUnitsWholeCtas) {
   EXPECT_EQ(balanced_ctas(8 * 18, 8, 132, 132), 32);
 }
 
+// The floor as a parameter (the sm_90a decode kernel's is 2 tiles): the same b1 1k line takes 72 CTAs of 2
+// (9 a unit), and at 1 tile 128 (16 a unit, the most one wave of 132 gives 8 units).
+TEST(Balance, CostFloorParameter) {
+  EXPECT_EQ(balanced_ctas(8 * 18, 8, 132, 132, 1024, 2), 72);
+  EXPECT_EQ(balanced_ctas(8 * 18, 8, 132, 132, 1024, 1), 128);
+  EXPECT_EQ(balanced_ctas(8 * 18, 8, 132, 132, 1024, kMinCtaCost), 32);
+}
+
 // The whole grid once each slot gets whole_grid_cost: 128 units of a long decode (b16 x 8 kv heads, 128k
 // keys) take all 132 SMs instead of 128, a shorter one keeps whole CTAs a unit, 0 never switches.
 TEST(Balance, WholeGridForLongShares) {
