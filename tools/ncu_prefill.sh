@@ -13,6 +13,7 @@ set +e
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-/tmp/ncu_prefill}
 mkdir -p "$OUT"
+rm -f "$OUT/summary.txt"
 source tools/device_env.sh
 export KVATTN_LIBRARY=$(device_lib "${KVATTN_LIBRARY:?a 90a library}" ncu)
 stalls=""
@@ -46,6 +47,25 @@ if len(rows) >= 3:
             short = name.replace("smsp__average_warps_issue_stalled_", "stall ")
             print(f"   {short[:78]:78s} {value:>12s} {unit}")
 EOF
+  # One line a case, printed again at the end (a device call returns only its output's tail).
+  python3 - "$OUT/raw_$name.csv" "$c" >> "$OUT/summary.txt" <<'EOF'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1], newline="")))
+d = dict(zip(rows[0], rows[2])) if len(rows) >= 3 else {}
+def f(key):
+    try:
+        return float(d.get(key, "nan").replace(",", ""))
+    except ValueError:
+        return float("nan")
+stall = "smsp__average_warps_issue_stalled_"
+stalls = sorted(((f(k), k[len(stall):].replace("_per_issue_active.ratio", ""))
+                 for k in d if k.startswith(stall) and "selected" not in k), reverse=True)[:3]
+print(f"{sys.argv[2][:34]:34s} {f('gpu__time_duration.sum'):10.1f} "
+      f"tensor {f('sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed'):5.1f}% "
+      f"xu {f('sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active'):5.1f}% "
+      f"issue {f('smsp__issue_active.avg.pct_of_peak_sustained_active'):5.1f}% | "
+      + ", ".join(f"{n} {v:.2f}" for v, n in stalls))
+EOF
   # The 12 SASS instructions with the most stall samples (SourceCounters), with their reasons.
   ncu --import "$OUT/ncu_$name.ncu-rep" --page source --csv --print-source sass 2>/dev/null > "$OUT/sass_$name.csv"
   python3 - "$OUT/sass_$name.csv" <<'EOF'
@@ -71,3 +91,5 @@ for r in sorted(body, key=lambda r: -num(r[samp]))[:12]:
     print(f"   {100 * num(r[samp]) / total:5.1f}%  {r[src][:100]}")
 EOF
 done
+echo "== summary (case, kernel time in ncu's unit, pipes, the top three stalls a issue)"
+cat "$OUT/summary.txt"
