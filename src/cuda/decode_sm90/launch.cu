@@ -99,14 +99,19 @@ static_assert(DecodeSm90Shape::smem_bytes(false, 2) + 1024 <= 227 * 1024 &&
                   DecodeSm90Shape::smem_bytes(true, 8) + 1024 <= 227 * 1024,
               "the decode ring fits an sm_90 CTA");
 
+// A tile count of the balanced schedule from the environment (read on every plan: A/B runs switch it
+// inside one process), at least `floor`, else `fallback`.
+static int64_t env_tiles(const char* name, int64_t fallback, int64_t floor) {
+  const char* e = std::getenv(name);
+  return e != nullptr ? std::max<int64_t>(floor, std::atoll(e)) : fallback;
+}
+
 // The balanced schedule takes every SM, not whole CTAs a unit, once each SM gets this many 64-key tiles
 // (balance.hpp). H200 (bench/NOTES.md, session 7): 1,988 tiles an SM (b16 x 128k) 1.3% faster, ~500 (b4 x
 // 128k, b16 x 32k) 0-1%, ~124 (b1 x 128k, b4 x 32k) 1-2.5% slower (a second piece in most CTAs).
 // KVATTN_DECODE_WHOLE_GRID=n sets it (0: never).
 static int64_t decode_sm90_whole_grid_tiles() {
-  constexpr int64_t kDefault = 1024;
-  const char* e = std::getenv("KVATTN_DECODE_WHOLE_GRID");
-  return e != nullptr ? std::max<int64_t>(0, std::atoll(e)) : kDefault;
+  return env_tiles("KVATTN_DECODE_WHOLE_GRID", 1024, 0);
 }
 
 // A CTA's share of the balanced schedule is at least this many 64-key tiles (balance.hpp; the portable
@@ -114,9 +119,7 @@ static int64_t decode_sm90_whole_grid_tiles() {
 // / 18.7-19.0 / 18.7-19.1, 2k 22.5 / 20.4 / 20.5, 4k and longer unchanged (their shares are longer): twice
 // the CTAs read half the keys each, and the starts overlap. KVATTN_DECODE_MIN_CTA_COST=n sets it.
 static int64_t decode_sm90_min_cta_tiles() {
-  constexpr int64_t kDefault = 2;
-  const char* e = std::getenv("KVATTN_DECODE_MIN_CTA_COST");
-  return e != nullptr ? std::max<int64_t>(1, std::atoll(e)) : kDefault;
+  return env_tiles("KVATTN_DECODE_MIN_CTA_COST", 2, 1);
 }
 
 bool decode_sm90_supports(const FwdProblem& p) {
