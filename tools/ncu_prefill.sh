@@ -27,6 +27,9 @@ pipes="$pipes,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"
 pipes="$pipes,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active"
 pipes="$pipes,sm__inst_executed.avg.per_cycle_active,smsp__issue_active.avg.pct_of_peak_sustained_active"
 pipes="$pipes,smsp__inst_executed.sum,sm__cycles_elapsed.avg,gpu__time_duration.sum"
+# Memory-side figures (L2 and HBM throughput: whether a case is bound by its K/V loads).
+pipes="$pipes,lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum.per_second"
+pipes="$pipes,dram__bytes_read.sum.per_second${KVATTN_NCU_METRICS:+,$KVATTN_NCU_METRICS}"
 IFS=';' read -ra cases <<< "${KVATTN_NCU_CASES:-W6 prefill 16k 32x64 full;W6 prefill 16k 16x128 full;W3 32/8 b1 +512 over 4k p16}"
 for c in "${cases[@]}"; do
   name=$(echo "$c" | tr ' /+' '___')
@@ -63,7 +66,8 @@ stalls = sorted(((f(k), k[len(stall):].replace("_per_issue_active.ratio", ""))
 print(f"{sys.argv[2][:34]:34s} {f('gpu__time_duration.sum'):10.1f} "
       f"tensor {f('sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed'):5.1f}% "
       f"xu {f('sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active'):5.1f}% "
-      f"issue {f('smsp__issue_active.avg.pct_of_peak_sustained_active'):5.1f}% | "
+      f"issue {f('smsp__issue_active.avg.pct_of_peak_sustained_active'):5.1f}% "
+      f"L2 {f('lts__throughput.avg.pct_of_peak_sustained_elapsed'):5.1f}% | "
       + ", ".join(f"{n} {v:.2f}" for v, n in stalls))
 EOF
   # The 12 SASS instructions with the most stall samples (SourceCounters), with their reasons.
