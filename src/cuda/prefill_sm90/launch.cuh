@@ -188,12 +188,11 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
                                               std::to_string(kHeadDim) + " is not compiled in this build");
   } else {
     // The persistent kernel when the plan chose it (launch.hpp: prefill_persistent_selected) and so gave
-    // it its unit counter.
-    // d = 64 without turns: there a tile's exp2 load MUFU as much as its wgmma load the tensor cores, and the
-    // turns only add waits (H200, W6 16k 32x64 full 5,858 -> 5,450 us, causal unchanged; bench/NOTES.md
-    // session 9).
+    // it its unit counter. Without turns: the consumers' units drift apart anyway, and the turns only add
+    // waits (H200, W6 16k: d 64 full 5,858 -> 5,450 us, session 9; d 128 full / causal -1% / -3%, d 256
+    // -4% / -3%, session 10; bench/NOTES.md).
     if (params.seq.cu_seqlens_q == nullptr && params.unit_pieces != nullptr) {
-      return launch_config<PrefillConfig<T, kHeadDim, kHeadDim != 64, false, true>>(params, stream);
+      return launch_config<PrefillConfig<T, kHeadDim, false, false, true>>(params, stream);
     }
     // d = 128, q not varlen: the consumers issue their wgmma groups independently, 0-1.5% faster than
     // taking turns on every W3 / W6 case measured (bench/NOTES.md, session 6); KVATTN_SM90_PINGPONG=1 takes

@@ -17,7 +17,7 @@
 // while a unit's last P V runs, each consumer waits for the next descriptor and issues the loads of its 64
 // Q rows into its s_q (every Q K^T of the unit is done by then: no second Q buffer, which would not fit at
 // d 128 and 256; plain chunks by cp.async, landing under the P V and the epilogue), so the next unit
-// starts at its first tile. The ping-pong turns complete within each unit.
+// starts at its first tile. (Its consumers do not take turns: launch.cuh.)
 #pragma once
 
 #include <cstdint>
