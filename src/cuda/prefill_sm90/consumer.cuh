@@ -16,6 +16,7 @@
 #include "cuda/common/softmax.cuh"
 #include "cuda/prefill_sm90/cta.cuh"
 #include "cuda/prefill_sm90/ptx.cuh"
+#include "cuda/prefill_sm90/timeline.cuh"
 #include "cuda/prefill_sm90/wgmma.cuh"
 
 namespace kvattn::cuda::sm90 {
@@ -306,6 +307,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
   for (int64_t tile = 1; tile < n_tiles; ++tile) {
     float s[kBlockN / 2];
     const int stage = wait_full(tile);
+    KVATTN_PTL(ptl_stamp(tile, kPtlStage));
     fence_fragments(pa);
     fence_registers(o);
     turns.my_turn();
@@ -313,19 +315,24 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     issue_qk_tile<Cfg>(s, q_desc, k_desc, stage * Cfg::kKvStageBytes);
     issue_pv_tile<Cfg>(o, pa, v_desc, prev_stage * Cfg::kKvStageBytes);
     turns.your_turn();
+    KVATTN_PTL(ptl_stamp(tile, kPtlIssued));
     wgmma_wait<1>();  // S_t is done (P V may still run)
     fence_registers(s);
+    KVATTN_PTL(ptl_stamp(tile, kPtlS));
     float correction[2];
     softmax(s, tile, correction);
+    KVATTN_PTL(ptl_stamp(tile, kPtlSoftmax));
     wgmma_wait<0>();  // P_{t-1} V_{t-1} is done: its registers and its stage are free
     fence_registers(o);
     fence_fragments(pa);
+    KVATTN_PTL(ptl_stamp(tile, kPtlPv));
     mbar_arrive(empty_bar + 8 * prev_stage);
     if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {  // once maxima settle: rare
 #pragma unroll
       for (int e = 0; e < kD / 2; ++e) o[e] *= correction[(e % 4) / 2];
     }
     pack_p<Cfg>(s, pa);
+    KVATTN_PTL(ptl_stamp(tile, kPtlEnd));
     prev_stage = stage;
   }
   if (n_tiles > 0) {

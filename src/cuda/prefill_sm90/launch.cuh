@@ -178,6 +178,12 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream) {
     return st;
   }
   prefill_kernel<Cfg><<<static_cast<unsigned>(ctas), Cfg::kThreads, smem, stream>>>(a);
+#if KVATTN_PREFILL_TIMELINE
+  if (g_prefill_timeline_host != nullptr) {  // the developer timeline (timeline.cuh), after the kernel
+    cudaMemcpyFromSymbolAsync(g_prefill_timeline_host, g_prefill_timeline, sizeof(g_prefill_timeline), 0,
+                              cudaMemcpyDeviceToHost, stream);
+  }
+#endif
   return check_launch("prefill_kernel (sm_90a)");
 }
 

@@ -106,4 +106,9 @@ kvattn_status launch_prefill_row(const AttnParams& params, const AttentionPlan& 
 template <typename T, int kHeadDim>
 bool prefill_kernel_loaded();  // the sm_90a binary of the kernel is the one the device runs
 
+#if defined(KVATTN_PREFILL_TIMELINE) && KVATTN_PREFILL_TIMELINE
+// The developer timeline's host buffer (timeline.cuh; prefill.cu sets it), kPtlWords words, or nullptr.
+extern unsigned long long* g_prefill_timeline_host;
+#endif
+
 }  // namespace kvattn::cuda::sm90

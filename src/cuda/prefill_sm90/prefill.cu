@@ -6,6 +6,7 @@
 
 #include "cuda/prefill_sm90/config.hpp"
 #include "cuda/prefill_sm90/launch.hpp"
+#include "cuda/prefill_sm90/timeline.cuh"
 
 namespace kvattn::cuda::sm90 {
 namespace {
@@ -57,4 +58,18 @@ bool prefill_sm90_supports(const FwdProblem& p) {
   return p.q_dtype == DType::bf16 ? loaded<__nv_bfloat16>(p.head_dim) : loaded<half>(p.head_dim);
 }
 
+#if KVATTN_PREFILL_TIMELINE
+unsigned long long* g_prefill_timeline_host = nullptr;
+#endif
+
 }  // namespace kvattn::cuda::sm90
+
+#if KVATTN_PREFILL_TIMELINE
+// The developer timeline (timeline.cuh): each later sm_90a prefill launch copies its stamps (kPtlWords
+// 64-bit words) into `host` once the kernel is done; nullptr stops it. Returns kPtlWords.
+extern "C" __attribute__((visibility("default"))) int kvattn_debug_prefill_timeline_buffer(
+    unsigned long long* host) {
+  kvattn::cuda::sm90::g_prefill_timeline_host = host;
+  return kvattn::cuda::sm90::kPtlWords;
+}
+#endif
