@@ -9,7 +9,8 @@ tile from lane 0 of a warp):
 It runs W6's full (non-causal) prefill, b1 x 16k, bf16, contiguous cache (32 heads at d 64, 16 at d 128, 8 at
 d 256; every unit has the same tiles, so the stamps of the last unit a CTA ran are a steady-state sample),
 and prints, in SM clocks over the consumer warps of 8 CTAs and 16 tiles each, the phases of an iteration:
-stage wait (the previous iteration's end to the tile's stage full), issue (the wgmma groups), S wait,
+stage wait (the previous iteration's end to the tile's stage full: the loop head, then wait_full), issue
+(wgmma.fence, then the wgmma groups), S wait,
 softmax, P V wait, tail (O rescale, P pack), and the whole tile; then how far apart the two warpgroups'
 iterations run.
 """
@@ -21,7 +22,7 @@ import torch
 
 import kvattn
 
-STAMPS = ["stage", "issued", "S", "softmax", "pv", "end"]
+STAMPS = ["stage", "issued", "S", "softmax", "pv", "end", "head", "fenced"]
 CTAS, WARPS, TILE0, TILES = 8, 8, 16, 16
 
 
@@ -62,13 +63,15 @@ def main():
                 for t in range(TILES):
                     at = ((c * WARPS + w) * TILES + t) * len(STAMPS)
                     rows[(c, w, t)] = list(buf[at:at + len(STAMPS)])
-        phases = {name: [] for name in ["stage wait", "issue", "S wait", "softmax", "pv wait", "tail", "tile"]}
+        phases = {name: [] for name in ["stage wait", "  loop head", "  wait_full", "issue", "  fence",
+                                        "  wgmma", "S wait", "softmax", "pv wait", "tail", "tile"]}
         for (c, w, t), r in rows.items():
             if t == 0 or 0 in r or 0 in rows[(c, w, t - 1)]:
                 continue
             prev_end = rows[(c, w, t - 1)][5]
-            for name, a, b in [("stage wait", None, 0), ("issue", 0, 1), ("S wait", 1, 2), ("softmax", 2, 3),
-                               ("pv wait", 3, 4), ("tail", 4, 5), ("tile", None, 5)]:
+            for name, a, b in [("stage wait", None, 0), ("  loop head", None, 6), ("  wait_full", 6, 0),
+                               ("issue", 0, 1), ("  fence", 0, 7), ("  wgmma", 7, 1), ("S wait", 1, 2),
+                               ("softmax", 2, 3), ("pv wait", 3, 4), ("tail", 4, 5), ("tile", None, 5)]:
                 phases[name].append((r[b] - (prev_end if a is None else r[a])))
         stamped = sum(1 for r in rows.values() if 0 not in r)
         print(f"\n== W6-like full prefill, b1 x {n}, {heads} heads, d {d}: {stamped} of {len(rows)} "

@@ -306,12 +306,14 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
   }
   for (int64_t tile = 1; tile < n_tiles; ++tile) {
     float s[kBlockN / 2];
+    KVATTN_PTL(ptl_stamp(tile, kPtlHead));
     const int stage = wait_full(tile);
     KVATTN_PTL(ptl_stamp(tile, kPtlStage));
     fence_fragments(pa);
     fence_registers(o);
     turns.my_turn();
     wgmma_fence();
+    KVATTN_PTL(ptl_stamp(tile, kPtlFenced));
     issue_qk_tile<Cfg>(s, q_desc, k_desc, stage * Cfg::kKvStageBytes);
     issue_pv_tile<Cfg>(o, pa, v_desc, prev_stage * Cfg::kKvStageBytes);
     turns.your_turn();

@@ -21,6 +21,8 @@ enum PrefillTlStamp : int {
   kPtlSoftmax,    // the score mods and the online softmax done
   kPtlPv,         // the previous tile's P V done
   kPtlEnd,        // O rescaled and P packed: the iteration's end
+  kPtlHead,       // the iteration's start (before wait_full)
+  kPtlFenced,     // wgmma.fence passed (the warpgroup's registers ready), before the first wgmma
   kPtlStamps
 };
 constexpr int kPtlCtas = 8, kPtlWarps = 8, kPtlTile0 = 16, kPtlTiles = 16;
