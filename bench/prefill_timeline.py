@@ -1,5 +1,5 @@
 """Where a tile's clocks go in the Hopper prefill kernel's loop (src/cuda/prefill_sm90/timeline.cuh), for a
-library built with -DKVATTN_PREFILL_TIMELINE=1 (a developer build; the stamps cost six global stores a
+library built with -DKVATTN_PREFILL_TIMELINE=1 (a developer build; the stamps cost eight global stores a
 tile from lane 0 of a warp):
 
     cmake -S . -B build-tl -DKVATTN_CUDA=ON -DKVATTN_CUDA_ARCHS=90a -DKVATTN_DEV_HEAD_DIM=64 \\
@@ -10,9 +10,8 @@ It runs W6's full (non-causal) prefill, b1 x 16k, bf16, contiguous cache (32 hea
 d 256; every unit has the same tiles, so the stamps of the last unit a CTA ran are a steady-state sample),
 and prints, in SM clocks over the consumer warps of 8 CTAs and 16 tiles each, the phases of an iteration:
 stage wait (the previous iteration's end to the tile's stage full: the loop head, then wait_full), issue
-(wgmma.fence, then the wgmma groups), S wait,
-softmax, P V wait, tail (O rescale, P pack), and the whole tile; then how far apart the two warpgroups'
-iterations run.
+(wgmma.fence, then the wgmma groups), S wait, softmax, P V wait, tail (O rescale, P pack), and the whole
+tile; then how far apart the two warpgroups' iterations run.
 """
 import argparse
 import ctypes
