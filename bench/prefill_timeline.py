@@ -21,7 +21,9 @@ import torch
 
 import kvattn
 
-STAMPS = ["stage", "issued", "S", "softmax", "pv", "end", "head", "fenced"]
+# timeline.cuh's PrefillTlStamp, in its order (the order an iteration passes them).
+STAMPS = ["head", "stage", "fenced", "issued", "S", "softmax", "pv", "end"]
+HEAD, STAGE, FENCED, ISSUED, S_LANDED, SOFTMAX, PV, END = range(len(STAMPS))
 CTAS, WARPS, TILE0, TILES = 8, 8, 16, 16
 
 
@@ -67,10 +69,11 @@ def main():
         for (c, w, t), r in rows.items():
             if t == 0 or 0 in r or 0 in rows[(c, w, t - 1)]:
                 continue
-            prev_end = rows[(c, w, t - 1)][5]
-            for name, a, b in [("stage wait", None, 0), ("  loop head", None, 6), ("  wait_full", 6, 0),
-                               ("issue", 0, 1), ("  fence", 0, 7), ("  wgmma", 7, 1), ("S wait", 1, 2),
-                               ("softmax", 2, 3), ("pv wait", 3, 4), ("tail", 4, 5), ("tile", None, 5)]:
+            prev_end = rows[(c, w, t - 1)][END]
+            for name, a, b in [("stage wait", None, STAGE), ("  loop head", None, HEAD), ("  wait_full", HEAD, STAGE),
+                               ("issue", STAGE, ISSUED), ("  fence", STAGE, FENCED), ("  wgmma", FENCED, ISSUED),
+                               ("S wait", ISSUED, S_LANDED), ("softmax", S_LANDED, SOFTMAX), ("pv wait", SOFTMAX, PV),
+                               ("tail", PV, END), ("tile", None, END)]:
                 phases[name].append((r[b] - (prev_end if a is None else r[a])))
         stamped = sum(1 for r in rows.values() if 0 not in r)
         print(f"\n== W6-like full prefill, b1 x {n}, {heads} heads, d {d}: {stamped} of {len(rows)} "
@@ -81,7 +84,7 @@ def main():
                 print(f"{name:12s} {len(xs):5d} {pct(xs, .1):7.0f} {pct(xs, .5):7.0f} {pct(xs, .9):7.0f} "
                       f"{sum(xs) / len(xs):7.0f}")
         # The two warpgroups: warp w of warpgroup 0 against warp w + 4 of warpgroup 1, the same tile.
-        lag = [rows[(c, w + 4, t)][0] - rows[(c, w, t)][0] for c in range(CTAS) for w in range(4)
+        lag = [rows[(c, w + 4, t)][STAGE] - rows[(c, w, t)][STAGE] for c in range(CTAS) for w in range(4)
                for t in range(TILES) if 0 not in rows[(c, w, t)] and 0 not in rows[(c, w + 4, t)]]
         if lag:
             print(f"warpgroup 1's stage stamp minus warpgroup 0's, same tile: p10 {pct(lag, .1):.0f}, median "

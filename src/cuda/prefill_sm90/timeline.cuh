@@ -14,15 +14,15 @@
 
 namespace kvattn::cuda::sm90 {
 
-enum PrefillTlStamp : int {
-  kPtlStage = 0,  // the tile's stage full (wait_full returned)
-  kPtlIssued,     // its Q K^T (and the previous tile's P V) issued
-  kPtlS,          // S landed (wgmma wait)
-  kPtlSoftmax,    // the score mods and the online softmax done
-  kPtlPv,         // the previous tile's P V done
-  kPtlEnd,        // O rescaled and P packed: the iteration's end
-  kPtlHead,       // the iteration's start (before wait_full)
-  kPtlFenced,     // wgmma.fence passed (the warpgroup's registers ready), before the first wgmma
+enum PrefillTlStamp : int {  // in the order an iteration passes them
+  kPtlHead = 0,              // the iteration's start (before wait_full)
+  kPtlStage,                 // the tile's stage full (wait_full returned)
+  kPtlFenced,                // wgmma.fence passed, before the first wgmma (ptxas adds an arrive: C7519)
+  kPtlIssued,                // its Q K^T (and the previous tile's P V) issued
+  kPtlS,                     // S landed (wgmma wait)
+  kPtlSoftmax,               // the score mods and the online softmax done
+  kPtlPv,                    // the previous tile's P V done
+  kPtlEnd,                   // O rescaled and P packed: the iteration's end
   kPtlStamps
 };
 constexpr int kPtlCtas = 8, kPtlWarps = 8, kPtlTile0 = 16, kPtlTiles = 16;
