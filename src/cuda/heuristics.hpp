@@ -178,6 +178,28 @@ inline bool plan_balanced(const FwdProblem& p, bool key_split) {
   return key_split && p.num_splits == 0 && !p.deterministic && p.batch <= kBalancedMaxBatch;
 }
 
+// The balanced schedule's grid and workspace (plan.balanced), for `slots` CTAs resident at once: whole waves
+// of CTAs of equal work: one wave when there are fewer units than resident CTAs, else about one CTA a unit
+// (up to 4 waves), so that the prologues of units overlap across CTAs as they would without a schedule,
+// rounded up to whole waves (a last partial wave of equal CTAs idles SMs). Partials (2, G, R, dv) and
+// (2, G, R) for R = max_seqlen_q x g packed rows a unit, then unit_pieces.
+inline void plan_balanced_grid(AttentionPlan& plan, const FwdProblem& p, int64_t slots) {
+  const int64_t g = p.num_q_heads / std::max(1, p.num_kv_heads);
+  const int64_t units = static_cast<int64_t>(p.batch) * p.num_kv_heads;
+  plan.balanced = true;
+  plan.splits = 1;
+  plan.balanced_slots = slots;
+  plan.balanced_ctas = std::min(4 * slots, slots * std::max<int64_t>(1, (units + slots - 1) / slots));
+  plan.rows_per_unit = static_cast<int>(std::max<int64_t>(1, static_cast<int64_t>(p.max_seqlen_q) * g));
+  const size_t partial_rows = 2 * static_cast<size_t>(plan.balanced_ctas) * plan.rows_per_unit;
+  plan.o_partial_offset = 0;
+  plan.lse_partial_offset = align_up(partial_rows * p.head_dim_v * sizeof(float), kWorkspaceAlign);
+  plan.unit_pieces_offset = plan.lse_partial_offset + align_up(partial_rows * sizeof(float), kWorkspaceAlign);
+  plan.workspace_bytes =
+      plan.unit_pieces_offset +
+      align_up(static_cast<size_t>(p.batch) * p.num_kv_heads * 2 * sizeof(int32_t), kWorkspaceAlign);
+}
+
 // kernel_head_dim(_v): the dims of the kernel that runs p (>= p's own when padded, see dispatch.cu).
 inline AttentionPlan plan_attention(const FwdProblem& p, int kernel_head_dim, int kernel_head_dim_v,
                                     int sm_count, int smem_per_sm) {
@@ -205,23 +227,8 @@ inline AttentionPlan plan_attention(const FwdProblem& p, int kernel_head_dim, in
       static_cast<size_t>(smem_per_sm) / cta_smem, 1, plan.key_split ? kDecodeCtasPerSm : kGeneralCtasPerSm));
   in.num_splits = p.num_splits;
   in.deterministic = p.deterministic;
-  plan.balanced = plan_balanced(p, plan.key_split);
-  if (plan.balanced) {
-    // Whole waves of CTAs of equal work: one wave when there are fewer units than resident CTAs, else
-    // about one CTA a unit (up to 4 waves), so that the prologues of units overlap across CTAs as they
-    // would without a schedule, rounded up to whole waves (a last partial wave of equal CTAs idles SMs).
-    const int64_t slots = static_cast<int64_t>(in.sm_count) * in.ctas_per_sm;
-    const int64_t units = static_cast<int64_t>(p.batch) * p.num_kv_heads;
-    plan.balanced_slots = slots;
-    plan.balanced_ctas = std::min(4 * slots, slots * std::max<int64_t>(1, (units + slots - 1) / slots));
-    plan.rows_per_unit = static_cast<int>(std::max<int64_t>(1, rows));
-    const size_t partial_rows = 2 * static_cast<size_t>(plan.balanced_ctas) * plan.rows_per_unit;
-    plan.lse_partial_offset = align_up(partial_rows * p.head_dim_v * sizeof(float), kWorkspaceAlign);
-    plan.unit_pieces_offset =
-        plan.lse_partial_offset + align_up(partial_rows * sizeof(float), kWorkspaceAlign);
-    plan.workspace_bytes =
-        plan.unit_pieces_offset +
-        align_up(static_cast<size_t>(p.batch) * p.num_kv_heads * 2 * sizeof(int32_t), kWorkspaceAlign);
+  if (plan_balanced(p, plan.key_split)) {
+    plan_balanced_grid(plan, p, static_cast<int64_t>(in.sm_count) * in.ctas_per_sm);
     return plan;
   }
   plan.splits = choose_splits(in);

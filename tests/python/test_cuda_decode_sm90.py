@@ -1,7 +1,7 @@
-"""The Hopper decode kernel (src/cuda/decode_sm90): the decode shapes it takes (d = dv = 128, <= 16 packed
-rows, the balanced schedule) across layouts, page sizes, fp8 caches and the contract's features, at lengths
-that end mid-stage (0, 1, 31-33, 63-65, ...) and with skewed batches, so that pieces straddle CTAs and
-stages. The kernel is on by default with 8 producer warps (KVATTN_DECODE_SM90 = 0 turns it off, 2 or 4 picks
+"""The Hopper decode kernel (src/cuda/decode_sm90): the decode shapes it takes (d = dv = 128, <= 64 packed
+rows in 16-row groups, the balanced schedule) across layouts, page sizes, fp8 caches and the contract's
+features, at lengths that end mid-stage (0, 1, 31-33, 63-65, ...) and with skewed batches, so that pieces
+straddle CTAs and stages. The kernel is on by default with 8 producer warps (KVATTN_DECODE_SM90 = 0 turns it off, 2 or 4 picks
 the producer count; see decode_sm90.hpp): these tests pick KVATTN_TEST_DECODE_SM90 (default 8). On other GPUs
 the same cases run on the portable kernels (and still check the oracle). On sm_90 the dispatch is checked
 too: the kernel runs by default and when asked for, unless KVATTN_FORCE_PORTABLE=1 or KVATTN_DECODE_SM90=0.
@@ -83,6 +83,45 @@ def test_speculative(sq, hq, hk, kv_fp8):
     run_and_compare(case, DEVICE)
 
 
+@pytest.mark.parametrize("sq,hq,hk", [(3, 8, 1), (4, 8, 1), (8, 16, 4), (5, 16, 2), (8, 8, 1), (2, 32, 1)])
+@pytest.mark.parametrize("kv_fp8", [False, True])
+def test_speculative_row_groups(sq, hq, hk, kv_fp8):
+    """17-64 packed rows (g x q): two or four 16-row groups, each stage read by one warp of every group;
+    lengths at the stage and tile edges, causal among the new tokens."""
+    case = Case(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=hq, hk=hk, seqlens=_EDGES, sq=sq,
+                new=(sq,) * len(_EDGES), causal=True, layout="paged", page_size=16, num_splits=0,
+                seed=sq * hq + hk)
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.parametrize("features", [
+    dict(sinks="fp32", leftpad=(3, 0, 17, 1, 40), layout="contiguous"),
+    dict(rotary="neox", batch_idx="scattered", page_size=1),
+    dict(window=(100, 0), softcap=15.0, alibi="bh"),
+    dict(seqused_q=True, sinks="bf16", chunk=96),
+    dict(dtype="fp16", batch_idx="scattered", leftpad=(0, 9, 2, 0, 5), page_size=64),
+])
+@pytest.mark.parametrize("kv_fp8", [False, True])
+def test_row_groups_features(features, kv_fp8):
+    """The contract's features on 4 row groups (sq = 7 under groups of 8: 56 rows, the last group partly
+    padding), appended and causal."""
+    kw = dict(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=16, hk=2, seqlens=(700, 1, 0, 333, 1300), sq=7,
+              new=(7,) * 5, causal=True, layout="paged", page_size=16, num_splits=0, seed=len(features) + 40)
+    kw.update(features)
+    if kw.get("leftpad"):
+        kw["seqlens"] = tuple(n + lp for n, lp in zip(kw["seqlens"], kw["leftpad"]))
+    run_and_compare(Case(**kw), DEVICE)
+
+
+def test_row_groups_skewed_page1():
+    """Many units of 32 rows over the balanced schedule: pieces straddle CTAs, the row groups' stages
+    interleave with the producers' ring."""
+    lens = tuple(int(x) for x in np.random.default_rng(5).integers(0, 900, 40)) + (3000,)
+    case = Case(dtype="bf16", d=128, hq=32, hk=8, seqlens=lens, sq=8, new=(8,) * len(lens), causal=True,
+                layout="paged", page_size=1, num_splits=0, seed=5)
+    run_and_compare(case, DEVICE)
+
+
 @pytest.mark.parametrize("q_mult", [2.0 ** 17, 2.0 ** -20])
 def test_fp8_cache_q_magnitude(q_mult):
     """bf16 q far outside f16's range (|q| ~ 2^19) or deep in its subnormals (~2^-18): the f16 math of fp8
@@ -111,8 +150,9 @@ def test_many_sequences_page1():
 
 
 _DISPATCH_SCRIPT = r"""
-import numpy as np, torch, kvattn
-q = torch.randn(2, 1, 8, 128, device="cuda", dtype=torch.bfloat16)
+import os, numpy as np, torch, kvattn
+sq = int(os.environ.get("SQ", "1"))
+q = torch.randn(2, sq, 8, 128, device="cuda", dtype=torch.bfloat16)
 k = torch.randn(2, 300, 2, 128, device="cuda", dtype=torch.bfloat16)
 v = torch.randn_like(k)
 kvattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=torch.tensor([300, 77], dtype=torch.int32, device="cuda"))
@@ -127,6 +167,8 @@ torch.cuda.synchronize()
     (dict(KVATTN_DECODE_SM90="4", KVATTN_FORCE_PORTABLE="1"), None),
     (dict(KVATTN_DECODE_SM90="0"), None),
     (dict(KVATTN_DECODE_SM90=None), "8 producer warps"),  # on by default
+    (dict(KVATTN_DECODE_SM90=None, SQ="8"), "8 producer warps"),  # 32 packed rows: two row groups
+    (dict(KVATTN_DECODE_SM90=None, SQ="17"), None),  # 68 packed rows: the portable kernel
 ])
 def test_dispatch_on_sm90(switch, expected):
     """On sm_90 a supported decode runs on the Hopper kernel when asked for (and with the producer count

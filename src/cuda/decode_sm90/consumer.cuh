@@ -53,37 +53,43 @@ __device__ inline bool row_unique(const SeqParams& p, int i, DeviceErrorRecord* 
   return !dup;
 }
 
-// Q rows [0, kRows) of unit (i, kv_head) into s_q (kRows, kQStride) as T, rotary applied; rows that do not
-// attend are zero. TQ: q's storage (T, or fp8 under an fp8 cache).
+// Q rows [0, 16 groups) of unit (i, kv_head) into s_q (kRows, kQStride) as T, rotary applied; rows that do
+// not attend are zero. Thread tid: row tid / 8 of each row group, 16 channels from 16 (tid % 8). (The
+// groups one after the other: one copy of the code, which a short decode fetches cold; more than one
+// group is a speculative decode, whose pieces are long.) TQ: q's storage (T, or fp8 under an fp8 cache).
 // Returns the largest magnitude this thread wrote.
 template <class Cfg, typename TQ>
 __device__ inline float load_q_rows(const AttnParams& p, const Sequence& seq, int i, int kv_head,
-                                    typename Cfg::T* s_q, int tid) {
+                                    typename Cfg::T* s_q, int tid, int groups) {
   using T = typename Cfg::T;
-  constexpr int kPerThread = Cfg::kRows * Cfg::kHeadDim / (32 * Cfg::kConsumerWarps);  // 16 channels
-  const int row = tid / (Cfg::kHeadDim / kPerThread), c0 = tid % (Cfg::kHeadDim / kPerThread) * kPerThread;
+  constexpr int kPerThread = Cfg::kGroupRows * Cfg::kHeadDim / (32 * Cfg::kConsumerWarps);  // 16 channels
+  const int c0 = tid % (Cfg::kHeadDim / kPerThread) * kPerThread;
   const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
-  T vals[kPerThread];
-  if (row < used_rows) {
-    const int64_t t = row / p.group;
-    const int h = kv_head * p.group + row % p.group;
-    const TQ* src = token_row<const TQ>(p.q, seq, i, t, h);
-    const int64_t pos = seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0);
+  float amax = 0.f;
+#pragma unroll 1
+  for (int g = 0; g < groups; ++g) {
+    const int row = g * Cfg::kGroupRows + tid / (Cfg::kHeadDim / kPerThread);
+    T vals[kPerThread];
+    if (row < used_rows) {
+      const int64_t t = row / p.group;
+      const int h = kv_head * p.group + row % p.group;
+      const TQ* src = token_row<const TQ>(p.q, seq, i, t, h);
+      const int64_t pos = seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0);
+#pragma unroll
+      for (int e = 0; e < kPerThread; ++e) {
+        const int c = c0 + e;
+        vals[e] = c < p.rotary.rotary_dim ? from_float<T>(rotated_channel(src, c, pos, p.rotary))
+                                          : convert_to<T>(src[c]);
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < kPerThread; ++e) vals[e] = from_float<T>(0.f);
+    }
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) {
-      const int c = c0 + e;
-      vals[e] = c < p.rotary.rotary_dim ? from_float<T>(rotated_channel(src, c, pos, p.rotary))
-                                        : convert_to<T>(src[c]);
+      s_q[row * Cfg::kQStride + c0 + e] = vals[e];
+      amax = fmaxf(amax, fabsf(to_float(vals[e])));
     }
-  } else {
-#pragma unroll
-    for (int e = 0; e < kPerThread; ++e) vals[e] = from_float<T>(0.f);
-  }
-  float amax = 0.f;
-#pragma unroll
-  for (int e = 0; e < kPerThread; ++e) {
-    s_q[row * Cfg::kQStride + c0 + e] = vals[e];
-    amax = fmaxf(amax, fabsf(to_float(vals[e])));
   }
   return amax;
 }
@@ -115,7 +121,8 @@ __device__ __forceinline__ bool piece_ok(const AttnParams& p, const Piece& w, co
   return ok;
 }
 
-// Q rows of unit (i, kv_head) as mma A fragments, (16 rows, 16 channels) per k-step, through s_q (the
+// Q rows of unit (i, kv_head) as mma A fragments of this warp's row group `rg` (of `groups`), (16 rows, 16
+// channels) per k-step, through s_q (the
 // consumers' barrier between the writes and the reads also tells them the previous piece's merge state was
 // read). fp8: k-slot (2 quad + e, 2 quad + 8 + e) of step kk is channel 16 kk + 4 quad + e (+ 2), the order
 // in which K's fragments arrive. bf16 q into f16 math (kScaleQ): q * 2^(15 - x) with max |q| in
@@ -123,6 +130,7 @@ __device__ __forceinline__ bool piece_ok(const AttnParams& p, const Piece& w, co
 template <class Cfg>
 __device__ __forceinline__ float load_q_fragments(const AttnParams& p, const Sequence& seq, int i,
                                                   int kv_head, typename Cfg::T* s_q, float* s_qmax,
+                                                  int groups, int rg,
                                                   uint32_t (&q_frag)[Cfg::kHeadDim / 16][4]) {
   using T = typename Cfg::T;
   constexpr int kW = Cfg::kConsumerWarps;
@@ -130,10 +138,10 @@ __device__ __forceinline__ float load_q_fragments(const AttnParams& p, const Seq
   const int group = lane / 4, quad = lane % 4;
   float q_amax;
   if constexpr (Cfg::kFp8 && std::is_same_v<T, __nv_bfloat16>) {
-    q_amax = p.q_fp8 ? load_q_rows<Cfg, __nv_fp8_e4m3>(p, seq, i, kv_head, s_q, tid)
-                     : load_q_rows<Cfg, T>(p, seq, i, kv_head, s_q, tid);
+    q_amax = p.q_fp8 ? load_q_rows<Cfg, __nv_fp8_e4m3>(p, seq, i, kv_head, s_q, tid, groups)
+                     : load_q_rows<Cfg, T>(p, seq, i, kv_head, s_q, tid, groups);
   } else {
-    q_amax = load_q_rows<Cfg, T>(p, seq, i, kv_head, s_q, tid);
+    q_amax = load_q_rows<Cfg, T>(p, seq, i, kv_head, s_q, tid, groups);
   }
   if constexpr (Cfg::kScaleQ) {
 #pragma unroll
@@ -141,6 +149,7 @@ __device__ __forceinline__ float load_q_fragments(const AttnParams& p, const Seq
     if (lane == 0) s_qmax[warp] = q_amax;
   }
   consumers_sync<32 * kW>();  // s_q written; the previous piece's merge state read
+  const T* s_qg = s_q + rg * Cfg::kGroupRows * Cfg::kQStride;  // this warp's 16 rows
   float q_scale = 1.f, q_unscale = 1.f;
   if constexpr (Cfg::kScaleQ) {
     float m = 0.f;
@@ -156,16 +165,16 @@ __device__ __forceinline__ float load_q_fragments(const AttnParams& p, const Seq
 #pragma unroll
   for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk) {
     if constexpr (Cfg::kFp8) {
-      const uint2 lo = *reinterpret_cast<const uint2*>(s_q + group * Cfg::kQStride + 16 * kk + 4 * quad);
+      const uint2 lo = *reinterpret_cast<const uint2*>(s_qg + group * Cfg::kQStride + 16 * kk + 4 * quad);
       const uint2 hi =
-          *reinterpret_cast<const uint2*>(s_q + (group + 8) * Cfg::kQStride + 16 * kk + 4 * quad);
+          *reinterpret_cast<const uint2*>(s_qg + (group + 8) * Cfg::kQStride + 16 * kk + 4 * quad);
       q_frag[kk][0] = lo.x, q_frag[kk][1] = hi.x, q_frag[kk][2] = lo.y, q_frag[kk][3] = hi.y;
       if constexpr (Cfg::kScaleQ) {
 #pragma unroll
         for (int r = 0; r < 4; ++r) q_frag[kk][r] = bf16x2_to_f16x2_scaled(q_frag[kk][r], q_scale);
       }
     } else {
-      ldmatrix_x4(q_frag[kk], smem_addr(s_q + (lane % 16) * Cfg::kQStride + kk * 16 + (lane / 16) * 8));
+      ldmatrix_x4(q_frag[kk], smem_addr(s_qg + (lane % 16) * Cfg::kQStride + kk * 16 + (lane / 16) * 8));
     }
   }
   return q_unscale;
@@ -331,73 +340,87 @@ __device__ __forceinline__ void store_warp_state(float* s_state, const float (&o
       }
     }
     if (quad == 0) {
-      mine[Cfg::kRows * Cfg::kOStride + r] = row_max[k];
-      mine[Cfg::kRows * Cfg::kOStride + Cfg::kRows + r] = row_sum[k];
+      mine[Cfg::kGroupRows * Cfg::kOStride + r] = row_max[k];
+      mine[Cfg::kGroupRows * Cfg::kOStride + Cfg::kGroupRows + r] = row_sum[k];
     }
   }
 }
 
-// The piece's end, after the merge states are stored: the four warps' states merge per row,
+// The piece's end, after the merge states are stored: the states of each row group's warps (its
+// `phases` = 4 / groups stage phases) merge per row,
 //   m = max_w m_w;  l = sum_w l_w 2^(m_w - m);  O = sum_w O_w 2^(m_w - m),
-// and thread tid writes row tid / 8, channels [16 (tid % 8), +16): a whole unit out = O / l and lse, the
-// sink counted here; a piece the normalized partial (O / l, m + log l) without the sink; NaN when bad.
+// and thread tid writes row tid / 8 of each row group, channels [16 (tid % 8), +16): a whole unit out =
+// O / l and lse, the sink counted here; a piece the normalized partial (O / l, m + log l) without the
+// sink; NaN when bad.
 template <class Cfg>
 __device__ __forceinline__ void write_piece(const AttnParams& p, const Piece& w, const Sequence& seq,
-                                            const float* s_state, float o_descale, bool bad) {
+                                            const float* s_state, float o_descale, bool bad, int groups) {
   using T = typename Cfg::T;
-  constexpr int kCols = Cfg::kHeadDim / 8, kW = Cfg::kConsumerWarps;
-  const int tid = threadIdx.x, r = tid / 8, c0 = tid % 8 * kCols;
-  if (r >= static_cast<int64_t>(seq.q_len) * p.group) return;
-  const int i = w.i;
-  const int64_t t = r / p.group;
-  const int h = w.kv_head * p.group + r % p.group;
-  const int64_t prow = piece_partial_row(p, w, seq, r);
-  float* lse_out = p.lse ? lse_at(p, seq, i, t, h) : nullptr;
-  T* out = out_row<T>(p, seq, i, t, h);
-  if (bad) {
-    if (prow >= 0) {
-      for (int c = 0; c < kCols; ++c) p.o_partial[prow * p.head_dim_v + c0 + c] = NAN;
-      if (c0 == 0) p.lse_partial[prow] = NAN;
-    } else {
-      for (int c = 0; c < kCols; ++c) out[c0 + c] = from_float<T>(NAN);
-      if (c0 == 0 && lse_out) *lse_out = NAN;
+  constexpr int kCols = Cfg::kHeadDim / 8, kW = Cfg::kConsumerWarps, kS = Cfg::kStateFloats;
+  constexpr int kMl = Cfg::kGroupRows * Cfg::kOStride;  // where a state's m and l start
+  const int tid = threadIdx.x, rr = tid / 8, c0 = tid % 8 * kCols;
+  const int phases = kW / groups;
+  const int64_t q_rows = static_cast<int64_t>(seq.q_len) * p.group;
+#pragma unroll 1
+  for (int g = 0; g < groups; ++g) {
+    const int r = g * Cfg::kGroupRows + rr;
+    if (r >= q_rows) break;
+    const int i = w.i;
+    const int64_t t = r / p.group;
+    const int h = w.kv_head * p.group + r % p.group;
+    const int64_t prow = piece_partial_row(p, w, seq, r);
+    float* lse_out = p.lse ? lse_at(p, seq, i, t, h) : nullptr;
+    T* out = out_row<T>(p, seq, i, t, h);
+    if (bad) {
+      if (prow >= 0) {
+        for (int c = 0; c < kCols; ++c) p.o_partial[prow * p.head_dim_v + c0 + c] = NAN;
+        if (c0 == 0) p.lse_partial[prow] = NAN;
+      } else {
+        for (int c = 0; c < kCols; ++c) out[c0 + c] = from_float<T>(NAN);
+        if (c0 == 0 && lse_out) *lse_out = NAN;
+      }
+      continue;
     }
-    return;
-  }
-  float weight[kW], m_all = -INFINITY;
+    const float* mine = s_state + g * phases * kS;  // the row group's first warp's state
+    float weight[kW], m_all = -INFINITY;
 #pragma unroll
-  for (int v = 0; v < kW; ++v)
-    m_all = fmaxf(m_all, s_state[v * Cfg::kStateFloats + Cfg::kRows * Cfg::kOStride + r]);
-  const float base = safe_max_base(m_all);
-  float l = 0.f;
+    for (int v = 0; v < kW; ++v) {
+      if (v < phases) m_all = fmaxf(m_all, mine[v * kS + kMl + rr]);
+    }
+    const float base = safe_max_base(m_all);
+    float l = 0.f;
 #pragma unroll
-  for (int v = 0; v < kW; ++v) {
-    const float* theirs = s_state + v * Cfg::kStateFloats + Cfg::kRows * Cfg::kOStride;
-    weight[v] = exp2f(theirs[r] - base);
-    l += theirs[Cfg::kRows + r] * weight[v];
-  }
-  const bool attends = r < static_cast<int64_t>(seq.q_used) * p.group;
-  const RowEnd end = end_row(RowState{m_all, l}, attends, prow < 0, p.sinks, h, o_descale);
-  const float lse = end.lse, inv_l = end.o_scale;
-  float o[kCols];
+    for (int v = 0; v < kW; ++v) {
+      weight[v] = 0.f;
+      if (v < phases) {
+        weight[v] = exp2f(mine[v * kS + kMl + rr] - base);
+        l += mine[v * kS + kMl + Cfg::kGroupRows + rr] * weight[v];
+      }
+    }
+    const bool attends = r < static_cast<int64_t>(seq.q_used) * p.group;
+    const RowEnd end = end_row(RowState{m_all, l}, attends, prow < 0, p.sinks, h, o_descale);
+    const float lse = end.lse, inv_l = end.o_scale;
+    float o[kCols];
 #pragma unroll
-  for (int c = 0; c < kCols; ++c) {
-    float acc = 0.f;
+    for (int c = 0; c < kCols; ++c) {
+      float acc = 0.f;
 #pragma unroll
-    for (int v = 0; v < kW; ++v)
-      acc += s_state[v * Cfg::kStateFloats + r * Cfg::kOStride + c0 + c] * weight[v];
-    o[c] = acc * inv_l;
-  }
-  if (prow >= 0) {
-    float4* dst = reinterpret_cast<float4*>(p.o_partial + prow * p.head_dim_v + c0);
+      for (int v = 0; v < kW; ++v) {
+        if (v < phases) acc += mine[v * kS + rr * Cfg::kOStride + c0 + c] * weight[v];
+      }
+      o[c] = acc * inv_l;
+    }
+    if (prow >= 0) {
+      float4* dst = reinterpret_cast<float4*>(p.o_partial + prow * p.head_dim_v + c0);
 #pragma unroll
-    for (int c = 0; c < kCols / 4; ++c)
-      dst[c] = make_float4(o[4 * c], o[4 * c + 1], o[4 * c + 2], o[4 * c + 3]);
-    if (c0 == 0) p.lse_partial[prow] = lse;
-  } else {
+      for (int c = 0; c < kCols / 4; ++c)
+        dst[c] = make_float4(o[4 * c], o[4 * c + 1], o[4 * c + 2], o[4 * c + 3]);
+      if (c0 == 0) p.lse_partial[prow] = lse;
+    } else {
 #pragma unroll
-    for (int c = 0; c < kCols; ++c) out[c0 + c] = from_float<T>(o[c]);
-    if (c0 == 0 && lse_out) *lse_out = lse;
+      for (int c = 0; c < kCols; ++c) out[c0 + c] = from_float<T>(o[c]);
+      if (c0 == 0 && lse_out) *lse_out = lse;
+    }
   }
 }
 
@@ -408,6 +431,10 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
   constexpr int kNTilesS = Cfg::kNTilesS, kNTilesO = Cfg::kNTilesO, kW = Cfg::kConsumerWarps;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int group = lane / 4, quad = lane % 4;
+  // Row group rg of the unit's rows, stage phase sp: this warp computes rows [16 rg, +16) of the stages
+  // whose CTA-wide index is sp mod phases (with one group, warp w takes stages w mod 4 of all 16 rows).
+  const int groups = Cfg::row_groups(p.rows_per_unit), phases = kW / groups;
+  const int rg = warp / phases, sp = warp % phases;
   uint32_t stage_count = 0;
   [[maybe_unused]] int piece_index = -1;
   for_each_piece<Cfg>(p, st, [&](const Piece& w, bool first_of_unit, int64_t unit_pieces) {
@@ -424,7 +451,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
     const int i = w.i, kv_head = w.kv_head;
     bool ok = piece_ok<Cfg>(p, w, pk, tid);
     uint32_t q_frag[Cfg::kHeadDim / 16][4];
-    const float q_unscale = load_q_fragments<Cfg>(p, seq, i, kv_head, s_q, s_qmax, q_frag);
+    const float q_unscale = load_q_fragments<Cfg>(p, seq, i, kv_head, s_q, s_qmax, groups, rg, q_frag);
     KVATTN_TL(if (tid == 0) tl_stamp_piece(piece_index, kTlpQ));
     float qk_descale = 1.f, o_descale = 1.f;
     if constexpr (Cfg::kFp8) {
@@ -433,18 +460,19 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
       o_descale = descale_at(p.v_descale, p.v_descale_strides, i, kv_head);
     }
     // This thread's two rows of the mma C layout, as the score modifications see them.
-    const QueryRow rows_of_thread[2] = {query_row(p, seq, i, kv_head, group),
-                                        query_row(p, seq, i, kv_head, group + 8)};
+    const int row0 = rg * Cfg::kGroupRows + group;
+    const QueryRow rows_of_thread[2] = {query_row(p, seq, i, kv_head, row0),
+                                        query_row(p, seq, i, kv_head, row0 + 8)};
     float o_acc[kNTilesO][4];
 #pragma unroll
     for (int n = 0; n < kNTilesO; ++n) o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.f;
     float row_max[2] = {-INFINITY, -INFINITY};
     float row_sum[2] = {0.f, 0.f};
 
-    // This warp's stages of the piece: those whose CTA-wide index is warp mod kW.
+    // This warp's stages of the piece: those whose CTA-wide index is sp mod phases.
     const bool paged = p.seq.page_table != nullptr && p.seq.cu_seqlens_k == nullptr;
-    const int s_first = static_cast<int>((warp - first_stage % kW + kW) % kW);
-    for (int s = s_first; s < pk.stages; s += kW) {
+    const int s_first = static_cast<int>((sp - first_stage % phases + phases) % phases);
+    for (int s = s_first; s < pk.stages; s += phases) {
       const uint32_t g = first_stage + s;
       const int slot = static_cast<int>(g % Cfg::kStages);
       const int32_t kp0 = pk.kp_begin + s * Cfg::kStageKeys;
@@ -483,7 +511,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
       }
     }
     store_warp_state<Cfg>(s_state, o_acc, row_max, row_sum);
-    write_piece<Cfg>(p, w, seq, s_state, o_descale, consumers_or<32 * kW>(!ok));
+    write_piece<Cfg>(p, w, seq, s_state, o_descale, consumers_or<32 * kW>(!ok), groups);
     KVATTN_TL(if (tid == 0) tl_stamp_piece(piece_index, kTlpEnd));
   });
 }

@@ -9,10 +9,12 @@
 //     producers never wait for the consumers except on a full ring, so the next piece's K/V stream in
 //     while the consumers finish the current one. (One cp.async.bulk a row was tried first: 4x slower.)
 //   consumers (warps 0-3, consumer.cuh): per piece, load the sequence, check the page ids outside the
-//     piece's keys (those of its keys stage by stage), load Q; then warp w computes stages w, w + 4, ... of
-//     the piece (the stage's full mbarrier is the only wait) with the portable decode kernel's key-split
-//     online softmax and score modifications (attention/score_mod.cuh); at the piece's end the four (m, l, O)
-//     merge through shared memory and 128 threads write out / lse, or the partial.
+//     piece's keys (those of its keys stage by stage), load Q; then, with G row groups of 16 packed rows
+//     (G = 1, 2, 4 for up to 16, 32, 64 rows), warp w computes row group w / (4 / G) of the stages
+//     w mod (4 / G), + 4 / G, ... of the piece (the stage's full mbarrier is the only wait) with the
+//     portable decode kernel's key-split online softmax and score modifications (attention/score_mod.cuh);
+//     at the piece's end the (m, l, O) of each row group's warps merge through shared memory and 128
+//     threads write out / lse, or the partial.
 // Invalid key slots of a stage (past the piece's keys) copy the piece's last valid row instead of a row
 // of zeros, so every stage moves the same bytes, and the mask sets their scores to -inf (P = 0 times a
 // finite row). fp8 caches: K and V are converted in registers (cvt e4m3x2 -> f16x2, [-> bf16x2]) from
@@ -41,7 +43,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_sm90_kernel(const __g
   KVATTN_TL(tl_enter());
   if (threadIdx.x < Cfg::kStages) {
     mbar_init(&full[threadIdx.x], 32);  // the 32 lanes of the stage's producer warp
-    mbar_init(&empty[threadIdx.x], 32);
+    mbar_init(&empty[threadIdx.x], 32 * Cfg::row_groups(p.rows_per_unit));  // its consumer warps' lanes
   }
   mbar_init_fence();
   const BalancedStart st = balanced_start<Cfg::kRows, Cfg::kBlockN, Cfg::kThreads>(p);  // block-wide barriers

@@ -93,10 +93,11 @@ int decode_sm90_producer_warps() {
 
 // Every sm_90 part opts a CTA into 227 KiB of shared memory (1 KiB of it reserved by the runtime): the ring
 // of the largest configuration fits, so the rows need not ask the device.
-static_assert(DecodeSm90Shape::smem_bytes(false, 2) + 1024 <= 227 * 1024 &&
-                  DecodeSm90Shape::smem_bytes(true, 2) + 1024 <= 227 * 1024 &&
-                  DecodeSm90Shape::smem_bytes(false, 8) + 1024 <= 227 * 1024 &&
-                  DecodeSm90Shape::smem_bytes(true, 8) + 1024 <= 227 * 1024,
+// (128 bytes of static shared memory on top: the balanced scan's.)
+static_assert(DecodeSm90Shape::smem_bytes(false, 2) + 1024 + 128 <= 227 * 1024 &&
+                  DecodeSm90Shape::smem_bytes(true, 2) + 1024 + 128 <= 227 * 1024 &&
+                  DecodeSm90Shape::smem_bytes(false, 8) + 1024 + 128 <= 227 * 1024 &&
+                  DecodeSm90Shape::smem_bytes(true, 8) + 1024 + 128 <= 227 * 1024,
               "the decode ring fits an sm_90 CTA");
 
 // A tile count of the balanced schedule from the environment (read on every plan: A/B runs switch it
@@ -125,11 +126,10 @@ static int64_t decode_sm90_min_cta_tiles() {
 bool decode_sm90_supports(const FwdProblem& p) {
   using S = DecodeSm90Shape;
   if (p.head_dim != S::kHeadDim || p.head_dim_v != S::kHeadDim || p.qv.ptr != nullptr) return false;
-  // The balanced key-split decode plan (one row block of <= 16 packed rows, num_splits = 0, not
-  // deterministic); static splits stay on the portable kernel.
-  if (!plan_balanced(p, plan_key_split(p, attention_tile(S::kHeadDim, S::kHeadDim))) || !kv_rows_vec16(p)) {
-    return false;
-  }
+  // The balanced schedule (<= 64 packed rows a unit, num_splits = 0, not deterministic); static splits
+  // stay on the portable kernel.
+  const int64_t rows = static_cast<int64_t>(p.max_seqlen_q) * (p.num_q_heads / std::max(1, p.num_kv_heads));
+  if (!plan_balanced(p, rows <= S::kRows) || !kv_rows_vec16(p)) return false;
   const int producer_warps = decode_sm90_producer_warps();
   if (producer_warps == 0) return false;
   const DType compute_dtype = p.q_dtype == DType::fp8_e4m3 ? DType::bf16 : p.q_dtype;
@@ -140,6 +140,9 @@ bool decode_sm90_supports(const FwdProblem& p) {
 AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, const DeviceShape& device) {
   AttentionPlan plan = plan_portable(p, row, device);
   const int64_t sms = std::max(1, device.sm_count - std::max(0, p.sm_margin));
+  // 17-64 packed rows: the portable plan has static splits (its key-split variant stops at 16 rows); the
+  // same balanced grid and workspace instead, for one CTA an SM.
+  if (!plan.balanced) plan_balanced_grid(plan, p, sms);
   plan.balanced_ctas = std::max<int64_t>(1, std::min<int64_t>(sms, plan.balanced_ctas));
   plan.balanced_slots = plan.balanced_ctas;
   plan.balanced_whole_grid = decode_sm90_whole_grid_tiles();
