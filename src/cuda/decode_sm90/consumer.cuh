@@ -54,22 +54,22 @@ __device__ inline bool row_unique(const SeqParams& p, int i, DeviceErrorRecord* 
 }
 
 // Q rows [0, 16 groups) of unit (i, kv_head) into s_q (kRows, kQStride) as T, rotary applied; rows that do
-// not attend are zero. Thread tid: row tid / 8 of each row group, 16 channels from 16 (tid % 8). (The
-// groups one after the other: one copy of the code, which a short decode fetches cold; more than one
-// group is a speculative decode, whose pieces are long.) TQ: q's storage (T, or fp8 under an fp8 cache).
+// not attend are zero. Thread tid: row tid / 8 of each row group, 16 channels from 16 (tid % 8); every
+// group's loads before the first store. TQ: q's storage (T, or fp8 under an fp8 cache).
 // Returns the largest magnitude this thread wrote.
 template <class Cfg, typename TQ>
 __device__ inline float load_q_rows(const AttnParams& p, const Sequence& seq, int i, int kv_head,
                                     typename Cfg::T* s_q, int tid, int groups) {
   using T = typename Cfg::T;
+  constexpr int kGroups = Cfg::kRows / Cfg::kGroupRows;
   constexpr int kPerThread = Cfg::kGroupRows * Cfg::kHeadDim / (32 * Cfg::kConsumerWarps);  // 16 channels
   const int c0 = tid % (Cfg::kHeadDim / kPerThread) * kPerThread;
   const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
-  float amax = 0.f;
-#pragma unroll 1
-  for (int g = 0; g < groups; ++g) {
+  T vals[kGroups][kPerThread];
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    if (g >= groups) break;
     const int row = g * Cfg::kGroupRows + tid / (Cfg::kHeadDim / kPerThread);
-    T vals[kPerThread];
     if (row < used_rows) {
       const int64_t t = row / p.group;
       const int h = kv_head * p.group + row % p.group;
@@ -78,17 +78,23 @@ __device__ inline float load_q_rows(const AttnParams& p, const Sequence& seq, in
 #pragma unroll
       for (int e = 0; e < kPerThread; ++e) {
         const int c = c0 + e;
-        vals[e] = c < p.rotary.rotary_dim ? from_float<T>(rotated_channel(src, c, pos, p.rotary))
-                                          : convert_to<T>(src[c]);
+        vals[g][e] = c < p.rotary.rotary_dim ? from_float<T>(rotated_channel(src, c, pos, p.rotary))
+                                             : convert_to<T>(src[c]);
       }
     } else {
 #pragma unroll
-      for (int e = 0; e < kPerThread; ++e) vals[e] = from_float<T>(0.f);
+      for (int e = 0; e < kPerThread; ++e) vals[g][e] = from_float<T>(0.f);
     }
+  }
+  float amax = 0.f;
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    if (g >= groups) break;
+    const int row = g * Cfg::kGroupRows + tid / (Cfg::kHeadDim / kPerThread);
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) {
-      s_q[row * Cfg::kQStride + c0 + e] = vals[e];
-      amax = fmaxf(amax, fabsf(to_float(vals[e])));
+      s_q[row * Cfg::kQStride + c0 + e] = vals[g][e];
+      amax = fmaxf(amax, fabsf(to_float(vals[g][e])));
     }
   }
   return amax;
@@ -361,10 +367,10 @@ __device__ __forceinline__ void write_piece(const AttnParams& p, const Piece& w,
   const int tid = threadIdx.x, rr = tid / 8, c0 = tid % 8 * kCols;
   const int phases = kW / groups;
   const int64_t q_rows = static_cast<int64_t>(seq.q_len) * p.group;
-#pragma unroll 1
-  for (int g = 0; g < groups; ++g) {
+#pragma unroll
+  for (int g = 0; g < Cfg::kRows / Cfg::kGroupRows; ++g) {
     const int r = g * Cfg::kGroupRows + rr;
-    if (r >= q_rows) break;
+    if (g >= groups || r >= q_rows) break;
     const int i = w.i;
     const int64_t t = r / p.group;
     const int h = w.kv_head * p.group + r % p.group;

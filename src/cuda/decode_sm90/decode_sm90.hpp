@@ -24,31 +24,32 @@ namespace kvattn::cuda {
 // The kernel's compile-time geometry, shared by the host (shared memory, support) and the device.
 struct DecodeSm90Shape {
   static constexpr int kHeadDim = 128;  // d = dv = 128 only: the most common decode head
-  // Packed rows (g x q) of a unit: up to 64 (speculative decode, 4-8 tokens under GQA groups of 8), in
-  // mma row groups of 16. A consumer warp computes one row group; with G groups (rows_groups) the four
+  // Packed rows (g x q) of a unit: up to 32 (speculative decode: 2-8 tokens under GQA groups of 4-8), in
+  // mma row groups of 16. A consumer warp computes one row group; with G groups (row_groups) the four
   // consumer warps form 4 / G stage phases of G warps, and every stage is read by the G warps of its phase.
-  static constexpr int kRows = 64;
+  // (Four groups, 64 rows, lost on the H200: each warp then computes every stage, and the consumers fall
+  // behind the stream; bench/NOTES.md, session 11. Those stay on the portable kernel.)
+  static constexpr int kRows = 32;
   static constexpr int kGroupRows = 16;  // one mma row block
   static constexpr int kConsumerWarps = 4;
   static constexpr int threads(int producer_warps) { return 32 * (kConsumerWarps + producer_warps); }
-  // The ring: 10 stages (160 KB) with 2 producer warps and a 16-bit cache; 8 otherwise (with 4 or 8 warps,
-  // so that every round of a slot is filled by the same producer warp (stage g by warp g mod P, slot g mod
-  // stages): a warp waiting on a slot's empty barrier can then never be a full round ahead of the slot
-  // (parity waits alias otherwise); with 2 warps and fp8 rows, so that 64 rows of Q fit next to the ring).
-  static constexpr int stages(bool fp8, int producer_warps) { return producer_warps == 2 && !fp8 ? 10 : 8; }
+  // The ring: 10 stages (160 KB) with 2 producer warps; 8 with 4 or 8, so that every round of a slot is
+  // filled by the same producer warp (stage g by warp g mod P, slot g mod stages): a warp waiting on a
+  // slot's empty barrier can then never be a full round ahead of the slot (parity waits alias otherwise).
+  static constexpr int stages(int producer_warps) { return producer_warps == 2 ? 10 : 8; }
   static constexpr int kBlockN = 64;  // keys of a schedule tile (the balanced schedule's cost unit)
   static constexpr int kQStride = kHeadDim + 8;  // s_q row, elements (16-byte pad: no ldmatrix conflicts)
   static constexpr int kOStride = kHeadDim + 8;  // merge state row, floats (8 banks apart: float2 stores)
   static constexpr int kStateFloats = kGroupRows * kOStride + 2 * kGroupRows;  // O, m, l of a consumer warp
-  // Row groups of a unit of `rows` packed rows (1, 2 or 4: a divisor of the consumer warps).
-  static constexpr int row_groups(int rows) { return rows <= 16 ? 1 : rows <= 32 ? 2 : 4; }
+  // Row groups of a unit of `rows` packed rows (1 or 2: a divisor of the consumer warps).
+  static constexpr int row_groups(int rows) { return rows <= kGroupRows ? 1 : 2; }
 
   // Keys of a stage: 16 KB of K + V per stage whatever the cache dtype.
   static constexpr int stage_keys(bool fp8) { return fp8 ? 64 : 32; }
   static constexpr int row_stride(bool fp8) { return kHeadDim * (fp8 ? 1 : 2) + 16; }  // bytes, padded
   static constexpr size_t stage_bytes(bool fp8) { return size_t(stage_keys(fp8)) * row_stride(fp8) * 2; }
   static constexpr size_t smem_bytes(bool fp8, int producer_warps) {
-    const int kStages = stages(fp8, producer_warps);
+    const int kStages = stages(producer_warps);
     return kStages * stage_bytes(fp8)                   // the ring
            + size_t(kConsumerWarps) * kStateFloats * 4  // the merge states
            + size_t(kRows) * kQStride * 2               // Q
@@ -59,7 +60,7 @@ struct DecodeSm90Shape {
 
 // The kernel's rows of the dispatch table (dispatch.cu: arch kArchSm90, d = dv = 128, every dtype pair).
 //
-// supports: p gets a balanced schedule (<= 64 packed rows, num_splits = 0, not deterministic, batch <= 512:
+// supports: p gets a balanced schedule (<= 32 packed rows, num_splits = 0, not deterministic, batch <= 512:
 // plan_balanced; the portable plan's key-split schedule for <= 16), d = dv = 128, no qv, 16-byte aligned
 // K/V rows, the library holds the kernel's sm_90a machine code, and KVATTN_DECODE_SM90 is not "0". The
 // table asks it on sm_90 devices only, never under the portable switch; what it declines runs on the
@@ -73,7 +74,7 @@ struct DecodeSm90Shape {
 int decode_sm90_producer_warps();  // 0 (off), 2, 4 or 8 (default), from the environment
 bool decode_sm90_supports(const FwdProblem& p);
 
-// plan: the portable plan (the balanced schedule, its workspace; for 17-64 packed rows the same schedule
+// plan: the portable plan (the balanced schedule, its workspace; for 17-32 packed rows the same schedule
 // made here, where the portable plan has static splits) with the kernel's own grid, one
 // persistent CTA an SM (sm_margin subtracted), never more than the portable grid whose partials the
 // workspace holds, and the kernel's shared memory.

@@ -10,7 +10,7 @@
 //     while the consumers finish the current one. (One cp.async.bulk a row was tried first: 4x slower.)
 //   consumers (warps 0-3, consumer.cuh): per piece, load the sequence, check the page ids outside the
 //     piece's keys (those of its keys stage by stage), load Q; then, with G row groups of 16 packed rows
-//     (G = 1, 2, 4 for up to 16, 32, 64 rows), warp w computes row group w / (4 / G) of the stages
+//     (G = 1 or 2 for up to 16 or 32 rows), warp w computes row group w / (4 / G) of the stages
 //     w mod (4 / G), + 4 / G, ... of the piece (the stage's full mbarrier is the only wait) with the
 //     portable decode kernel's key-split online softmax and score modifications (attention/score_mod.cuh);
 //     at the piece's end the (m, l, O) of each row group's warps merge through shared memory and 128

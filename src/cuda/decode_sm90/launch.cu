@@ -126,7 +126,7 @@ static int64_t decode_sm90_min_cta_tiles() {
 bool decode_sm90_supports(const FwdProblem& p) {
   using S = DecodeSm90Shape;
   if (p.head_dim != S::kHeadDim || p.head_dim_v != S::kHeadDim || p.qv.ptr != nullptr) return false;
-  // The balanced schedule (<= 64 packed rows a unit, num_splits = 0, not deterministic); static splits
+  // The balanced schedule (<= 32 packed rows a unit, num_splits = 0, not deterministic); static splits
   // stay on the portable kernel.
   const int64_t rows = static_cast<int64_t>(p.max_seqlen_q) * (p.num_q_heads / std::max(1, p.num_kv_heads));
   if (!plan_balanced(p, rows <= S::kRows) || !kv_rows_vec16(p)) return false;
@@ -140,7 +140,7 @@ bool decode_sm90_supports(const FwdProblem& p) {
 AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, const DeviceShape& device) {
   AttentionPlan plan = plan_portable(p, row, device);
   const int64_t sms = std::max(1, device.sm_count - std::max(0, p.sm_margin));
-  // 17-64 packed rows: the portable plan has static splits (its key-split variant stops at 16 rows); the
+  // 17-32 packed rows: the portable plan has static splits (its key-split variant stops at 16 rows); the
   // same balanced grid and workspace instead, for one CTA an SM.
   if (!plan.balanced) plan_balanced_grid(plan, p, sms);
   plan.balanced_ctas = std::max<int64_t>(1, std::min<int64_t>(sms, plan.balanced_ctas));

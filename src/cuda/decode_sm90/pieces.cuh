@@ -19,11 +19,11 @@ template <typename T_, typename TKV_, int kProducerWarps_, bool kFp8F16_ = true>
 struct DecodeCfg : DecodeSm90Shape {
   static constexpr int kProducerWarps = kProducerWarps_;  // stage s is filled by producer warp s mod this
   static constexpr int kThreads = threads(kProducerWarps);
-  static constexpr bool kFp8 = std::is_same_v<TKV_, __nv_fp8_e4m3>;
-  static constexpr int kStages = stages(kFp8, kProducerWarps);
+  static constexpr int kStages = stages(kProducerWarps);
   static_assert(kStages % kProducerWarps == 0, "each slot always filled by the same producer warp");
   using T = T_;
   using TKV = TKV_;
+  static constexpr bool kFp8 = std::is_same_v<TKV, __nv_fp8_e4m3>;
   using TM = std::conditional_t<kFp8 && kFp8F16_, half, T>;  // the tensor cores' operands
   static constexpr bool kScaleQ = !std::is_same_v<TM, T>;    // bf16 q into f16 math
   static constexpr int kStageKeys = stage_keys(kFp8);
