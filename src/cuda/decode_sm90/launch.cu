@@ -128,10 +128,12 @@ bool decode_sm90_supports(const FwdProblem& p) {
   if (p.head_dim != S::kHeadDim || p.head_dim_v != S::kHeadDim || p.qv.ptr != nullptr) return false;
   // The balanced schedule (<= 32 packed rows a unit, num_splits = 0, not deterministic); static splits
   // stay on the portable kernel.
-  const int64_t rows = static_cast<int64_t>(p.max_seqlen_q) * (p.num_q_heads / std::max(1, p.num_kv_heads));
-  if (!plan_balanced(p, rows <= S::kRows) || !kv_rows_vec16(p)) return false;
+  // 17-32 rows: two row groups, in the 8-producer variant only (DecodeCfg::kMaxGroups).
   const int producer_warps = decode_sm90_producer_warps();
   if (producer_warps == 0) return false;
+  const int64_t rows = static_cast<int64_t>(p.max_seqlen_q) * (p.num_q_heads / std::max(1, p.num_kv_heads));
+  const int64_t max_rows = producer_warps == 8 ? S::kRows : S::kGroupRows;
+  if (!plan_balanced(p, rows <= max_rows) || !kv_rows_vec16(p)) return false;
   const DType compute_dtype = p.q_dtype == DType::fp8_e4m3 ? DType::bf16 : p.q_dtype;
   const DecodeKernel kernel = pick_kernel(compute_dtype, p.kv_dtype, producer_warps).kernel;
   return kernel != nullptr && built_for_sm90(kernel);
@@ -160,6 +162,9 @@ kvattn_status launch_decode_sm90(const AttnParams& params, const AttentionPlan& 
   const DecodeVariant variant = pick_kernel(compute_dtype, kv_dtype, producer_warps);
   if (variant.kernel == nullptr) {
     return fail(KVATTN_ERROR_UNSUPPORTED, "decode_sm90: no kernel for this dtype pair");
+  }
+  if (plan.rows_per_unit > S::kGroupRows && producer_warps != 8) {  // (the supports predicate's rule)
+    return fail(KVATTN_ERROR_UNSUPPORTED, "decode_sm90: more than 16 packed rows need 8 producer warps");
   }
   static const bool debug_dispatch = std::getenv("KVATTN_DEBUG_DISPATCH") != nullptr;  // read once
   if (debug_dispatch) {

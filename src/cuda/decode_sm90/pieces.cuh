@@ -20,6 +20,9 @@ struct DecodeCfg : DecodeSm90Shape {
   static constexpr int kProducerWarps = kProducerWarps_;  // stage s is filled by producer warp s mod this
   static constexpr int kThreads = threads(kProducerWarps);
   static constexpr int kStages = stages(kProducerWarps);
+  static constexpr int kMaxGroups = kProducerWarps == 8 ? 2 : 1;  // row groups (the default variant only)
+  // The row groups this variant computes a unit of `rows` packed rows with (the plan sends it no more).
+  static constexpr int groups_of(int rows) { return kMaxGroups > 1 ? row_groups(rows) : 1; }
   static_assert(kStages % kProducerWarps == 0, "each slot always filled by the same producer warp");
   using T = T_;
   using TKV = TKV_;
