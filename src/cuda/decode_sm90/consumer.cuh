@@ -429,7 +429,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
   // Row group rg of the unit's rows, stage phase sp: this warp computes rows [16 rg, +16) of the stages
   // whose CTA-wide index is sp mod kPhases (with one group, warp w takes stages w mod 4 of all 16 rows).
   constexpr int kPhases = kW / kGroups;
-  const int rg = warp / kPhases, sp = warp % kPhases;
+  const int rg = kGroups == 1 ? 0 : warp / kPhases, sp = kGroups == 1 ? warp : warp % kPhases;
   uint32_t stage_count = 0;
   [[maybe_unused]] int piece_index = -1;
   for_each_piece<Cfg>(p, st, [&](const Piece& w, bool first_of_unit, int64_t unit_pieces) {

@@ -27,8 +27,10 @@ struct DecodeSm90Shape {
   // Packed rows (g x q) of a unit: up to 32 (speculative decode: 2-8 tokens under GQA groups of 4-8), in
   // mma row groups of 16. A consumer warp computes one row group; with G groups (row_groups) the four
   // consumer warps form 4 / G stage phases of G warps, and every stage is read by the G warps of its phase.
-  // (Four groups, 64 rows, lost on the H200: each warp then computes every stage, and the consumers fall
-  // behind the stream; bench/NOTES.md, session 11. Those stay on the portable kernel.)
+  // G is a kernel of its own (DecodeCfg's kGroups: the one-group kernel's code and layout stay as they
+  // were; a run-time G, or a second consumer in one kernel, cost W2 1.5-3.4%). Four groups, 64 rows, lost
+  // on the H200: each warp then computes every stage and the consumers fall behind the stream
+  // (bench/NOTES.md, session 11); those stay on the portable kernel.
   static constexpr int kRows = 32;
   static constexpr int kGroupRows = 16;  // one mma row block
   static constexpr int kConsumerWarps = 4;
@@ -48,13 +50,13 @@ struct DecodeSm90Shape {
   static constexpr int stage_keys(bool fp8) { return fp8 ? 64 : 32; }
   static constexpr int row_stride(bool fp8) { return kHeadDim * (fp8 ? 1 : 2) + 16; }  // bytes, padded
   static constexpr size_t stage_bytes(bool fp8) { return size_t(stage_keys(fp8)) * row_stride(fp8) * 2; }
-  static constexpr size_t smem_bytes(bool fp8, int producer_warps) {
+  static constexpr size_t smem_bytes(bool fp8, int producer_warps, int groups = 1) {
     const int kStages = stages(producer_warps);
-    return kStages * stage_bytes(fp8)                   // the ring
-           + size_t(kConsumerWarps) * kStateFloats * 4  // the merge states
-           + size_t(kRows) * kQStride * 2               // Q
-           + 2 * kStages * 8                            // full / empty mbarriers
-           + kConsumerWarps * 4;                        // max |q| of each consumer warp
+    return kStages * stage_bytes(fp8)                    // the ring
+           + size_t(kConsumerWarps) * kStateFloats * 4   // the merge states
+           + size_t(groups) * kGroupRows * kQStride * 2  // Q
+           + 2 * kStages * 8                             // full / empty mbarriers
+           + kConsumerWarps * 4;                         // max |q| of each consumer warp
   }
 };
 

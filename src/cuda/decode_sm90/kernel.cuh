@@ -42,8 +42,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_sm90_kernel(const __g
   allow_dependent_launch();  // the split combine may be scheduled now; it waits for this grid's end
   KVATTN_TL(tl_enter());
   if (threadIdx.x < Cfg::kStages) {
-    mbar_init(&full[threadIdx.x], 32);  // the 32 lanes of the stage's producer warp
-    mbar_init(&empty[threadIdx.x], 32 * Cfg::groups_of(p.rows_per_unit));  // its consumer warps' lanes
+    mbar_init(&full[threadIdx.x], 32);                  // the 32 lanes of the stage's producer warp
+    mbar_init(&empty[threadIdx.x], 32 * Cfg::kGroups);  // the lanes of its consumer warps
   }
   mbar_init_fence();
   const BalancedStart st = balanced_start<Cfg::kRows, Cfg::kBlockN, Cfg::kThreads>(p);  // block-wide barriers
@@ -59,14 +59,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_sm90_kernel(const __g
   } else {
     if constexpr (Cfg::kProducerWarps == 8)
       asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
-    float* s_qmax = reinterpret_cast<float*>(empty + Cfg::kStages);
-    // Two row groups (17-32 packed rows) in a consumer of their own, so that one group's code stays as
-    // it was (a runtime group count cost 3% on W2: bench/NOTES.md, session 11); 8 producer warps only.
-    if (Cfg::groups_of(p.rows_per_unit) > 1) {
-      consume<Cfg, Cfg::kMaxGroups>(p, st, ring, full, empty, s_state, s_q, s_qmax);
-    } else {
-      consume<Cfg, 1>(p, st, ring, full, empty, s_state, s_q, s_qmax);
-    }
+    consume<Cfg, Cfg::kGroups>(p, st, ring, full, empty, s_state, s_q,
+                               reinterpret_cast<float*>(empty + Cfg::kStages));
     KVATTN_TL(if (threadIdx.x == 0) {
       tl_stamp(kTlExit);
       tl_stamp_ns(kTlExitNs);

@@ -22,9 +22,14 @@ struct DecodeVariant {
   std::atomic<uint64_t>* opted_in = nullptr;
 };
 
+// groups: 16-row groups of a unit (DecodeCfg::kGroups); two only with 8 producer warps (the plan's rule).
 template <typename T, typename TKV, bool kFp8F16 = true>
-DecodeVariant kernel_of(int producer_warps) {
-  static std::atomic<uint64_t> opted_in[3] = {};  // per producer-warp count: 2, 4, 8
+DecodeVariant kernel_of(int producer_warps, int groups) {
+  static std::atomic<uint64_t> opted_in[4] = {};  // per producer-warp count: 2, 4, 8; then 8 with 2 groups
+  if (groups == 2) {
+    if (producer_warps != 8) return {};
+    return {sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV, 8, kFp8F16, 2>>, &opted_in[3]};
+  }
   switch (producer_warps) {
     case 2:
       return {sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV, 2, kFp8F16>>, &opted_in[0]};
@@ -42,23 +47,25 @@ bool fp8_in_bf16() {
   return e != nullptr && std::strcmp(e, "1") == 0;
 }
 
-// The kernel for (compute dtype, cache dtype, producer warps); its kernel is nullptr when this build has
-// none.
-DecodeVariant pick_kernel(DType compute, DType kv, int producer_warps) {
+// The kernel for (compute dtype, cache dtype, producer warps, row groups); its kernel is nullptr when this
+// build has none.
+DecodeVariant pick_kernel(DType compute, DType kv, int producer_warps, int groups) {
   if (!dtype_built(compute) || !head_dim_built(DecodeSm90Shape::kHeadDim)) return {};
   if (producer_warps != 2 && producer_warps != 4 && producer_warps != 8) return {};
+  if (groups != 1 && groups != 2) return {};
   const bool fp8 = kv == DType::fp8_e4m3;
   if (!fp8 && kv != compute) return {};
   if constexpr (dtype_built(DType::bf16)) {
     if (compute == DType::bf16) {
-      if (!fp8) return kernel_of<__nv_bfloat16, __nv_bfloat16>(producer_warps);
-      return fp8_in_bf16() ? kernel_of<__nv_bfloat16, __nv_fp8_e4m3, false>(producer_warps)
-                           : kernel_of<__nv_bfloat16, __nv_fp8_e4m3, true>(producer_warps);
+      if (!fp8) return kernel_of<__nv_bfloat16, __nv_bfloat16>(producer_warps, groups);
+      return fp8_in_bf16() ? kernel_of<__nv_bfloat16, __nv_fp8_e4m3, false>(producer_warps, groups)
+                           : kernel_of<__nv_bfloat16, __nv_fp8_e4m3, true>(producer_warps, groups);
     }
   }
   if constexpr (dtype_built(DType::f16)) {
     if (compute == DType::f16) {
-      return fp8 ? kernel_of<half, __nv_fp8_e4m3>(producer_warps) : kernel_of<half, half>(producer_warps);
+      return fp8 ? kernel_of<half, __nv_fp8_e4m3>(producer_warps, groups)
+                 : kernel_of<half, half>(producer_warps, groups);
     }
   }
   return {};
@@ -96,8 +103,8 @@ int decode_sm90_producer_warps() {
 // (128 bytes of static shared memory on top: the balanced scan's.)
 static_assert(DecodeSm90Shape::smem_bytes(false, 2) + 1024 + 128 <= 227 * 1024 &&
                   DecodeSm90Shape::smem_bytes(true, 2) + 1024 + 128 <= 227 * 1024 &&
-                  DecodeSm90Shape::smem_bytes(false, 8) + 1024 + 128 <= 227 * 1024 &&
-                  DecodeSm90Shape::smem_bytes(true, 8) + 1024 + 128 <= 227 * 1024,
+                  DecodeSm90Shape::smem_bytes(false, 8, 2) + 1024 + 128 <= 227 * 1024 &&
+                  DecodeSm90Shape::smem_bytes(true, 8, 2) + 1024 + 128 <= 227 * 1024,
               "the decode ring fits an sm_90 CTA");
 
 // A tile count of the balanced schedule from the environment (read on every plan: A/B runs switch it
@@ -135,7 +142,8 @@ bool decode_sm90_supports(const FwdProblem& p) {
   const int64_t max_rows = producer_warps == 8 ? S::kRows : S::kGroupRows;
   if (!plan_balanced(p, rows <= max_rows) || !kv_rows_vec16(p)) return false;
   const DType compute_dtype = p.q_dtype == DType::fp8_e4m3 ? DType::bf16 : p.q_dtype;
-  const DecodeKernel kernel = pick_kernel(compute_dtype, p.kv_dtype, producer_warps).kernel;
+  const DecodeKernel kernel =
+      pick_kernel(compute_dtype, p.kv_dtype, producer_warps, DecodeSm90Shape::row_groups(rows)).kernel;
   return kernel != nullptr && built_for_sm90(kernel);
 }
 
@@ -150,7 +158,8 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
   plan.balanced_whole_grid = decode_sm90_whole_grid_tiles();
   plan.balanced_min_cost = decode_sm90_min_cta_tiles();
   plan.producer_warps = decode_sm90_producer_warps();
-  plan.smem_bytes = DecodeSm90Shape::smem_bytes(p.kv_dtype == DType::fp8_e4m3, plan.producer_warps);
+  plan.smem_bytes = DecodeSm90Shape::smem_bytes(p.kv_dtype == DType::fp8_e4m3, plan.producer_warps,
+                                                DecodeSm90Shape::row_groups(plan.rows_per_unit));
   plan.static_smem_bytes = 0;
   return plan;
 }
@@ -159,12 +168,10 @@ kvattn_status launch_decode_sm90(const AttnParams& params, const AttentionPlan& 
                                  DType kv_dtype, cudaStream_t stream) {
   using S = DecodeSm90Shape;
   const int producer_warps = plan.producer_warps;  // the plan's (its smem_bytes), not the environment's now
-  const DecodeVariant variant = pick_kernel(compute_dtype, kv_dtype, producer_warps);
+  const DecodeVariant variant =
+      pick_kernel(compute_dtype, kv_dtype, producer_warps, S::row_groups(plan.rows_per_unit));
   if (variant.kernel == nullptr) {
-    return fail(KVATTN_ERROR_UNSUPPORTED, "decode_sm90: no kernel for this dtype pair");
-  }
-  if (plan.rows_per_unit > S::kGroupRows && producer_warps != 8) {  // (the supports predicate's rule)
-    return fail(KVATTN_ERROR_UNSUPPORTED, "decode_sm90: more than 16 packed rows need 8 producer warps");
+    return fail(KVATTN_ERROR_UNSUPPORTED, "decode_sm90: no kernel for this dtype pair and row count");
   }
   static const bool debug_dispatch = std::getenv("KVATTN_DEBUG_DISPATCH") != nullptr;  // read once
   if (debug_dispatch) {

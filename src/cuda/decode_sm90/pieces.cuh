@@ -15,14 +15,13 @@ namespace kvattn::cuda::sm90 {
 // instruction a pair (e4m3x2 -> f16x2, exact), Q is scaled by a power of two into f16's range (its max
 // magnitude lands in [2^14, 2^15)) and the scores scaled back, P is f16; else (the first measured path)
 // K and V go on to bf16 (3 more instructions a pair).
-template <typename T_, typename TKV_, int kProducerWarps_, bool kFp8F16_ = true>
+template <typename T_, typename TKV_, int kProducerWarps_, bool kFp8F16_ = true, int kGroups_ = 1>
 struct DecodeCfg : DecodeSm90Shape {
   static constexpr int kProducerWarps = kProducerWarps_;  // stage s is filled by producer warp s mod this
+  static constexpr int kGroups = kGroups_;                // row groups of 16 packed rows (1 or 2)
+  static constexpr int kRows = kGroups * kGroupRows;      // the unit's rows this kernel takes
   static constexpr int kThreads = threads(kProducerWarps);
   static constexpr int kStages = stages(kProducerWarps);
-  static constexpr int kMaxGroups = kProducerWarps == 8 ? 2 : 1;  // row groups (the default variant only)
-  // The row groups this variant computes a unit of `rows` packed rows with (the plan sends it no more).
-  static constexpr int groups_of(int rows) { return kMaxGroups > 1 ? row_groups(rows) : 1; }
   static_assert(kStages % kProducerWarps == 0, "each slot always filled by the same producer warp");
   using T = T_;
   using TKV = TKV_;
