@@ -125,11 +125,11 @@ __device__ __forceinline__ bool piece_ok(const AttnParams& p, const Piece& w, co
 }
 
 // Q rows of unit (i, kv_head) as mma A fragments of this warp's row group `rg` (of kGroups), (16 rows, 16
-// channels) per k-step, through s_q (the
-// consumers' barrier between the writes and the reads also tells them the previous piece's merge state was
-// read). fp8: k-slot (2 quad + e, 2 quad + 8 + e) of step kk is channel 16 kk + 4 quad + e (+ 2), the order
-// in which K's fragments arrive. bf16 q into f16 math (kScaleQ): q * 2^(15 - x) with max |q| in
-// [2^(x-1), 2^x); returns what the scores are multiplied by, 2^(x - 15) (1 otherwise).
+// channels) per k-step, through s_q (the consumers' barrier between the writes and the reads also tells
+// them the previous piece's merge state was read). fp8: k-slot (2 quad + e, 2 quad + 8 + e) of step kk is
+// channel 16 kk + 4 quad + e (+ 2), the order in which K's fragments arrive. bf16 q into f16 math
+// (kScaleQ): q * 2^(15 - x) with max |q| in [2^(x-1), 2^x); returns what the scores are multiplied by,
+// 2^(x - 15) (1 otherwise).
 template <class Cfg, int kGroups>
 __device__ __forceinline__ float load_q_fragments(const AttnParams& p, const Sequence& seq, int i,
                                                   int kv_head, typename Cfg::T* s_q, float* s_qmax, int rg,

@@ -134,8 +134,8 @@ bool decode_sm90_supports(const FwdProblem& p) {
   using S = DecodeSm90Shape;
   if (p.head_dim != S::kHeadDim || p.head_dim_v != S::kHeadDim || p.qv.ptr != nullptr) return false;
   // The balanced schedule (<= 32 packed rows a unit, num_splits = 0, not deterministic); static splits
-  // stay on the portable kernel.
-  // 17-32 rows: two row groups, in the 8-producer variant only (DecodeCfg::kMaxGroups).
+  // stay on the portable kernel. 17-32 rows are two row groups, a kernel that exists with 8 producer
+  // warps only (kernel_of).
   const int producer_warps = decode_sm90_producer_warps();
   if (producer_warps == 0) return false;
   const int64_t rows = static_cast<int64_t>(p.max_seqlen_q) * (p.num_q_heads / std::max(1, p.num_kv_heads));
