@@ -57,13 +57,14 @@ __device__ inline bool row_unique(const SeqParams& p, int i, DeviceErrorRecord* 
 // not attend are zero. Thread tid: row tid / 8 of each row group, 16 channels from 16 (tid % 8); every
 // group's loads before the first store. TQ: q's storage (T, or fp8 under an fp8 cache).
 // Returns the largest magnitude this thread wrote.
-template <class Cfg, int kGroups, typename TQ>
+template <class Cfg, typename TQ>
 __device__ inline float load_q_rows(const AttnParams& p, const Sequence& seq, int i, int kv_head,
                                     typename Cfg::T* s_q, int tid) {
   using T = typename Cfg::T;
   constexpr int kPerThread = Cfg::kGroupRows * Cfg::kHeadDim / (32 * Cfg::kConsumerWarps);  // 16 channels
   const int c0 = tid % (Cfg::kHeadDim / kPerThread) * kPerThread;
   const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
+  constexpr int kGroups = Cfg::kGroups;
   T vals[kGroups][kPerThread];
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
@@ -124,13 +125,13 @@ __device__ __forceinline__ bool piece_ok(const AttnParams& p, const Piece& w, co
   return ok;
 }
 
-// Q rows of unit (i, kv_head) as mma A fragments of this warp's row group `rg` (of kGroups), (16 rows, 16
-// channels) per k-step, through s_q (the consumers' barrier between the writes and the reads also tells
+// Q rows of unit (i, kv_head) as mma A fragments of this warp's row group `rg` (of Cfg::kGroups), (16 rows,
+// 16 channels) per k-step, through s_q (the consumers' barrier between the writes and the reads also tells
 // them the previous piece's merge state was read). fp8: k-slot (2 quad + e, 2 quad + 8 + e) of step kk is
 // channel 16 kk + 4 quad + e (+ 2), the order in which K's fragments arrive. bf16 q into f16 math
 // (kScaleQ): q * 2^(15 - x) with max |q| in [2^(x-1), 2^x); returns what the scores are multiplied by,
 // 2^(x - 15) (1 otherwise).
-template <class Cfg, int kGroups>
+template <class Cfg>
 __device__ __forceinline__ float load_q_fragments(const AttnParams& p, const Sequence& seq, int i,
                                                   int kv_head, typename Cfg::T* s_q, float* s_qmax, int rg,
                                                   uint32_t (&q_frag)[Cfg::kHeadDim / 16][4]) {
@@ -140,10 +141,10 @@ __device__ __forceinline__ float load_q_fragments(const AttnParams& p, const Seq
   const int group = lane / 4, quad = lane % 4;
   float q_amax;
   if constexpr (Cfg::kFp8 && std::is_same_v<T, __nv_bfloat16>) {
-    q_amax = p.q_fp8 ? load_q_rows<Cfg, kGroups, __nv_fp8_e4m3>(p, seq, i, kv_head, s_q, tid)
-                     : load_q_rows<Cfg, kGroups, T>(p, seq, i, kv_head, s_q, tid);
+    q_amax = p.q_fp8 ? load_q_rows<Cfg, __nv_fp8_e4m3>(p, seq, i, kv_head, s_q, tid)
+                     : load_q_rows<Cfg, T>(p, seq, i, kv_head, s_q, tid);
   } else {
-    q_amax = load_q_rows<Cfg, kGroups, T>(p, seq, i, kv_head, s_q, tid);
+    q_amax = load_q_rows<Cfg, T>(p, seq, i, kv_head, s_q, tid);
   }
   if constexpr (Cfg::kScaleQ) {
 #pragma unroll
@@ -349,19 +350,19 @@ __device__ __forceinline__ void store_warp_state(float* s_state, const float (&o
 }
 
 // The piece's end, after the merge states are stored: the states of each row group's warps (its
-// kPhases = 4 / kGroups stage phases) merge per row,
+// kPhases = 4 / Cfg::kGroups stage phases) merge per row,
 //   m = max_w m_w;  l = sum_w l_w 2^(m_w - m);  O = sum_w O_w 2^(m_w - m),
 // and thread tid writes row tid / 8 of each row group, channels [16 (tid % 8), +16): a whole unit out =
 // O / l and lse, the sink counted here; a piece the normalized partial (O / l, m + log l) without the
 // sink; NaN when bad.
-template <class Cfg, int kGroups>
+template <class Cfg>
 __device__ __forceinline__ void write_piece(const AttnParams& p, const Piece& w, const Sequence& seq,
                                             const float* s_state, float o_descale, bool bad) {
   using T = typename Cfg::T;
   constexpr int kCols = Cfg::kHeadDim / 8, kW = Cfg::kConsumerWarps, kS = Cfg::kStateFloats;
   constexpr int kMl = Cfg::kGroupRows * Cfg::kOStride;  // where a state's m and l start
   const int tid = threadIdx.x, rr = tid / 8, c0 = tid % 8 * kCols;
-  constexpr int kPhases = kW / kGroups;
+  constexpr int kGroups = Cfg::kGroups, kPhases = kW / kGroups;
   const int64_t q_rows = static_cast<int64_t>(seq.q_len) * p.group;
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
@@ -419,7 +420,7 @@ __device__ __forceinline__ void write_piece(const AttnParams& p, const Piece& w,
   }
 }
 
-template <class Cfg, int kGroups>
+template <class Cfg>
 __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart& st, unsigned char* ring,
                                         uint64_t* full, uint64_t* empty, float* s_state, typename Cfg::T* s_q,
                                         float* s_qmax) {
@@ -428,7 +429,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
   const int group = lane / 4, quad = lane % 4;
   // Row group rg of the unit's rows, stage phase sp: this warp computes rows [16 rg, +16) of the stages
   // whose CTA-wide index is sp mod kPhases (with one group, warp w takes stages w mod 4 of all 16 rows).
-  constexpr int kPhases = kW / kGroups;
+  constexpr int kGroups = Cfg::kGroups, kPhases = kW / kGroups;
   const int rg = kGroups == 1 ? 0 : warp / kPhases, sp = kGroups == 1 ? warp : warp % kPhases;
   uint32_t stage_count = 0;
   [[maybe_unused]] int piece_index = -1;
@@ -446,7 +447,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
     const int i = w.i, kv_head = w.kv_head;
     bool ok = piece_ok<Cfg>(p, w, pk, tid);
     uint32_t q_frag[Cfg::kHeadDim / 16][4];
-    const float q_unscale = load_q_fragments<Cfg, kGroups>(p, seq, i, kv_head, s_q, s_qmax, rg, q_frag);
+    const float q_unscale = load_q_fragments<Cfg>(p, seq, i, kv_head, s_q, s_qmax, rg, q_frag);
     KVATTN_TL(if (tid == 0) tl_stamp_piece(piece_index, kTlpQ));
     float qk_descale = 1.f, o_descale = 1.f;
     if constexpr (Cfg::kFp8) {
@@ -506,7 +507,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
       }
     }
     store_warp_state<Cfg>(s_state, o_acc, row_max, row_sum);
-    write_piece<Cfg, kGroups>(p, w, seq, s_state, o_descale, consumers_or<32 * kW>(!ok));
+    write_piece<Cfg>(p, w, seq, s_state, o_descale, consumers_or<32 * kW>(!ok));
     KVATTN_TL(if (tid == 0) tl_stamp_piece(piece_index, kTlpEnd));
   });
 }

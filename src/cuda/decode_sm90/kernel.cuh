@@ -59,8 +59,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_sm90_kernel(const __g
   } else {
     if constexpr (Cfg::kProducerWarps == 8)
       asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
-    consume<Cfg, Cfg::kGroups>(p, st, ring, full, empty, s_state, s_q,
-                               reinterpret_cast<float*>(empty + Cfg::kStages));
+    consume<Cfg>(p, st, ring, full, empty, s_state, s_q, reinterpret_cast<float*>(empty + Cfg::kStages));
     KVATTN_TL(if (threadIdx.x == 0) {
       tl_stamp(kTlExit);
       tl_stamp_ns(kTlExitNs);
