@@ -53,8 +53,8 @@ __device__ inline bool row_unique(const SeqParams& p, int i, DeviceErrorRecord* 
   return !dup;
 }
 
-// Q rows [0, 16 groups) of unit (i, kv_head) into s_q (kRows, kQStride) as T, rotary applied; rows that do
-// not attend are zero. Thread tid: row tid / 8 of each row group, 16 channels from 16 (tid % 8); every
+// Q rows [0, 16 groups) of unit (i, kv_head) into s_q (Cfg::kRows, kQStride) as T, rotary applied; rows that
+// do not attend are zero. Thread tid: row tid / 8 of each row group, 16 channels from 16 (tid % 8); every
 // group's loads before the first store. TQ: q's storage (T, or fp8 under an fp8 cache).
 // Returns the largest magnitude this thread wrote.
 template <class Cfg, typename TQ>

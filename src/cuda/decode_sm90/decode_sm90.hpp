@@ -31,7 +31,7 @@ struct DecodeSm90Shape {
   // were; a run-time G, or a second consumer in one kernel, cost W2 1.5-3.4%). Four groups, 64 rows, lost
   // on the H200: each warp then computes every stage and the consumers fall behind the stream
   // (bench/NOTES.md, session 11); those stay on the portable kernel.
-  static constexpr int kRows = 32;
+  static constexpr int kMaxRows = 32;
   static constexpr int kGroupRows = 16;  // one mma row block
   static constexpr int kConsumerWarps = 4;
   static constexpr int threads(int producer_warps) { return 32 * (kConsumerWarps + producer_warps); }

@@ -135,12 +135,11 @@ bool decode_sm90_supports(const FwdProblem& p) {
   if (p.head_dim != S::kHeadDim || p.head_dim_v != S::kHeadDim || p.qv.ptr != nullptr) return false;
   // The balanced schedule (<= 32 packed rows a unit, num_splits = 0, not deterministic); static splits
   // stay on the portable kernel. 17-32 rows are two row groups, a kernel that exists with 8 producer
-  // warps only (kernel_of).
+  // warps only (kernel_of: no kernel otherwise).
   const int producer_warps = decode_sm90_producer_warps();
   if (producer_warps == 0) return false;
   const int64_t rows = static_cast<int64_t>(p.max_seqlen_q) * (p.num_q_heads / std::max(1, p.num_kv_heads));
-  const int64_t max_rows = producer_warps == 8 ? S::kRows : S::kGroupRows;
-  if (!plan_balanced(p, rows <= max_rows) || !kv_rows_vec16(p)) return false;
+  if (!plan_balanced(p, rows <= S::kMaxRows) || !kv_rows_vec16(p)) return false;
   const DType compute_dtype = p.q_dtype == DType::fp8_e4m3 ? DType::bf16 : p.q_dtype;
   const DecodeKernel kernel =
       pick_kernel(compute_dtype, p.kv_dtype, producer_warps, DecodeSm90Shape::row_groups(rows)).kernel;
