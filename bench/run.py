@@ -485,7 +485,7 @@ def parse(argv):
     ap.add_argument("--main", action="store_true", help="the MAIN JOB: one checked, timed decode step")
     ap.add_argument("--suite", default="", help="comma list of W1..W6 (default: all, in the order W1 W2 W4 W6 W3 W5)")
     ap.add_argument("--quick", action="store_true", help="a few cases per suite")
-    ap.add_argument("--filter", default="", help="only cases whose name contains this (several: separated by '|')")
+    ap.add_argument("--filter", default="", help="only cases whose name contains this (several: separated by '|'; '=NAME': that name exactly)")
     ap.add_argument("--device", choices=["cpu", "cuda", "auto"], default="auto")
     ap.add_argument("--out", default="", help="output folder (default bench/out/<date> in a source checkout, "
                     "else ./kvattn-bench-out/<date>)")

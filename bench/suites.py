@@ -204,13 +204,14 @@ def cpu_scaled(case):
 
 def select(names, quick=False, cpu=False, filt=None):
     """The cases of the suites `names` (in the order given), optionally --quick, CPU-scaled, name-filtered
-    (`filt`: a substring of the name, or several separated by '|': any of them)."""
+    (`filt`: a substring of the name, or several separated by '|': any of them; one that starts with '='
+    matches the whole name only)."""
     out = []
     for n in names:
         for c in SUITES[n]():
             if quick and not c.quick:
                 continue
-            if filt and not any(f in c.name for f in filt.split("|")):
+            if filt and not any(c.name == f[1:] if f.startswith("=") else f in c.name for f in filt.split("|")):
                 continue
             out.append(cpu_scaled(c) if cpu else c)
     return out

@@ -146,6 +146,7 @@ struct AttentionPlan {
   int64_t balanced_slots = 0;  // CTAs resident at once
   int64_t balanced_whole_grid = 0;          // > 0: the whole grid when each slot gets this many tiles
   int64_t balanced_min_cost = kMinCtaCost;  // a CTA's share is at least this many tiles (balance.hpp)
+  int64_t balanced_unit_cost = kUnitCost;   // a unit's fixed work on the line, in tiles (balance.hpp)
   int rows_per_unit = 0;                    // max_seqlen_q * g (<= 16)
   int producer_warps = 0;         // the sm_90 decode kernel: its variant, read once (smem_bytes is for it)
   size_t o_partial_offset = 0;    // (splits, total_q, hq, dv) fp32; balanced: (2, G, R, dv)

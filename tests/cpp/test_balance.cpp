@@ -92,17 +92,18 @@ struct Piece {
   int slot;  // -1: the whole unit (written directly), 0 or 1: a partial
 };
 
-// The kernel's walk for CTA k (attention_decode_kernel), unit costs = tiles + kUnitCost laid end to end.
+// The kernel's walk for CTA k (attention_decode_kernel), unit costs = tiles + unit_cost laid end to end
+// (AttnParams::balanced_unit_cost: kUnitCost on the portable kernel, 8 on the sm_90a one for many units).
 std::vector<Piece> walk(const std::vector<int64_t>& tiles, int64_t k, int64_t g, int64_t total,
-                        std::map<int64_t, std::pair<int64_t, int64_t>>* unit_pieces) {
+                        std::map<int64_t, std::pair<int64_t, int64_t>>* unit_pieces, int64_t unit_cost) {
   const int64_t a = cta_begin(k, g, total), b = cta_begin(k + 1, g, total);
   std::vector<Piece> out;
   int64_t u_start = 0;
   for (int64_t u = 0; u < static_cast<int64_t>(tiles.size()); ++u) {
-    const int64_t u_end = u_start + tiles[u] + kUnitCost;
+    const int64_t u_end = u_start + tiles[u] + unit_cost;
     if (u_end > a && u_start < b) {
-      Piece w{u, std::max<int64_t>(0, std::max(a, u_start) - u_start - kUnitCost),
-              std::max<int64_t>(0, std::min(b, u_end) - u_start - kUnitCost), -1};
+      Piece w{u, std::max<int64_t>(0, std::max(a, u_start) - u_start - unit_cost),
+              std::max<int64_t>(0, std::min(b, u_end) - u_start - unit_cost), -1};
       if (u_start < a || u_end > b) w.slot = u_start < a ? 0 : 1;
       if (u_start >= a) (*unit_pieces)[u] = {k, cta_of(u_end - 1, g, total) - k + 1};
       out.push_back(w);
@@ -112,15 +113,15 @@ std::vector<Piece> walk(const std::vector<int64_t>& tiles, int64_t k, int64_t g,
   return out;
 }
 
-void check_schedule(const std::vector<int64_t>& tiles, int64_t grid) {
+void check_schedule(const std::vector<int64_t>& tiles, int64_t grid, int64_t unit_cost = kUnitCost) {
   int64_t total = 0;
-  for (int64_t t : tiles) total += t + kUnitCost;
+  for (int64_t t : tiles) total += t + unit_cost;
   const int64_t g = balanced_ctas(total, static_cast<int64_t>(tiles.size()), grid, grid);  // the kernel's
   std::map<int64_t, std::pair<int64_t, int64_t>> unit_pieces;  // unit -> (first CTA, pieces)
   std::map<int64_t, std::vector<std::pair<int64_t, Piece>>> by_unit;
   for (int64_t k = 0; k < g; ++k) {
     int slots_used[2] = {0, 0};
-    for (const Piece& w : walk(tiles, k, g, total, &unit_pieces)) {
+    for (const Piece& w : walk(tiles, k, g, total, &unit_pieces, unit_cost)) {
       if (w.slot >= 0) ++slots_used[w.slot];
       by_unit[w.unit].push_back({k, w});
     }
@@ -165,6 +166,21 @@ TEST(Balance, PiecesCoverEveryUnitOnceAndTheCombineFindsThem) {
     for (int64_t& t : tiles)
       t = rng() % 5 == 0 ? 0 : static_cast<int64_t>(rng() % (rng() % 3 == 0 ? 2000 : 40));
     check_schedule(tiles, 1 + static_cast<int64_t>(rng() % 800));
+  }
+}
+
+// The unit cost as a parameter (the sm_90a decode kernel charges 8 tiles a unit when units outnumber its
+// CTAs): the same invariants, down to a charge of one tile.
+TEST(Balance, UnitCostParameter) {
+  for (int64_t unit_cost : {1, 8, 16}) {
+    check_schedule(std::vector<int64_t>(1024, 32), 132, unit_cost);  // W2-like: 1024 units on 132 CTAs
+    check_schedule({9000, 1, 0, 64, 65}, 40, unit_cost);
+    std::mt19937_64 rng(11 + unit_cost);
+    for (int trial = 0; trial < 100; ++trial) {
+      std::vector<int64_t> tiles(1 + rng() % 512);
+      for (int64_t& t : tiles) t = rng() % 7 == 0 ? 0 : static_cast<int64_t>(rng() % 70);
+      check_schedule(tiles, 1 + static_cast<int64_t>(rng() % 400), unit_cost);
+    }
   }
 }
 

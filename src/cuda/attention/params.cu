@@ -105,6 +105,7 @@ AttnParams make_attn_params(const FwdProblem& p, const AttentionPlan& plan, Devi
   a.balanced_slots = static_cast<int32_t>(plan.balanced_slots);
   a.balanced_whole_grid = static_cast<int32_t>(plan.balanced_whole_grid);
   a.balanced_min_cost = static_cast<int32_t>(plan.balanced_min_cost);
+  a.balanced_unit_cost = static_cast<int32_t>(plan.balanced_unit_cost);
   a.rows_per_unit = plan.rows_per_unit;
   if (plan.splits > 1 || plan.balanced) {
     char* ws = static_cast<char*>(p.workspace);

@@ -66,6 +66,7 @@ struct AttnParams {
   int32_t balanced_slots;
   int32_t balanced_whole_grid;  // > 0: the whole grid when each slot gets this many tiles (balance.hpp)
   int32_t balanced_min_cost;    // a CTA's share is at least this many tiles (balance.hpp)
+  int32_t balanced_unit_cost;   // a unit's fixed work on the line, in tiles (balance.hpp, kUnitCost)
   int32_t rows_per_unit;
   int32_t* unit_pieces;  // (the persistent sm_90a prefill: its unit counter, AttentionPlan::unit_counter)
 

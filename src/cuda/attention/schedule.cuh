@@ -4,12 +4,13 @@
 // tiles. A piece is a contiguous run of a unit's tiles that one CTA computes in one pass. Two schedules:
 //   static splits (general kernel, explicit num_splits, deterministic mode): CTA (unit, split) computes
 //     the split's share of the unit's tiles; partials (splits, total_q, hq, dv);
-//   balanced (the decode kernel when num_splits = 0): the units' costs (tiles + kUnitCost) are laid end to
-//     end, and CTA k of G computes the cost range [k W / G, (k + 1) W / G) of that line, unit by unit. A
-//     unit that straddles a boundary becomes pieces in consecutive CTAs; each CTA holds at most two such
-//     pieces, slot 0 (the unit that continues into it) and slot 1 (the unit that starts in it and goes
-//     on), so the partials are (2, G, rows_per_unit, dv) whatever the lengths. The work of each CTA is the
-//     same within one tile, however skewed the lengths: no CTA waits on one long sequence.
+//   balanced (the decode kernel when num_splits = 0): the units' costs (tiles + a unit cost,
+//     AttnParams::balanced_unit_cost) are laid end to end, and CTA k of G computes the cost range [k W / G,
+//     (k + 1) W / G) of that line, unit by unit. A unit that straddles a boundary becomes pieces in
+//     consecutive CTAs; each CTA holds at most two such pieces, slot 0 (the unit that continues into it) and
+//     slot 1 (the unit that starts in it and goes on), so the partials are (2, G, rows_per_unit, dv) whatever
+//     the lengths. The work of each CTA is the same within one tile, however skewed the lengths: no CTA waits
+//     on one long sequence.
 #pragma once
 
 #include <cstdint>
@@ -102,12 +103,13 @@ __device__ inline BalancedStart balanced_start(const AttnParams& p) {
   __shared__ int64_t s_warp_sums[kThreads / 32];
   __shared__ BalancedStart s_start;
   const int first = threadIdx.x * kBalancedSeqsPerThread;
+  const int64_t unit_cost = p.balanced_unit_cost;
   int64_t tiles[kBalancedSeqsPerThread];
   int64_t mine = 0;
 #pragma unroll
   for (int m = 0; m < kBalancedSeqsPerThread; ++m) {
     tiles[m] = first + m < p.seq.batch ? unit_tiles<kRows, kBlockN>(p, first + m) : -1;
-    if (tiles[m] >= 0) mine += p.num_kv_heads * (tiles[m] + kUnitCost);
+    if (tiles[m] >= 0) mine += p.num_kv_heads * (tiles[m] + unit_cost);
   }
   // Exclusive scan of `mine` over the block: within each warp, then over the warp totals.
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -139,7 +141,7 @@ __device__ inline BalancedStart balanced_start(const AttnParams& p) {
 #pragma unroll
     for (int m = 0; m < kBalancedSeqsPerThread; ++m) {
       if (tiles[m] < 0) break;
-      const int64_t cost = p.num_kv_heads * (tiles[m] + kUnitCost);
+      const int64_t cost = p.num_kv_heads * (tiles[m] + unit_cost);
       if (a < at + cost) {
         s_start.seq = first + m;
         s_start.seq_start = at;
@@ -185,18 +187,19 @@ __device__ __forceinline__ void walk_balanced_pieces(const AttnParams& p, const 
   if (k >= ctas) return;
   const int64_t a = cta_begin(k, ctas, st.total), b = cta_begin(k + 1, ctas, st.total);
   int i = st.seq;
+  const int64_t unit_cost = p.balanced_unit_cost;
   int64_t tiles = st.seq_tiles;
-  int h = static_cast<int>((a - st.seq_start) / (tiles + kUnitCost));
-  int64_t u_start = st.seq_start + h * (tiles + kUnitCost);
+  int h = static_cast<int>((a - st.seq_start) / (tiles + unit_cost));
+  int64_t u_start = st.seq_start + h * (tiles + unit_cost);
   while (i < p.seq.batch && u_start < b) {
-    // The unit's line: kUnitCost of fixed work, then its tiles.
-    const int64_t u_end = u_start + tiles + kUnitCost;
+    // The unit's line: unit_cost of fixed work, then its tiles.
+    const int64_t u_end = u_start + tiles + unit_cost;
     Piece w{i,
             h,
             0,
             -1,
-            max(int64_t{0}, max(a, u_start) - u_start - kUnitCost),
-            max(int64_t{0}, min(b, u_end) - u_start - kUnitCost),
+            max(int64_t{0}, max(a, u_start) - u_start - unit_cost),
+            max(int64_t{0}, min(b, u_end) - u_start - unit_cost),
             -1};
     if (u_start < a || u_end > b) {
       const int slot = u_start < a ? 0 : 1;  // continues into this CTA, or starts here and goes on

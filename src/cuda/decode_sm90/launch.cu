@@ -130,6 +130,16 @@ static int64_t decode_sm90_min_cta_tiles() {
   return env_tiles("KVATTN_DECODE_MIN_CTA_COST", 2, 1);
 }
 
+// A unit's fixed work on the balanced line, in 64-key tiles (balance.hpp), when the units outnumber the
+// CTAs: a CTA then computes several pieces, and each switch (epilogue, next Q, the ring's refill) costs
+// ~5.5 us on the H200, ~6 tiles on top of kUnitCost's 2 (bench/NOTES.md, session 13: W2 b128 uniform
+// 390 -> 328 us at 8). With fewer units than CTAs every CTA computes one piece and pays one start, so the
+// line keeps kUnitCost (a larger charge there only shortens the first CTA of each unit: W4 b8 4k q8 +2%
+// at 8). KVATTN_DECODE_UNIT_COST=n sets the many-unit charge.
+static int64_t decode_sm90_unit_tiles(int64_t units, int64_t ctas) {
+  return units >= ctas ? env_tiles("KVATTN_DECODE_UNIT_COST", 8, 1) : kUnitCost;
+}
+
 bool decode_sm90_supports(const FwdProblem& p) {
   using S = DecodeSm90Shape;
   if (p.head_dim != S::kHeadDim || p.head_dim_v != S::kHeadDim || p.qv.ptr != nullptr) return false;
@@ -156,6 +166,8 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
   plan.balanced_slots = plan.balanced_ctas;
   plan.balanced_whole_grid = decode_sm90_whole_grid_tiles();
   plan.balanced_min_cost = decode_sm90_min_cta_tiles();
+  plan.balanced_unit_cost =
+      decode_sm90_unit_tiles(static_cast<int64_t>(p.batch) * p.num_kv_heads, plan.balanced_ctas);
   plan.producer_warps = decode_sm90_producer_warps();
   plan.smem_bytes = DecodeSm90Shape::smem_bytes(p.kv_dtype == DType::fp8_e4m3, plan.producer_warps,
                                                 DecodeSm90Shape::row_groups(plan.rows_per_unit));
