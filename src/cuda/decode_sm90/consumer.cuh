@@ -486,6 +486,12 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
         if (s == 0) tl_stamp_piece(piece_index, kTlpFirstFull);
       });
       const unsigned char* s_k = ring + slot * Cfg::kStageBytes;
+#if KVATTN_DECODE_NO_MATH
+      // Developer build only (bench/NOTES.md, session 13): the stream without the consumers' math, to
+      // read what the producers and the memory system sustain alone. The results are garbage.
+      mbar_arrive(&empty[slot]);
+      continue;
+#endif
       float s_acc[kNTilesS][4];
       stage_scores<Cfg>(s_acc, q_frag, s_k, qk_descale);
       // Score modifications (attention/score_mod.cuh), in log2 units. Keys past the piece's (rows copied to
