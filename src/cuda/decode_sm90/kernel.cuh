@@ -3,11 +3,12 @@
 // and an empty mbarrier:
 //   producers (warps 4.., producer.cuh): walk the CTA's pieces of the balanced schedule (pieces.cuh); warp
 //     4 + (s mod P) fills stage s: it waits for the ring slot to be free (empty mbarrier), issues 16-byte
-//     cp.async copies, one warp instruction per 2 (16-bit) or 4 (fp8) whole rows, and arms the slot's full
-//     mbarrier with one cp.async.mbarrier.arrive a lane. Lane k owns key k (its page id is loaded kAhead
-//     of the warp's stages early) and hands its row offset to the lanes copying that row (shuffles). The
-//     producers never wait for the consumers except on a full ring, so the next piece's K/V stream in
-//     while the consumers finish the current one. (One cp.async.bulk a row was tried first: 4x slower.)
+//     cp.async copies (through L1 where DecodeCfg::kCopyViaL1), one warp instruction per 2 (16-bit) or 4
+//     (fp8) whole rows, and arms the slot's full mbarrier with one cp.async.mbarrier.arrive a lane. Lane k
+//     owns key k (its page id is loaded kAhead of the warp's stages early) and hands its row offset to the
+//     lanes copying that row (shuffles). The producers never wait for the consumers except on a full ring, so
+//     the next piece's K/V stream in while the consumers finish the current one. (One cp.async.bulk a row was
+//     tried first: 4x slower.)
 //   consumers (warps 0-3, consumer.cuh): per piece, load the sequence, check the page ids outside the
 //     piece's keys (those of its keys stage by stage), load Q; then, with G row groups of 16 packed rows
 //     (G = 1 or 2 for up to 16 or 32 rows), warp w computes row group w / (4 / G) of the stages

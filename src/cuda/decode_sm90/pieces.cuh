@@ -37,6 +37,11 @@ struct DecodeCfg : DecodeSm90Shape {
   static constexpr int kNTilesS = kStageKeys / 8;                    // 8-key column tiles of S
   static constexpr int kNTilesO = kHeadDim / 8;                      // 8-column tiles of O
   static constexpr int kAhead = 3;  // stages whose page-table entries the producer holds ahead
+  // The producers' copies go through L1 (cp.async.ca: the L2 is asked once a sector, not 1.5x) in the
+  // one-group 16-bit kernels: H200 W1 -3 to -7%, W2 -2 to -3% (bench/NOTES.md, session 13). The fp8 and
+  // two-group kernels, whose consumers read more shared memory a stage, were slower with it (fp8 b4 32k
+  // +8%, W4 b8 4k q8 +21%) and keep the L2-only copies.
+  static constexpr bool kCopyViaL1 = !kFp8 && kGroups == 1;
   static_assert(kStageKeys % 32 == 0 && kBlockN % kStageKeys == 0, "whole stages of lanes in a tile");
   static_assert(kRowStride % 16 == 0 && kRowBytes % 16 == 0, "16-byte rows for the bulk copies");
 };

@@ -1,5 +1,6 @@
 // The producer warps of the Hopper decode kernel (kernel.cuh): K/V rows of each stage with 16-byte cp.async
-// into the ring, the stage's full mbarrier armed by one cp.async.mbarrier.arrive a lane.
+// (through L1 where DecodeCfg::kCopyViaL1 says so) into the ring, the stage's full mbarrier armed by one
+// cp.async.mbarrier.arrive a lane.
 #pragma once
 
 #include "cuda/decode_sm90/pieces.cuh"
@@ -21,6 +22,7 @@ __device__ __forceinline__ void produce(const AttnParams& p, const BalancedStart
   constexpr int kP = Cfg::kProducerWarps;
   const int lane = threadIdx.x % 32, producer = threadIdx.x / 32 - Cfg::kConsumerWarps;
   const int chunk = lane % kLanesPerRow, row_in_copy = lane / kLanesPerRow;
+  // The L2-only copies' policy: K/V rows are read once.
   const uint64_t policy = evict_first_policy();
   uint32_t stage_count = 0;  // CTA-wide stage index of the piece's first stage
   [[maybe_unused]] int piece_index = -1;
@@ -93,8 +95,13 @@ __device__ __forceinline__ void produce(const AttnParams& p, const BalancedStart
         const int64_t ko = __shfl_sync(0xffffffffu, k_off[c / kCopiesPerSet], owner);
         const int64_t vo = __shfl_sync(0xffffffffu, v_off[c / kCopiesPerSet], owner);
         const uint32_t row_bytes = c * kRowsPerCopy * Cfg::kRowStride;
-        cp_async_16_hint(k_dst + row_bytes, ko < 0 ? zero : k_base + ko * sizeof(TKV), policy);
-        cp_async_16_hint(v_dst + row_bytes, vo < 0 ? zero : v_base + vo * sizeof(TKV), policy);
+        if constexpr (Cfg::kCopyViaL1) {
+          cp_async_16_l1(k_dst + row_bytes, ko < 0 ? zero : k_base + ko * sizeof(TKV));
+          cp_async_16_l1(v_dst + row_bytes, vo < 0 ? zero : v_base + vo * sizeof(TKV));
+        } else {
+          cp_async_16_hint(k_dst + row_bytes, ko < 0 ? zero : k_base + ko * sizeof(TKV), policy);
+          cp_async_16_hint(v_dst + row_bytes, vo < 0 ? zero : v_base + vo * sizeof(TKV), policy);
+        }
       }
       cp_async_mbar_arrive(&full[slot]);  // this lane's copies of the stage, once landed
       KVATTN_TL(if (lane == 0) {

@@ -1,6 +1,6 @@
 // The sm_90 synchronization and copy instructions of the Hopper decode kernel, as inline PTX: mbarriers
-// (arrive, expect-tx, parity wait), the bulk global -> shared copy that completes on an mbarrier, and the
-// named barrier of the consumer warps. Compiled for sm_90 and newer only (the callers guard them).
+// (arrive, expect-tx, parity wait), the 16-byte cp.async copies and their arrival on one, and the named
+// barrier of the consumer warps. Compiled for sm_90 and newer only (the callers guard them).
 #pragma once
 
 #include <cstdint>
@@ -45,16 +45,12 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   } while (!done);
 }
 
-// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory by the copy
-// engine; completes `bytes` of the barrier's transaction count. evict_first: K/V rows are read once.
-__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes, uint64_t* bar,
-                                              uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, "
-      "[%3], "
-      "%4;" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
-      : "memory");
+// 16 bytes global -> shared by cp.async through L1 (.ca). The L2-only form below (.cg) makes the SMs ask
+// the L2 for half as many sectors again as they receive (H200, ncu: 402.8 M sector requests for 268.5 M
+// read from HBM), so the L2's throughput, not HBM, capped the stream at ~4.15 TB/s; .ca asks once
+// (bench/NOTES.md, session 13: 4.50 TB/s without the consumers' math).
+__device__ __forceinline__ void cp_async_16_l1(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
 
 // 16 bytes global -> shared (cp.async, L2 only), with an L2 eviction policy.
