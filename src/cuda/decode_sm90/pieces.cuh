@@ -37,10 +37,10 @@ struct DecodeCfg : DecodeSm90Shape {
   static constexpr int kNTilesS = kStageKeys / 8;                    // 8-key column tiles of S
   static constexpr int kNTilesO = kHeadDim / 8;                      // 8-column tiles of O
   static constexpr int kAhead = 3;  // stages whose page-table entries the producer holds ahead
-  // The producers' copies go through L1 (cp.async.ca: the L2 is asked once a sector, not 1.5x) in the
-  // one-group 16-bit kernels: H200 W1 -3 to -7%, W2 -2 to -3% (bench/NOTES.md, session 13). The fp8 and
-  // two-group kernels, whose consumers read more shared memory a stage, were slower with it (fp8 b4 32k
-  // +8%, W4 b8 4k q8 +21%) and keep the L2-only copies.
+  // The producers' copies may go through L1 (cp.async.ca: the L2 is asked once a sector, not 1.5x) in the
+  // one-group 16-bit kernels (copy_via_l1 decides per CTA): H200 W1 -3 to -7%, W2 -2 to -3% (bench/NOTES.md,
+  // session 13). The fp8 and two-group kernels, whose consumers read more shared memory a stage, were
+  // slower with it (fp8 b4 32k +8%, W4 b8 4k q8 +21%) and keep the L2-only copies.
   static constexpr bool kCopyViaL1 = !kFp8 && kGroups == 1;
   static_assert(kStageKeys % 32 == 0 && kBlockN % kStageKeys == 0, "whole stages of lanes in a tile");
   static_assert(kRowStride % 16 == 0 && kRowBytes % 16 == 0, "16-byte rows for the bulk copies");
@@ -79,6 +79,18 @@ __device__ __forceinline__ PieceKeys piece_keys(const AttnParams& p, const Piece
   k.kp_end = static_cast<int32_t>(min(k.keys.last + 1, k.keys.first + k.tile_end * Cfg::kBlockN));
   k.stages = k.kp_end > k.kp_begin ? (k.kp_end - k.kp_begin + Cfg::kStageKeys - 1) / Cfg::kStageKeys : 0;
   return k;
+}
+
+// Whether this CTA's producers copy through L1 (Cfg::kCopyViaL1 kernels): only for shares of at least
+// kCopyViaL1MinTiles schedule tiles a CTA and at most 8 packed rows. H200 (bench/NOTES.md, session 14), us
+// L2-only -> through L1: long shares gain (W1 b1 128k / b4 32k, ~124 tiles a CTA, 153 -> 149 / 157 ->
+// 152; b16 128k 2,082 -> 1,982), short ones lose (b1 32k, 32 tiles, 52 -> 56; W4 b8 4k, 32 tiles, q1-q4
+// 57-59 -> 60-67), and so do 16 rows a unit (W4 b32 4k q4, 124 tiles, 166 -> 173), whose consumers read
+// the stages longer. st: the CTA's balanced start (every CTA the same total and CTA count).
+constexpr int64_t kCopyViaL1MinTiles = 64;
+template <class Cfg>
+__device__ __forceinline__ bool copy_via_l1(const AttnParams& p, const BalancedStart& st) {
+  return Cfg::kCopyViaL1 && st.total >= kCopyViaL1MinTiles * st.ctas && p.rows_per_unit <= 8;
 }
 
 // The pieces of CTA blockIdx.x on the balanced schedule (attention/schedule.cuh), in order;
