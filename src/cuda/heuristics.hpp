@@ -125,9 +125,8 @@ inline int choose_splits(const SplitInputs& in) {
   return static_cast<int>(limit);
 }
 
-// The balanced schedule (attention/schedule.cuh) of the decode kernel scans the batch with 4 sequences a
-// thread of its 128: larger batches take static splits.
-constexpr int kBalancedMaxBatch = 512;
+// The balanced schedule's scan takes kBalancedMaxBatch sequences (attention/balance.hpp): larger batches
+// take static splits.
 
 // Everything the launch of a FwdProblem needs that depends on shapes only.
 struct AttentionPlan {

@@ -149,6 +149,23 @@ def test_many_sequences_page1():
     run_and_compare(case, DEVICE)
 
 
+
+@pytest.mark.parametrize("switch", ["8", "4", "2", "0"])
+@pytest.mark.parametrize("batch", [129, 385, 512])
+def test_scan_rounds(batch, switch, monkeypatch):
+    """The balanced scan takes a round of sequences a thread per kThreads (384, 256 or 192 threads in
+    this kernel with 8, 4 or 2 producer warps, 128 in the portable kernel, "0"): batches that need 2-4
+    rounds, with empty sequences at the round edges, so that a position carried wrongly over a round moves
+    every later unit."""
+    monkeypatch.setenv("KVATTN_DECODE_SM90", switch)
+    lens = np.random.default_rng(batch).integers(0, 90, batch)
+    for edge in (127, 128, 191, 192, 255, 256, 383, 384, 511):
+        if edge < batch:
+            lens[edge] = 0
+    case = Case(dtype="bf16", d=128, hq=4, hk=1, seqlens=tuple(int(x) for x in lens), sq=1, layout="paged",
+                page_size=16, num_splits=0, seed=batch)
+    run_and_compare(case, DEVICE)
+
 _DISPATCH_SCRIPT = r"""
 import os, numpy as np, torch, kvattn
 sq = int(os.environ.get("SQ", "1"))

@@ -13,9 +13,9 @@
 
 namespace kvattn::cuda {
 
-constexpr int64_t kUnitCost = 2;           // a unit's fixed work (Q, pipeline fill, epilogue), in tiles
-constexpr int64_t kMinCtaCost = 4;         // a CTA's share is at least this: small problems use fewer CTAs
-constexpr int kBalancedSeqsPerThread = 4;  // the scan holds this many sequences a thread
+constexpr int64_t kUnitCost = 2;        // a unit's fixed work (Q, pipeline fill, epilogue), in tiles
+constexpr int64_t kMinCtaCost = 4;      // a CTA's share is at least this: small problems use fewer CTAs
+constexpr int kBalancedMaxBatch = 512;  // the balanced schedule's scan (schedule.cuh) takes this many
 
 // The cost range [begin, end) of CTA k of g over a line of total cost w.
 KVATTN_HOST_DEVICE inline int64_t cta_begin(int64_t k, int64_t g, int64_t w) {

@@ -93,62 +93,76 @@ struct BalancedStart {
   int64_t seq_tiles;  // its tiles
 };
 
-// Every CTA scans the batch (batch <= 128 x kBalancedSeqsPerThread, checked by the plan): thread t owns
-// sequences [t x 4, t x 4 + 4), a block-wide exclusive scan gives each its start on the line, and the
-// thread whose range holds this CTA's first position publishes the sequence. Call from all threads.
+// Every CTA scans the batch (batch <= kBalancedMaxBatch, checked by the plan) in rounds of kThreads
+// sequences: in round r thread t owns sequence r x kThreads + t, a block-wide exclusive scan of each
+// round (carried over the rounds) gives each its start on the line, and the thread whose sequence holds
+// this CTA's first position publishes it. Round r runs only when the batch reaches it (a block-uniform
+// test): a batch of <= kThreads sequences runs one copy of unit_tiles, whose code is fetched once, in
+// parallel over the threads (four sequences a thread, unrolled, cost batch 4 ~2 us more than batch 1 on
+// the H200: each copy's code is cold, bench/NOTES.md, session 15). Call from all threads.
 template <int kRows, int kBlockN, int kThreads>
 __device__ inline BalancedStart balanced_start(const AttnParams& p) {
-  static_assert(kThreads * kBalancedSeqsPerThread >= kBalancedMaxBatch,
-                "the plan's batch limit fits the scan");
-  __shared__ int64_t s_warp_sums[kThreads / 32];
+  constexpr int kRounds = (kBalancedMaxBatch + kThreads - 1) / kThreads;
+  __shared__ int64_t s_warp_sums[kRounds][kThreads / 32];
   __shared__ BalancedStart s_start;
-  const int first = threadIdx.x * kBalancedSeqsPerThread;
   const int64_t unit_cost = p.balanced_unit_cost;
-  int64_t tiles[kBalancedSeqsPerThread];
-  int64_t mine = 0;
-#pragma unroll
-  for (int m = 0; m < kBalancedSeqsPerThread; ++m) {
-    tiles[m] = first + m < p.seq.batch ? unit_tiles<kRows, kBlockN>(p, first + m) : -1;
-    if (tiles[m] >= 0) mine += p.num_kv_heads * (tiles[m] + unit_cost);
-  }
-  // Exclusive scan of `mine` over the block: within each warp, then over the warp totals.
+  const int batch = p.seq.batch;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  int64_t incl = mine;
+  // Every active round's lengths first, so that their loads overlap.
+  int64_t tiles[kRounds];
 #pragma unroll
-  for (int off = 1; off < 32; off *= 2) {
-    const int64_t up = __shfl_up_sync(0xffffffffu, incl, off);
-    if (lane >= off) incl += up;
+  for (int r = 0; r < kRounds; ++r) {
+    const int i = r * kThreads + static_cast<int>(threadIdx.x);
+    tiles[r] = -1;
+    if (r * kThreads < batch && i < batch) tiles[r] = unit_tiles<kRows, kBlockN>(p, i);
   }
-  if (lane == 31) s_warp_sums[warp] = incl;
+  // Exclusive scan of each round's costs over the block: within each warp, then over the warp totals.
+  int64_t incl[kRounds] = {};
+#pragma unroll
+  for (int r = 0; r < kRounds; ++r) {
+    if (r * kThreads >= batch) break;  // block-uniform
+    const int64_t mine = tiles[r] >= 0 ? p.num_kv_heads * (tiles[r] + unit_cost) : 0;
+    incl[r] = mine;
+#pragma unroll
+    for (int off = 1; off < 32; off *= 2) {
+      const int64_t up = __shfl_up_sync(0xffffffffu, incl[r], off);
+      if (lane >= off) incl[r] += up;
+    }
+    if (lane == 31) s_warp_sums[r][warp] = incl[r];
+  }
   __syncthreads();
-  int64_t before = 0, total = 0;
+  int64_t total = 0, excl[kRounds] = {};
 #pragma unroll
-  for (int w = 0; w < kThreads / 32; ++w) {
-    if (w < warp) before += s_warp_sums[w];
-    total += s_warp_sums[w];
+  for (int r = 0; r < kRounds; ++r) {
+    if (r * kThreads >= batch) break;
+    int64_t before = 0, round_total = 0;
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) {
+      if (w < warp) before += s_warp_sums[r][w];
+      round_total += s_warp_sums[r][w];
+    }
+    const int64_t mine = tiles[r] >= 0 ? p.num_kv_heads * (tiles[r] + unit_cost) : 0;
+    excl[r] = total + before + incl[r] - mine;
+    total += round_total;
   }
-  const int64_t excl = before + incl - mine;
   // CTAs with work (balance.hpp): whole CTAs a unit in one wave when the units are fewer than the
   // resident CTAs, else the grid, at least p.balanced_min_cost tiles a CTA.
-  const int64_t units = static_cast<int64_t>(p.seq.batch) * p.num_kv_heads;
+  const int64_t units = static_cast<int64_t>(batch) * p.num_kv_heads;
   const int64_t ctas =
       balanced_ctas(total, units, p.balanced_slots, gridDim.x, p.balanced_whole_grid, p.balanced_min_cost);
   const int64_t a = cta_begin(blockIdx.x, ctas, max(total, int64_t{1}));
-  if (threadIdx.x == 0) s_start = {total, static_cast<int>(ctas), p.seq.batch, total, 0};
+  if (threadIdx.x == 0) s_start = {total, static_cast<int>(ctas), batch, total, 0};
   __syncthreads();
-  if (blockIdx.x < ctas && excl <= a && a < excl + mine) {
-    int64_t at = excl;
+  if (blockIdx.x < ctas) {
 #pragma unroll
-    for (int m = 0; m < kBalancedSeqsPerThread; ++m) {
-      if (tiles[m] < 0) break;
-      const int64_t cost = p.num_kv_heads * (tiles[m] + unit_cost);
-      if (a < at + cost) {
-        s_start.seq = first + m;
-        s_start.seq_start = at;
-        s_start.seq_tiles = tiles[m];
-        break;
+    for (int r = 0; r < kRounds; ++r) {
+      if (r * kThreads >= batch) break;
+      const int64_t mine = tiles[r] >= 0 ? p.num_kv_heads * (tiles[r] + unit_cost) : 0;
+      if (excl[r] <= a && a < excl[r] + mine) {
+        s_start.seq = r * kThreads + static_cast<int>(threadIdx.x);
+        s_start.seq_start = excl[r];
+        s_start.seq_tiles = tiles[r];
       }
-      at += cost;
     }
   }
   __syncthreads();
