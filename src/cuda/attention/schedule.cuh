@@ -75,22 +75,34 @@ __device__ __forceinline__ KeyRange key_range(const AttnParams& p, const Sequenc
   return k;
 }
 
+// A sequence as the scan loaded it (record = false) and its unit's key range.
+struct SeqKeys {
+  Sequence seq;
+  KeyRange keys;
+};
+
 // ---- the balanced schedule (decode: one m-block of rows_per_unit <= 16 rows per unit)
 
 // Tiles of sequence i's unit (every kv head of a sequence has the same).
 template <int kRows, int kBlockN>
+__device__ __forceinline__ SeqKeys unit_keys(const AttnParams& p, int i) {
+  SeqKeys k;
+  k.seq = load_sequence(p.seq, i, nullptr, false);
+  if (k.seq.rows_known) k.keys = key_range(p, k.seq, 0, kRows, kBlockN);
+  return k;
+}
+template <int kRows, int kBlockN>
 __device__ __forceinline__ int64_t unit_tiles(const AttnParams& p, int i) {
-  const Sequence seq = load_sequence(p.seq, i, nullptr, false);
-  if (!seq.rows_known) return 0;
-  return key_range(p, seq, 0, kRows, kBlockN).tiles;
+  return unit_keys<kRows, kBlockN>(p, i).keys.tiles;
 }
 
 struct BalancedStart {
-  int64_t total;      // W: the whole line
-  int ctas;           // G: CTAs with work (the grid may have more; they exit)
-  int seq;            // the sequence of the unit holding this CTA's first cost position
-  int64_t seq_start;  // where that sequence's first unit starts on the line
-  int64_t seq_tiles;  // its tiles
+  int64_t total;         // W: the whole line
+  int ctas;              // G: CTAs with work (the grid may have more; they exit)
+  int seq;               // the sequence of the unit holding this CTA's first cost position
+  int64_t seq_start;     // where that sequence's first unit starts on the line
+  int64_t seq_tiles;     // its tiles
+  const SeqKeys* known;  // shared memory: sequence `seq` as the scan loaded it, or nullptr
 };
 
 // Every CTA scans the batch (batch <= kBalancedMaxBatch, checked by the plan) in rounds of kThreads
@@ -108,10 +120,16 @@ __device__ inline BalancedStart balanced_start(const AttnParams& p) {
   const int64_t unit_cost = p.balanced_unit_cost;
   const int batch = p.seq.batch;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  // Every active round's lengths first, so that their loads overlap.
+  __shared__ SeqKeys s_known;
+  // Every active round's lengths first, so that their loads overlap. Round 0 keeps its sequence: the
+  // thread that publishes it hands it to the CTA's first piece (BalancedStart::known), whose threads then
+  // skip load_sequence and key_range, cold code on the path to the first copy (bench/NOTES.md, session 15).
   int64_t tiles[kRounds];
+  const int i0 = static_cast<int>(threadIdx.x);
+  const SeqKeys first = i0 < batch ? unit_keys<kRows, kBlockN>(p, i0) : SeqKeys{};
+  tiles[0] = i0 < batch ? first.keys.tiles : -1;
 #pragma unroll
-  for (int r = 0; r < kRounds; ++r) {
+  for (int r = 1; r < kRounds; ++r) {
     const int i = r * kThreads + static_cast<int>(threadIdx.x);
     tiles[r] = -1;
     if (r * kThreads < batch && i < batch) tiles[r] = unit_tiles<kRows, kBlockN>(p, i);
@@ -151,7 +169,7 @@ __device__ inline BalancedStart balanced_start(const AttnParams& p) {
   const int64_t ctas =
       balanced_ctas(total, units, p.balanced_slots, gridDim.x, p.balanced_whole_grid, p.balanced_min_cost);
   const int64_t a = cta_begin(blockIdx.x, ctas, max(total, int64_t{1}));
-  if (threadIdx.x == 0) s_start = {total, static_cast<int>(ctas), batch, total, 0};
+  if (threadIdx.x == 0) s_start = {total, static_cast<int>(ctas), batch, total, 0, nullptr};
   __syncthreads();
   if (blockIdx.x < ctas) {
 #pragma unroll
@@ -162,6 +180,10 @@ __device__ inline BalancedStart balanced_start(const AttnParams& p) {
         s_start.seq = r * kThreads + static_cast<int>(threadIdx.x);
         s_start.seq_start = excl[r];
         s_start.seq_tiles = tiles[r];
+        if (r == 0) {
+          s_known = first;
+          s_start.known = &s_known;
+        }
       }
     }
   }

@@ -439,7 +439,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
       tl_stamp_piece(piece_index, kTlpBegin);
     });
     if (first_of_unit && tid == 0) record_unit_pieces(p, w, unit_pieces);  // for the combine
-    const PieceKeys pk = piece_keys<Cfg>(p, w, tid == 0);
+    const PieceKeys pk = piece_keys<Cfg>(p, st, w, tid == 0);
     const Sequence& seq = pk.seq;
     const uint32_t first_stage = stage_count;
     stage_count += pk.stages;

@@ -67,11 +67,20 @@ struct PieceKeys {
   int32_t stages;
 };
 
+// record: this thread records the sequence's index errors. The CTA's first sequence comes from the scan
+// (st.known, loaded without recording): it is loaded again, recording, only when it is broken.
 template <class Cfg>
-__device__ __forceinline__ PieceKeys piece_keys(const AttnParams& p, const Piece& w, bool record) {
+__device__ __forceinline__ PieceKeys piece_keys(const AttnParams& p, const BalancedStart& st, const Piece& w,
+                                                bool record) {
   PieceKeys k;
-  k.seq = load_sequence(p.seq, w.i, p.errors, record);
-  k.keys = key_range(p, k.seq, 0, Cfg::kRows, Cfg::kBlockN);
+  if (st.known != nullptr && w.i == st.seq) {
+    k.seq = st.known->seq;
+    k.keys = st.known->keys;
+    if (record && !k.seq.ok) load_sequence(p.seq, w.i, p.errors, true);
+  } else {
+    k.seq = load_sequence(p.seq, w.i, p.errors, record);
+    k.keys = key_range(p, k.seq, 0, Cfg::kRows, Cfg::kBlockN);
+  }
   if (!k.seq.rows_known) k.keys.tiles = 0;
   k.tile_begin = min(k.keys.tiles, w.tile_begin);
   k.tile_end = min(k.keys.tiles, w.tile_end);

@@ -31,7 +31,7 @@ __device__ __forceinline__ void produce(const AttnParams& p, const BalancedStart
   [[maybe_unused]] int piece_index = -1;
   for_each_piece<Cfg>(p, st, [&](const Piece& w, bool, int64_t) {
     KVATTN_TL(++piece_index; if (stage_count == 0 && producer == 0 && lane == 0) tl_stamp(kTlProdPiece));
-    const PieceKeys pk = piece_keys<Cfg>(p, w, false);
+    const PieceKeys pk = piece_keys<Cfg>(p, st, w, false);
     KVATTN_TL(if (stage_count == 0 && producer == 0 && lane == 0 && pk.stages > 0) tl_stamp(kTlProdSeq));
     const uint32_t first_stage = stage_count;
     stage_count += pk.stages;
