@@ -83,7 +83,7 @@ struct SeqKeys {
 
 // ---- the balanced schedule (decode: one m-block of rows_per_unit <= 16 rows per unit)
 
-// Tiles of sequence i's unit (every kv head of a sequence has the same).
+// Sequence i and its unit's keys (every kv head of a sequence has the same); unit_tiles: their tiles.
 template <int kRows, int kBlockN>
 __device__ __forceinline__ SeqKeys unit_keys(const AttnParams& p, int i) {
   SeqKeys k;
@@ -109,9 +109,9 @@ struct BalancedStart {
 // sequences: in round r thread t owns sequence r x kThreads + t, a block-wide exclusive scan of each
 // round (carried over the rounds) gives each its start on the line, and the thread whose sequence holds
 // this CTA's first position publishes it. Round r runs only when the batch reaches it (a block-uniform
-// test): a batch of <= kThreads sequences runs one copy of unit_tiles, whose code is fetched once, in
-// parallel over the threads (four sequences a thread, unrolled, cost batch 4 ~2 us more than batch 1 on
-// the H200: each copy's code is cold, bench/NOTES.md, session 15). Call from all threads.
+// test): a batch of <= kThreads sequences runs one copy of load_sequence, whose code is fetched once, in
+// parallel over the threads (four sequences a thread, unrolled, ran four cold copies one after another:
+// 3-6 us a call at batch >= 4 on the H200, bench/NOTES.md, session 15). Call from all threads.
 template <int kRows, int kBlockN, int kThreads>
 __device__ inline BalancedStart balanced_start(const AttnParams& p) {
   constexpr int kRounds = (kBalancedMaxBatch + kThreads - 1) / kThreads;
