@@ -91,15 +91,19 @@ __device__ __forceinline__ PieceKeys piece_keys(const AttnParams& p, const Balan
 }
 
 // Whether this CTA's producers copy through L1 (Cfg::kCopyViaL1 kernels): only for shares of at least
-// kCopyViaL1MinTiles schedule tiles a CTA and at most 8 packed rows. H200 (bench/NOTES.md, session 14), us
-// L2-only -> through L1: long shares gain (W1 b1 128k / b4 32k, ~124 tiles a CTA, 153 -> 149 / 157 ->
-// 152; b16 128k 2,082 -> 1,982), short ones lose (b1 32k, 32 tiles, 52 -> 56; W4 b8 4k, 32 tiles, q1-q4
-// 57-59 -> 60-67), and so do 16 rows a unit (W4 b32 4k q4, 124 tiles, 166 -> 173), whose consumers read
-// the stages longer. st: the CTA's balanced start (every CTA the same total and CTA count).
-constexpr int64_t kCopyViaL1MinTiles = 64;
+// kCopyViaL1MinTiles schedule tiles a CTA (kCopyViaL1MinTiles16 for 9-16 packed rows). H200 (bench/NOTES.md,
+// session 14), us L2-only -> through L1: long shares gain (W1 b1 128k / b4 32k, ~124 tiles a CTA, 153 -> 149
+// / 157 -> 152; b16 128k 2,082 -> 1,982), short ones lose (b1 32k, 32 tiles, 52 -> 56; W4 b8 4k, 32 tiles,
+// q1-q4 57-59 -> 60-67), and so do 16 rows a unit (W4 b32 4k q4, 124 tiles, 166 -> 173), whose consumers read
+// the stages longer, unless their shares are long too (session 15: W4 b32 / b64 16k q4, 496 / 993 tiles
+// a CTA, 525 -> 550 / 1,005 -> 1,063 L1 -> L2-only). st: the CTA's balanced start (every CTA the same
+// total and CTA count).
+constexpr int64_t kCopyViaL1MinTiles = 64;     // <= 8 packed rows
+constexpr int64_t kCopyViaL1MinTiles16 = 384;  // 9-16 packed rows: 248 tiles level, 496 L1 faster
 template <class Cfg>
 __device__ __forceinline__ bool copy_via_l1(const AttnParams& p, const BalancedStart& st) {
-  return Cfg::kCopyViaL1 && st.total >= kCopyViaL1MinTiles * st.ctas && p.rows_per_unit <= 8;
+  const int64_t min_tiles = p.rows_per_unit <= 8 ? kCopyViaL1MinTiles : kCopyViaL1MinTiles16;
+  return Cfg::kCopyViaL1 && st.total >= min_tiles * st.ctas;
 }
 
 // The pieces of CTA blockIdx.x on the balanced schedule (attention/schedule.cuh), in order;
