@@ -31,8 +31,9 @@ HQ, HK, D, PAGE = 32, 8, 128, 16
 MAX_CTAS = 1024
 ENTRY_NS, ENTRY, STARTED, PDL, FIRST_ISSUE, FIRST_FULL, EXIT, EXIT_NS, PIECES = range(9)
 PROD_PIECE, PROD_SEQ, PROD_ADDR, PIECE0 = range(9, 13)  # the first stage's producer lane: walk, keys, entries
-PIECE_PHASES = ["begin", "q loaded", "first full", "last issued", "last consumed", "written"]
-BEGIN, QLOADED, PFULL, LISSUED, LCONSUMED, WRITTEN = range(6)
+PIECE_PHASES = ["begin", "q loaded", "first full", "last issued", "last consumed", "written", "keys known",
+                "checked", "q rows landed"]
+BEGIN, QLOADED, PFULL, LISSUED, LCONSUMED, WRITTEN, KEYS, CHECKED, QROWS = range(9)
 
 
 def w2_lengths(batch):
@@ -47,14 +48,16 @@ CASES = [("W1 b1 1k p16", lambda: [1 * K]), ("W1 b1 4k p16", lambda: [4 * K]), (
          ("W2 b128 uniform p16", lambda: w2_lengths(128)), ("W2 b64 uniform p16", lambda: w2_lengths(64))]
 
 
-def make_inputs(lens, gen):
+def make_inputs(lens, gen, spread=1):
+    """One input set; spread > 1 puts the pages in a pool that many times larger (a random subset of it),
+    so that the copies touch more distinct 2 MB translation pages."""
     b = len(lens)
     need = [-(-L // PAGE) for L in lens]
     pages = sum(need)
     q = torch.randn(b, 1, HQ, D, device="cuda", dtype=torch.bfloat16, generator=gen)
-    k = torch.randn(pages, PAGE, HK, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k = torch.randn(pages * spread, PAGE, HK, D, device="cuda", dtype=torch.bfloat16, generator=gen)
     v = torch.randn_like(k)
-    perm = torch.randperm(pages, device="cuda", generator=gen).to(torch.int32)
+    perm = torch.randperm(pages * spread, device="cuda", generator=gen)[:pages].to(torch.int32)
     table = torch.zeros(b, max(need), dtype=torch.int32, device="cuda")  # unused entries: page 0
     at = 0
     for i, n in enumerate(need):
@@ -116,11 +119,13 @@ def report(name, kv_bytes, rows, max_pieces, per_piece):
     print(f"\n== {name}: {len(rows)} CTAs ({len(working)} with pieces), kernel span {span:.1f} us, "
           f"{kv_bytes / 1e6:.0f} MB -> {kv_bytes / span / 1e6:.2f} TB/s; SM clock {rate:.2f} GHz; pieces a CTA "
           f"{stats([r[PIECES] for r in rows])} (stamped: the first {max_pieces})")
+    first_copy, eighth_copy = len(rows[0]) - 2, len(rows[0]) - 1  # timeline.cuh's kTlFirstCopy, kTlEighthCopy
     phases = [("entry", ENTRY_NS), ("scan done", STARTED), ("pdl wait done", PDL), ("prod piece", PROD_PIECE),
-              ("prod keys", PROD_SEQ), ("prod addresses", PROD_ADDR), ("first issue", FIRST_ISSUE),
+              ("prod keys", PROD_SEQ), ("prod addresses", PROD_ADDR), ("copy 1 issued", first_copy),
+              ("copy 8 issued", eighth_copy), ("first issue", FIRST_ISSUE),
               ("first full", FIRST_FULL)]
     for p in range(min(3, max_pieces)):
-        phases += [(f"p{p} {ph}", ps(p, i)) for i, ph in enumerate(PIECE_PHASES)]
+        phases += [(f"p{p} {ph}", ps(p, i)) for i, ph in enumerate(PIECE_PHASES[:per_piece])]
     phases += [("exit", EXIT_NS)]
     print(f"{'phase':22s} {'CTAs':>5s} {'min':>7s} {'median':>7s} {'max':>7s}")
     for label, slot in phases:
@@ -131,6 +136,8 @@ def report(name, kv_bytes, rows, max_pieces, per_piece):
     for label, a, b in [("scan", ENTRY, STARTED), ("issue after scan", PDL, FIRST_ISSUE),
                         ("walk", PDL, PROD_PIECE), ("piece_keys", PROD_PIECE, PROD_SEQ),
                         ("entries", PROD_SEQ, PROD_ADDR), ("addresses->issue", PROD_ADDR, FIRST_ISSUE),
+                        ("addresses->copy 1", PROD_ADDR, first_copy), ("copy 1->copy 8", first_copy, eighth_copy),
+                        ("copy 8->issue", eighth_copy, FIRST_ISSUE),
                         ("fill (issue->full)", FIRST_ISSUE, FIRST_FULL)]:
         s = stats([(r[b] - r[a]) / rate / 1e3 for r in working if r[a] and r[b]])
         if s:
@@ -148,6 +155,8 @@ def report(name, kv_bytes, rows, max_pieces, per_piece):
         return
     # Piece switches (pieces after a CTA's first, while stamped): us, min / median / p90 / max.
     parts = {"epilogue (last consumed -> written)": [], "install (begin -> q loaded)": [],
+             "  keys (begin -> keys known)": [], "  checks (keys -> checked)": [],
+             "  q rows (checked -> q rows landed)": [], "  barrier (q rows -> q loaded)": [],
              "first wait (q loaded -> first full)": [], "gap (last consumed -> next first full)": [],
              "ring lead (last issued -> last consumed)": []}
     gaps_of = {}
@@ -162,8 +171,13 @@ def report(name, kv_bytes, rows, max_pieces, per_piece):
                     parts[label].append(d)
             if p == 0:
                 continue
-            for label, a, b in [("install (begin -> q loaded)", BEGIN, QLOADED),
-                                ("first wait (q loaded -> first full)", QLOADED, PFULL)]:
+            install = [("install (begin -> q loaded)", BEGIN, QLOADED),
+                       ("first wait (q loaded -> first full)", QLOADED, PFULL)]
+            if per_piece > QROWS:  # the install's parts
+                install += [("  keys (begin -> keys known)", BEGIN, KEYS), ("  checks (keys -> checked)", KEYS, CHECKED),
+                            ("  q rows (checked -> q rows landed)", CHECKED, QROWS),
+                            ("  barrier (q rows -> q loaded)", QROWS, QLOADED)]
+            for label, a, b in install:
                 d = dur(r, ps(p, a), ps(p, b))
                 if d is not None:
                     parts[label].append(d)
@@ -194,6 +208,9 @@ def report(name, kv_bytes, rows, max_pieces, per_piece):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--filter", default="", help="comma list: cases whose name contains any of them")
+    ap.add_argument("--warm", action="store_true",
+                    help="one input set, called again and again: code, data and translations warm in the L2")
+    ap.add_argument("--spread", type=int, default=1, help="pages in a pool this many times larger")
     args = ap.parse_args()
     lib = ctypes.CDLL(os.environ["KVATTN_LIBRARY"])
     lib.kvattn_debug_decode_timeline.argtypes = [ctypes.c_void_p, ctypes.c_int]
@@ -206,12 +223,14 @@ def main():
         gen = torch.Generator(device="cuda")
         gen.manual_seed(1)
         kv_bytes = 2 * sum(lens) * HK * D * 2
-        sets = [make_inputs(lens, gen) for _ in range(max(2, -(-(3 * 60 << 20) // kv_bytes)))]
+        n_sets = 1 if args.warm else max(2, -(-(3 * 60 << 20) // kv_bytes))
+        sets = [make_inputs(lens, gen, args.spread) for _ in range(n_sets)]
         for rep in range(8):
             s = sets[rep % len(sets)]
             kvattn.flash_attn_with_kvcache(s[0], s[1], s[2], **s[3])
         torch.cuda.synchronize()
-        report(name, kv_bytes, read_timeline(lib, slots), max_pieces, per_piece)
+        label = name + (" (warm: one set)" if args.warm else "") + (f" (pool x{args.spread})" if args.spread > 1 else "")
+        report(label, kv_bytes, read_timeline(lib, slots), max_pieces, per_piece)
         del sets
         torch.cuda.empty_cache()
 

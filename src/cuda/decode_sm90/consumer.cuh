@@ -134,7 +134,8 @@ __device__ __forceinline__ bool piece_ok(const AttnParams& p, const Piece& w, co
 template <class Cfg>
 __device__ __forceinline__ float load_q_fragments(const AttnParams& p, const Sequence& seq, int i,
                                                   int kv_head, typename Cfg::T* s_q, float* s_qmax, int rg,
-                                                  uint32_t (&q_frag)[Cfg::kHeadDim / 16][4]) {
+                                                  uint32_t (&q_frag)[Cfg::kHeadDim / 16][4],
+                                                  [[maybe_unused]] int tl_piece) {
   using T = typename Cfg::T;
   constexpr int kW = Cfg::kConsumerWarps;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -146,6 +147,8 @@ __device__ __forceinline__ float load_q_fragments(const AttnParams& p, const Seq
   } else {
     q_amax = load_q_rows<Cfg, T>(p, seq, i, kv_head, s_q, tid);
   }
+  // (The stamp tests q_amax: after this thread's Q rows have landed.)
+  KVATTN_TL(if (tid == 0 && q_amax != -1.f) tl_stamp_piece(tl_piece, kTlpQRows));
   if constexpr (Cfg::kScaleQ) {
 #pragma unroll
     for (int off = 1; off < 32; off *= 2) q_amax = fmaxf(q_amax, __shfl_xor_sync(0xffffffffu, q_amax, off));
@@ -440,14 +443,17 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
     });
     if (first_of_unit && tid == 0) record_unit_pieces(p, w, unit_pieces);  // for the combine
     const PieceKeys pk = piece_keys<Cfg>(p, st, w, tid == 0);
+    KVATTN_TL(if (tid == 0 && pk.stages != -1) tl_stamp_piece(piece_index, kTlpKeys));
     const Sequence& seq = pk.seq;
     const uint32_t first_stage = stage_count;
     stage_count += pk.stages;
     if (!seq.rows_known || seq.q_len == 0) return;  // no row is ours (pk.stages == 0 then)
     const int i = w.i, kv_head = w.kv_head;
     bool ok = piece_ok<Cfg>(p, w, pk, tid);
+    KVATTN_TL(if (tid == 0 && ok != (pk.stages == -1)) tl_stamp_piece(piece_index, kTlpChecked));
     uint32_t q_frag[Cfg::kHeadDim / 16][4];
-    const float q_unscale = load_q_fragments<Cfg>(p, seq, i, kv_head, s_q, s_qmax, rg, q_frag);
+    const float q_unscale =
+        load_q_fragments<Cfg>(p, seq, i, kv_head, s_q, s_qmax, rg, q_frag, piece_index);
     KVATTN_TL(if (tid == 0) tl_stamp_piece(piece_index, kTlpQ));
     float qk_descale = 1.f, o_descale = 1.f;
     if constexpr (Cfg::kFp8) {

@@ -36,13 +36,19 @@ enum TimelinePieceSlot : int {
   kTlpLastIssued,    // the piece's last stage issued (its producer warp)
   kTlpLastConsumed,  // the piece's last stage consumed (its consumer warp)
   kTlpEnd,           // consumer thread 0: the piece written (merge + epilogue)
+  kTlpKeys,          // consumer thread 0: the piece's sequence and keys known (piece_keys)
+  kTlpChecked,       // ... its checks done (piece_ok)
+  kTlpQRows,         // ... its own Q rows landed and stored (before the consumers' barrier)
   kTlPerPiece
 };
-// W2's batches put 5-30 pieces on a CTA (bench/decode_timeline.py's W2 cases): room for 24.
-constexpr int kTlMaxPieces = 24;
+// W2's batches put 5-30 pieces on a CTA (bench/decode_timeline.py's W2 cases): the first 16 stamped.
+constexpr int kTlMaxPieces = 16;
 constexpr int kTlSlots = 160;
 constexpr int kTlMaxCtas = 1024;
-static_assert(kTlPiece0 + kTlPerPiece * kTlMaxPieces <= kTlSlots, "the timeline of a CTA fits its slots");
+// Producer warp 0, lane 0, the CTA's first stage: its first and its 8th warp-wide copy issued (the last
+// two slots: libraries without them leave them zero).
+constexpr int kTlFirstCopy = kTlSlots - 2, kTlEighthCopy = kTlSlots - 1;
+static_assert(kTlPiece0 + kTlPerPiece * kTlMaxPieces <= kTlFirstCopy, "the timeline of a CTA fits its slots");
 
 #if KVATTN_DECODE_TIMELINE
 __device__ unsigned long long g_decode_timeline[kTlMaxCtas * kTlSlots];
