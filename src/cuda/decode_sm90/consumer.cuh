@@ -452,8 +452,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
     bool ok = piece_ok<Cfg>(p, w, pk, tid);
     KVATTN_TL(if (tid == 0 && ok != (pk.stages == -1)) tl_stamp_piece(piece_index, kTlpChecked));
     uint32_t q_frag[Cfg::kHeadDim / 16][4];
-    const float q_unscale =
-        load_q_fragments<Cfg>(p, seq, i, kv_head, s_q, s_qmax, rg, q_frag, piece_index);
+    const float q_unscale = load_q_fragments<Cfg>(p, seq, i, kv_head, s_q, s_qmax, rg, q_frag, piece_index);
     KVATTN_TL(if (tid == 0) tl_stamp_piece(piece_index, kTlpQ));
     float qk_descale = 1.f, o_descale = 1.f;
     if constexpr (Cfg::kFp8) {
