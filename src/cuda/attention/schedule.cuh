@@ -28,8 +28,9 @@ struct Piece {
   int split;           // static splits: this CTA's split; -1 in the balanced schedule
   int64_t tile_begin;  // balanced: the piece's tiles [tile_begin, tile_end) of the unit
   int64_t tile_end;
-  int64_t partial;  // balanced: first partial row of the piece ((slot * G + cta) * rows_per_unit), or -1
-                    // when the piece is the whole unit (out, lse and the sink are written directly)
+  int64_t partial;   // balanced: first partial row of the piece ((slot * G + cta) * rows_per_unit), or -1
+                     // when the piece is the whole unit (out, lse and the sink are written directly)
+  int next_kv_head;  // balanced: the CTA's next piece is this kv head of the same sequence; else -1
 };
 
 // A CTA's m-block on the varlen m-block line (varlen_line_block below).
@@ -102,8 +103,14 @@ struct BalancedStart {
   int seq;               // the sequence of the unit holding this CTA's first cost position
   int64_t seq_start;     // where that sequence's first unit starts on the line
   int64_t seq_tiles;     // its tiles
-  const SeqKeys* known;  // shared memory: sequence `seq` as the scan loaded it, or nullptr
+  const SeqKeys* known;  // shared memory: sequences [seq, known_end) as the scan loaded them (known[i - seq])
+  int known_end;
 };
+
+// Sequence i as the scan loaded it (BalancedStart::known), or nullptr.
+__device__ __forceinline__ const SeqKeys* known_keys(const BalancedStart& st, int i) {
+  return st.known != nullptr && i >= st.seq && i < st.known_end ? st.known + (i - st.seq) : nullptr;
+}
 
 // Every CTA scans the batch (batch <= kBalancedMaxBatch, checked by the plan) in rounds of kThreads
 // sequences: in round r thread t owns sequence r x kThreads + t, a block-wide exclusive scan of each
@@ -111,19 +118,24 @@ struct BalancedStart {
 // this CTA's first position publishes it. Round r runs only when the batch reaches it (a block-uniform
 // test): a batch of <= kThreads sequences runs one copy of load_sequence, whose code is fetched once, in
 // parallel over the threads (four sequences a thread, unrolled, ran four cold copies one after another:
-// 3-6 us a call at batch >= 4 on the H200, bench/NOTES.md, session 15). Call from all threads.
-template <int kRows, int kBlockN, int kThreads>
+// 3-6 us a call at batch >= 4 on the H200, bench/NOTES.md, session 15). The first kKnown sequences of the
+// CTA's range (from round 0) stay in shared memory for its pieces (BalancedStart::known): a CTA's pieces
+// then load no sequence again, which at every piece switch was a dependent load behind the K/V stream
+// (bench/NOTES.md, session 16). Call from all threads.
+template <int kRows, int kBlockN, int kThreads, int kKnown = 1>
 __device__ inline BalancedStart balanced_start(const AttnParams& p) {
   constexpr int kRounds = (kBalancedMaxBatch + kThreads - 1) / kThreads;
   __shared__ int64_t s_warp_sums[kRounds][kThreads / 32];
   __shared__ BalancedStart s_start;
   const int64_t unit_cost = p.balanced_unit_cost;
+  // A sequence's cost on the line: its kv heads' units (tiles < 0: past the batch, none).
+  auto line_cost = [&](int64_t tiles) { return tiles >= 0 ? p.num_kv_heads * (tiles + unit_cost) : 0; };
   const int batch = p.seq.batch;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __shared__ SeqKeys s_known;
-  // Every active round's lengths first, so that their loads overlap. Round 0 keeps its sequence: the
-  // thread that publishes it hands it to the CTA's first piece (BalancedStart::known), whose threads then
-  // skip load_sequence and key_range, cold code on the path to the first copy (bench/NOTES.md, session 15).
+  __shared__ SeqKeys s_known[kKnown];
+  // Every active round's lengths first, so that their loads overlap. Round 0 keeps its sequences for the
+  // table (BalancedStart::known), whose pieces then skip load_sequence and key_range: cold code on the
+  // path to the first copy (bench/NOTES.md, session 15), loads behind the stream at a switch (session 16).
   int64_t tiles[kRounds];
   const int i0 = static_cast<int>(threadIdx.x);
   const SeqKeys first = i0 < batch ? unit_keys<kRows, kBlockN>(p, i0) : SeqKeys{};
@@ -139,7 +151,7 @@ __device__ inline BalancedStart balanced_start(const AttnParams& p) {
 #pragma unroll
   for (int r = 0; r < kRounds; ++r) {
     if (r * kThreads >= batch) break;  // block-uniform
-    const int64_t mine = tiles[r] >= 0 ? p.num_kv_heads * (tiles[r] + unit_cost) : 0;
+    const int64_t mine = line_cost(tiles[r]);
     incl[r] = mine;
 #pragma unroll
     for (int off = 1; off < 32; off *= 2) {
@@ -159,7 +171,7 @@ __device__ inline BalancedStart balanced_start(const AttnParams& p) {
       if (w < warp) before += s_warp_sums[r][w];
       round_total += s_warp_sums[r][w];
     }
-    const int64_t mine = tiles[r] >= 0 ? p.num_kv_heads * (tiles[r] + unit_cost) : 0;
+    const int64_t mine = line_cost(tiles[r]);
     excl[r] = total + before + incl[r] - mine;
     total += round_total;
   }
@@ -169,24 +181,27 @@ __device__ inline BalancedStart balanced_start(const AttnParams& p) {
   const int64_t ctas =
       balanced_ctas(total, units, p.balanced_slots, gridDim.x, p.balanced_whole_grid, p.balanced_min_cost);
   const int64_t a = cta_begin(blockIdx.x, ctas, max(total, int64_t{1}));
-  if (threadIdx.x == 0) s_start = {total, static_cast<int>(ctas), batch, total, 0, nullptr};
-  __syncthreads();
-  if (blockIdx.x < ctas) {
+  // The sequence holding position a publishes the CTA's start (one thread: the costs tile the line).
+  if (blockIdx.x >= ctas) {
+    if (threadIdx.x == 0) s_start = {total, static_cast<int>(ctas), batch, total, 0, nullptr, 0};
+  } else {
 #pragma unroll
     for (int r = 0; r < kRounds; ++r) {
       if (r * kThreads >= batch) break;
-      const int64_t mine = tiles[r] >= 0 ? p.num_kv_heads * (tiles[r] + unit_cost) : 0;
+      const int64_t mine = line_cost(tiles[r]);
       if (excl[r] <= a && a < excl[r] + mine) {
-        s_start.seq = r * kThreads + static_cast<int>(threadIdx.x);
-        s_start.seq_start = excl[r];
-        s_start.seq_tiles = tiles[r];
-        if (r == 0) {
-          s_known = first;
-          s_start.known = &s_known;
-        }
+        const int i = r * kThreads + static_cast<int>(threadIdx.x);
+        const int known_end = r == 0 ? min(i + kKnown, min(kThreads, batch)) : i;
+        s_start = {total,    static_cast<int>(ctas),     i,        excl[r],
+                   tiles[r], r == 0 ? s_known : nullptr, known_end};
       }
     }
   }
+  __syncthreads();
+  // The CTA's next sequences of round 0, up to kKnown from its first (some may lie past its range: the
+  // pieces never ask for those).
+  const int k = i0 - s_start.seq;
+  if (blockIdx.x < ctas && k >= 0 && i0 < s_start.known_end) s_known[k] = first;
   __syncthreads();
   return s_start;
 }
@@ -202,6 +217,7 @@ __device__ __forceinline__ Piece static_piece(const AttnParams& p) {
           static_cast<int>(blockIdx.y),
           0,
           0,
+          -1,
           -1};
 }
 
@@ -236,7 +252,8 @@ __device__ __forceinline__ void walk_balanced_pieces(const AttnParams& p, const 
             -1,
             max(int64_t{0}, max(a, u_start) - u_start - unit_cost),
             max(int64_t{0}, min(b, u_end) - u_start - unit_cost),
-            -1};
+            -1,
+            u_end < b && h + 1 < p.num_kv_heads ? h + 1 : -1};
     if (u_start < a || u_end > b) {
       const int slot = u_start < a ? 0 : 1;  // continues into this CTA, or starts here and goes on
       w.partial = (static_cast<int64_t>(slot) * p.balanced_ctas + k) * p.rows_per_unit;
@@ -245,7 +262,10 @@ __device__ __forceinline__ void walk_balanced_pieces(const AttnParams& p, const 
     u_start = u_end;
     if (++h == p.num_kv_heads) {
       h = 0;
-      if (++i < p.seq.batch) tiles = unit_tiles<kRows, kBlockN>(p, i);
+      if (++i < p.seq.batch) {
+        const SeqKeys* known = known_keys(st, i);
+        tiles = known != nullptr ? known->keys.tiles : unit_tiles<kRows, kBlockN>(p, i);
+      }
     }
   }
 }

@@ -53,21 +53,24 @@ __device__ inline bool row_unique(const SeqParams& p, int i, DeviceErrorRecord* 
   return !dup;
 }
 
-// Q rows [0, 16 groups) of unit (i, kv_head) into s_q (Cfg::kRows, kQStride) as T, rotary applied; rows that
-// do not attend are zero. Thread tid: row tid / 8 of each row group, 16 channels from 16 (tid % 8); every
-// group's loads before the first store. TQ: q's storage (T, or fp8 under an fp8 cache).
-// Returns the largest magnitude this thread wrote.
+// Q rows [0, 16 groups) of unit (i, kv_head) as this thread holds them for s_q (Cfg::kRows, kQStride): T,
+// rotary applied; rows that do not attend are zero. Thread tid: row tid / 8 of each row group, 16 channels
+// from 16 (tid % 8). TQ: q's storage (T, or fp8 under an fp8 cache).
+template <class Cfg>
+struct QRows {
+  static constexpr int kPerThread = Cfg::kGroupRows * Cfg::kHeadDim / (32 * Cfg::kConsumerWarps);  // 16
+  typename Cfg::T v[Cfg::kGroups][kPerThread];
+};
 template <class Cfg, typename TQ>
-__device__ inline float load_q_rows(const AttnParams& p, const Sequence& seq, int i, int kv_head,
-                                    typename Cfg::T* s_q, int tid) {
+__device__ inline QRows<Cfg> load_q_values(const AttnParams& p, const Sequence& seq, int i, int kv_head,
+                                           int tid) {
   using T = typename Cfg::T;
-  constexpr int kPerThread = Cfg::kGroupRows * Cfg::kHeadDim / (32 * Cfg::kConsumerWarps);  // 16 channels
+  constexpr int kPerThread = QRows<Cfg>::kPerThread;
   const int c0 = tid % (Cfg::kHeadDim / kPerThread) * kPerThread;
   const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
-  constexpr int kGroups = Cfg::kGroups;
-  T vals[kGroups][kPerThread];
+  QRows<Cfg> q;
 #pragma unroll
-  for (int g = 0; g < kGroups; ++g) {
+  for (int g = 0; g < Cfg::kGroups; ++g) {
     const int row = g * Cfg::kGroupRows + tid / (Cfg::kHeadDim / kPerThread);
     if (row < used_rows) {
       const int64_t t = row / p.group;
@@ -77,22 +80,41 @@ __device__ inline float load_q_rows(const AttnParams& p, const Sequence& seq, in
 #pragma unroll
       for (int e = 0; e < kPerThread; ++e) {
         const int c = c0 + e;
-        vals[g][e] = c < p.rotary.rotary_dim ? from_float<T>(rotated_channel(src, c, pos, p.rotary))
-                                             : convert_to<T>(src[c]);
+        q.v[g][e] = c < p.rotary.rotary_dim ? from_float<T>(rotated_channel(src, c, pos, p.rotary))
+                                            : convert_to<T>(src[c]);
       }
     } else {
 #pragma unroll
-      for (int e = 0; e < kPerThread; ++e) vals[g][e] = from_float<T>(0.f);
+      for (int e = 0; e < kPerThread; ++e) q.v[g][e] = from_float<T>(0.f);
     }
   }
+  return q;
+}
+// q's storage type picked at run time (fp8 q under an fp8 cache with bf16 compute).
+template <class Cfg>
+__device__ __forceinline__ QRows<Cfg> load_q(const AttnParams& p, const Sequence& seq, int i, int kv_head,
+                                             int tid) {
+  using T = typename Cfg::T;
+  if constexpr (Cfg::kFp8 && std::is_same_v<T, __nv_bfloat16>) {
+    return p.q_fp8 ? load_q_values<Cfg, __nv_fp8_e4m3>(p, seq, i, kv_head, tid)
+                   : load_q_values<Cfg, T>(p, seq, i, kv_head, tid);
+  } else {
+    return load_q_values<Cfg, T>(p, seq, i, kv_head, tid);
+  }
+}
+// This thread's Q rows into s_q; returns the largest magnitude it wrote.
+template <class Cfg>
+__device__ __forceinline__ float store_q_rows(const QRows<Cfg>& q, typename Cfg::T* s_q, int tid) {
+  constexpr int kPerThread = QRows<Cfg>::kPerThread;
+  const int c0 = tid % (Cfg::kHeadDim / kPerThread) * kPerThread;
   float amax = 0.f;
 #pragma unroll
-  for (int g = 0; g < kGroups; ++g) {
+  for (int g = 0; g < Cfg::kGroups; ++g) {
     const int row = g * Cfg::kGroupRows + tid / (Cfg::kHeadDim / kPerThread);
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) {
-      s_q[row * Cfg::kQStride + c0 + e] = vals[g][e];
-      amax = fmaxf(amax, fabsf(to_float(vals[g][e])));
+      s_q[row * Cfg::kQStride + c0 + e] = q.v[g][e];
+      amax = fmaxf(amax, fabsf(to_float(q.v[g][e])));
     }
   }
   return amax;
@@ -131,22 +153,16 @@ __device__ __forceinline__ bool piece_ok(const AttnParams& p, const Piece& w, co
 // channel 16 kk + 4 quad + e (+ 2), the order in which K's fragments arrive. bf16 q into f16 math
 // (kScaleQ): q * 2^(15 - x) with max |q| in [2^(x-1), 2^x); returns what the scores are multiplied by,
 // 2^(x - 15) (1 otherwise).
+// q: this thread's rows of the unit (load_q).
 template <class Cfg>
-__device__ __forceinline__ float load_q_fragments(const AttnParams& p, const Sequence& seq, int i,
-                                                  int kv_head, typename Cfg::T* s_q, float* s_qmax, int rg,
-                                                  uint32_t (&q_frag)[Cfg::kHeadDim / 16][4],
+__device__ __forceinline__ float load_q_fragments(const QRows<Cfg>& q, typename Cfg::T* s_q, float* s_qmax,
+                                                  int rg, uint32_t (&q_frag)[Cfg::kHeadDim / 16][4],
                                                   [[maybe_unused]] int tl_piece) {
   using T = typename Cfg::T;
   constexpr int kW = Cfg::kConsumerWarps;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int group = lane / 4, quad = lane % 4;
-  float q_amax;
-  if constexpr (Cfg::kFp8 && std::is_same_v<T, __nv_bfloat16>) {
-    q_amax = p.q_fp8 ? load_q_rows<Cfg, __nv_fp8_e4m3>(p, seq, i, kv_head, s_q, tid)
-                     : load_q_rows<Cfg, T>(p, seq, i, kv_head, s_q, tid);
-  } else {
-    q_amax = load_q_rows<Cfg, T>(p, seq, i, kv_head, s_q, tid);
-  }
+  float q_amax = store_q_rows<Cfg>(q, s_q, tid);
   // (The stamp tests q_amax: after this thread's Q rows have landed.)
   KVATTN_TL(if (tid == 0 && q_amax != -1.f) tl_stamp_piece(tl_piece, kTlpQRows));
   if constexpr (Cfg::kScaleQ) {
@@ -436,6 +452,11 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
   const int rg = kGroups == 1 ? 0 : warp / kPhases, sp = kGroups == 1 ? warp : warp % kPhases;
   uint32_t stage_count = 0;
   [[maybe_unused]] int piece_index = -1;
+  // The next piece's Q rows, loaded under this piece's stages when it is the same sequence's next kv head
+  // (W2: a dependent load behind the K/V stream at each piece switch, 1.5 us of the consumers' 6.6-us gap;
+  // bench/NOTES.md, session 16): valid for (q_next_i, q_next_head).
+  QRows<Cfg> q_next;
+  int q_next_i = -1, q_next_head = -1;
   for_each_piece<Cfg>(p, st, [&](const Piece& w, bool first_of_unit, int64_t unit_pieces) {
     KVATTN_TL(++piece_index; if (tid == 0) {
       tl_set(kTlPieces, piece_index + 1);
@@ -452,7 +473,12 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
     bool ok = piece_ok<Cfg>(p, w, pk, tid);
     KVATTN_TL(if (tid == 0 && ok != (pk.stages == -1)) tl_stamp_piece(piece_index, kTlpChecked));
     uint32_t q_frag[Cfg::kHeadDim / 16][4];
-    const float q_unscale = load_q_fragments<Cfg>(p, seq, i, kv_head, s_q, s_qmax, rg, q_frag, piece_index);
+    const bool q_ready = q_next_i == i && q_next_head == kv_head;
+    const float q_unscale = load_q_fragments<Cfg>(q_ready ? q_next : load_q<Cfg>(p, seq, i, kv_head, tid),
+                                                  s_q, s_qmax, rg, q_frag, piece_index);
+    q_next_i = w.next_kv_head >= 0 ? i : -1;
+    q_next_head = w.next_kv_head;
+    if (w.next_kv_head >= 0) q_next = load_q<Cfg>(p, seq, i, w.next_kv_head, tid);
     KVATTN_TL(if (tid == 0) tl_stamp_piece(piece_index, kTlpQ));
     float qk_descale = 1.f, o_descale = 1.f;
     if constexpr (Cfg::kFp8) {

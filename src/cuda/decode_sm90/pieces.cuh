@@ -37,6 +37,9 @@ struct DecodeCfg : DecodeSm90Shape {
   static constexpr int kNTilesS = kStageKeys / 8;                    // 8-key column tiles of S
   static constexpr int kNTilesO = kHeadDim / 8;                      // 8-column tiles of O
   static constexpr int kAhead = 3;  // stages whose page-table entries the producer holds ahead
+  // Sequences of a CTA's range the scan keeps in shared memory for its pieces (~120 bytes each): W2's
+  // CTAs span 1-3 sequences (b128-b256 uniform), past kKnown the pieces load theirs.
+  static constexpr int kKnownSequences = 8;
   // The producers' copies may go through L1 (cp.async.ca: the L2 is asked once a sector, not 1.5x) in the
   // one-group 16-bit kernels (copy_via_l1 decides per CTA): H200 W1 -3 to -7%, W2 -2 to -3% (bench/NOTES.md,
   // session 13). The fp8 and two-group kernels, whose consumers read more shared memory a stage, were
@@ -67,15 +70,15 @@ struct PieceKeys {
   int32_t stages;
 };
 
-// record: this thread records the sequence's index errors. The CTA's first sequence comes from the scan
-// (st.known, loaded without recording): it is loaded again, recording, only when it is broken.
+// record: this thread records the sequence's index errors. The CTA's first sequences come from the scan
+// (st.known, loaded without recording): such a sequence is loaded again, recording, only when it is broken.
 template <class Cfg>
 __device__ __forceinline__ PieceKeys piece_keys(const AttnParams& p, const BalancedStart& st, const Piece& w,
                                                 bool record) {
   PieceKeys k;
-  if (st.known != nullptr && w.i == st.seq) {
-    k.seq = st.known->seq;
-    k.keys = st.known->keys;
+  if (const SeqKeys* known = known_keys(st, w.i)) {
+    k.seq = known->seq;
+    k.keys = known->keys;
     if (record && !k.seq.ok) load_sequence(p.seq, w.i, p.errors, true);
   } else {
     k.seq = load_sequence(p.seq, w.i, p.errors, record);
