@@ -457,6 +457,15 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
   // bench/NOTES.md, session 16): valid for (q_next_i, q_next_head).
   QRows<Cfg> q_next;
   int q_next_i = -1, q_next_head = -1;
+  // The first piece's Q rows right after the scan, before the producers' first copies fill the memory
+  // pipeline (bench/NOTES.md, session 16: at b1 1k they landed 3.8 us after their issue, behind the copies).
+  if (const SeqKeys* first = known_keys(st, st.seq)) {
+    if (first->seq.rows_known && first->seq.q_len > 0) {
+      q_next_i = st.seq;
+      q_next_head = first_kv_head(p, st);
+      q_next = load_q<Cfg>(p, first->seq, q_next_i, q_next_head, tid);
+    }
+  }
   for_each_piece<Cfg>(p, st, [&](const Piece& w, bool first_of_unit, int64_t unit_pieces) {
     KVATTN_TL(++piece_index; if (tid == 0) {
       tl_set(kTlPieces, piece_index + 1);
