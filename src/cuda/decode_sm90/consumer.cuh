@@ -454,12 +454,14 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
   [[maybe_unused]] int piece_index = -1;
   // The next piece's Q rows, loaded under this piece's stages when it is the same sequence's next kv head
   // (W2: a dependent load behind the K/V stream at each piece switch, 1.5 us of the consumers' 6.6-us gap;
-  // bench/NOTES.md, session 16): valid for (q_next_i, q_next_head).
+  // bench/NOTES.md, session 16): valid for (q_next_i, q_next_head). Only in the one-group 16-bit kernels:
+  // the fp8 and two-group kernels spill with the rows held (H200: fp8 b4 32k +15%, W4 b8 4k q8 +11%).
+  constexpr bool kQAhead = !Cfg::kFp8 && Cfg::kGroups == 1;
   QRows<Cfg> q_next;
   int q_next_i = -1, q_next_head = -1;
   // The first piece's Q rows right after the scan, before the producers' first copies fill the memory
   // pipeline (bench/NOTES.md, session 16: at b1 1k they landed 3.8 us after their issue, behind the copies).
-  if (const SeqKeys* first = known_keys(st, st.seq)) {
+  if (const SeqKeys* first = kQAhead ? known_keys(st, st.seq) : nullptr) {
     if (first->seq.rows_known && first->seq.q_len > 0) {
       q_next_i = st.seq;
       q_next_head = first_kv_head(p, st);
@@ -482,12 +484,12 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
     bool ok = piece_ok<Cfg>(p, w, pk, tid);
     KVATTN_TL(if (tid == 0 && ok != (pk.stages == -1)) tl_stamp_piece(piece_index, kTlpChecked));
     uint32_t q_frag[Cfg::kHeadDim / 16][4];
-    const bool q_ready = q_next_i == i && q_next_head == kv_head;
+    const bool q_ready = kQAhead && q_next_i == i && q_next_head == kv_head;
     const float q_unscale = load_q_fragments<Cfg>(q_ready ? q_next : load_q<Cfg>(p, seq, i, kv_head, tid),
                                                   s_q, s_qmax, rg, q_frag, piece_index);
-    q_next_i = w.next_kv_head >= 0 ? i : -1;
+    q_next_i = kQAhead && w.next_kv_head >= 0 ? i : -1;
     q_next_head = w.next_kv_head;
-    if (w.next_kv_head >= 0) q_next = load_q<Cfg>(p, seq, i, w.next_kv_head, tid);
+    if (kQAhead && w.next_kv_head >= 0) q_next = load_q<Cfg>(p, seq, i, w.next_kv_head, tid);
     KVATTN_TL(if (tid == 0) tl_stamp_piece(piece_index, kTlpQ));
     float qk_descale = 1.f, o_descale = 1.f;
     if constexpr (Cfg::kFp8) {

@@ -115,27 +115,6 @@ __device__ __forceinline__ int first_kv_head(const AttnParams& p, const Balanced
   return static_cast<int>((a - st.seq_start) / (st.seq_tiles + p.balanced_unit_cost));
 }
 
-// Toward L1, the page-table entry of stage `stage` of the CTA's first piece (its first key), from the
-// scan's first sequence, before the walk: the producers' first entry loads then hit, where they were a
-// dependent load on the path to the first copy (bench/NOTES.md, session 16: 1.4 us at b1 1k).
-template <class Cfg>
-__device__ __forceinline__ void prefetch_first_entry(const AttnParams& p, const BalancedStart& st,
-                                                     int stage) {
-  const SeqKeys* first = known_keys(st, st.seq);
-  if (first == nullptr || p.seq.page_table == nullptr || p.seq.cu_seqlens_k != nullptr || !first->seq.ok)
-    return;
-  const int64_t cost = st.seq_tiles + p.balanced_unit_cost;
-  const int64_t u_start = st.seq_start + first_kv_head(p, st) * cost;
-  const int64_t tile_begin =
-      max(int64_t{0}, cta_begin(blockIdx.x, st.ctas, st.total) - u_start - p.balanced_unit_cost);
-  if (tile_begin >= first->keys.tiles) return;
-  const int64_t kp =
-      min(first->keys.first + tile_begin * Cfg::kBlockN + stage * Cfg::kStageKeys, first->keys.last);
-  const uint32_t column =
-      static_cast<uint32_t>(first->seq.leftpad + kp) / static_cast<uint32_t>(p.seq.page_size);
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(p.seq.page_table + first->seq.page_row0 + column));
-}
-
 // The pieces of CTA blockIdx.x on the balanced schedule (attention/schedule.cuh), in order;
 // f(piece, first_of_unit, unit_pieces). Producer and consumers walk the same list, so they agree on every
 // stage without talking.

@@ -27,9 +27,7 @@ __device__ __forceinline__ void produce(const AttnParams& p, const BalancedStart
   // The L2-only copies' policy: K/V rows are read once.
   const uint64_t policy = evict_first_policy();
   const bool via_l1 = copy_via_l1<Cfg>(p, st);
-  if (producer == 0 && lane < kP)
-    prefetch_first_entry<Cfg>(p, st, lane);  // stage `lane`: warp `lane`'s first
-  uint32_t stage_count = 0;                  // CTA-wide stage index of the piece's first stage
+  uint32_t stage_count = 0;  // CTA-wide stage index of the piece's first stage
   [[maybe_unused]] int piece_index = -1;
   for_each_piece<Cfg>(p, st, [&](const Piece& w, bool, int64_t) {
     KVATTN_TL(++piece_index; if (stage_count == 0 && producer == 0 && lane == 0) tl_stamp(kTlProdPiece));
