@@ -47,8 +47,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_sm90_kernel(const __g
     mbar_init(&empty[threadIdx.x], 32 * Cfg::kGroups);  // the lanes of its consumer warps
   }
   mbar_init_fence();
-  const BalancedStart st = balanced_start<Cfg::kRows, Cfg::kBlockN, Cfg::kThreads, Cfg::kKnownSequences>(
-      p);  // block-wide barriers
+  // (block-wide barriers)
+  const BalancedStart st = balanced_start<Cfg::kRows, Cfg::kBlockN, Cfg::kThreads, Cfg::kKnownSequences>(p);
   KVATTN_TL(if (threadIdx.x == 0) tl_stamp(kTlStarted));
   wait_for_prior_grid();  // launched early after the append (PDL): the appended K/V are in place past here
   KVATTN_TL(if (threadIdx.x == 0) tl_stamp(kTlPdl));
