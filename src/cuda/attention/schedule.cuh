@@ -132,7 +132,9 @@ __device__ inline BalancedStart balanced_start(const AttnParams& p) {
   auto line_cost = [&](int64_t tiles) { return tiles >= 0 ? p.num_kv_heads * (tiles + unit_cost) : 0; };
   const int batch = p.seq.batch;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __shared__ SeqKeys s_known[kKnown];
+  // Raw storage: a __shared__ variable cannot run SeqKeys' default member initializers (nvcc #20054).
+  __shared__ alignas(SeqKeys) unsigned char s_known_bytes[kKnown * sizeof(SeqKeys)];
+  SeqKeys* const s_known = reinterpret_cast<SeqKeys*>(s_known_bytes);
   // Every active round's lengths first, so that their loads overlap. Round 0 keeps its sequences for the
   // table (BalancedStart::known), whose pieces then skip load_sequence and key_range: cold code on the
   // path to the first copy (bench/NOTES.md, session 15), loads behind the stream at a switch (session 16).
