@@ -112,6 +112,12 @@ __device__ __forceinline__ const SeqKeys* known_keys(const BalancedStart& st, in
   return st.known != nullptr && i >= st.seq && i < st.known_end ? st.known + (i - st.seq) : nullptr;
 }
 
+// The kv head of the unit holding cost position a, the CTA's first (its sequence is st.seq): where the
+// walk starts, and which Q the decode consumers load right after the scan.
+__device__ __forceinline__ int first_kv_head(const AttnParams& p, const BalancedStart& st, int64_t a) {
+  return static_cast<int>((a - st.seq_start) / (st.seq_tiles + p.balanced_unit_cost));
+}
+
 // Every CTA scans the batch (batch <= kBalancedMaxBatch, checked by the plan) in rounds of kThreads
 // sequences: in round r thread t owns sequence r x kThreads + t, a block-wide exclusive scan of each
 // round (carried over the rounds) gives each its start on the line, and the thread whose sequence holds
@@ -243,7 +249,7 @@ __device__ __forceinline__ void walk_balanced_pieces(const AttnParams& p, const 
   int i = st.seq;
   const int64_t unit_cost = p.balanced_unit_cost;
   int64_t tiles = st.seq_tiles;
-  int h = static_cast<int>((a - st.seq_start) / (tiles + unit_cost));
+  int h = first_kv_head(p, st, a);
   int64_t u_start = st.seq_start + h * (tiles + unit_cost);
   while (i < p.seq.batch && u_start < b) {
     // The unit's line: unit_cost of fixed work, then its tiles.

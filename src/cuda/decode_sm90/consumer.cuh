@@ -464,7 +464,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
   if (const SeqKeys* first = kQAhead ? known_keys(st, st.seq) : nullptr) {
     if (first->seq.rows_known && first->seq.q_len > 0) {
       q_next_i = st.seq;
-      q_next_head = first_kv_head(p, st);
+      q_next_head = first_kv_head(p, st, cta_begin(blockIdx.x, st.ctas, st.total));
       q_next = load_q<Cfg>(p, first->seq, q_next_i, q_next_head, tid);
     }
   }

@@ -109,12 +109,6 @@ __device__ __forceinline__ bool copy_via_l1(const AttnParams& p, const BalancedS
   return Cfg::kCopyViaL1 && st.total >= min_tiles * st.ctas;
 }
 
-// The kv head of the CTA's first piece (its sequence is st.seq): the walk's first step (schedule.cuh).
-__device__ __forceinline__ int first_kv_head(const AttnParams& p, const BalancedStart& st) {
-  const int64_t a = cta_begin(blockIdx.x, st.ctas, st.total);
-  return static_cast<int>((a - st.seq_start) / (st.seq_tiles + p.balanced_unit_cost));
-}
-
 // The pieces of CTA blockIdx.x on the balanced schedule (attention/schedule.cuh), in order;
 // f(piece, first_of_unit, unit_pieces). Producer and consumers walk the same list, so they agree on every
 // stage without talking.
