@@ -19,6 +19,11 @@ struct QueryRow {
   int head;           // query head
   float alibi_slope;  // log2 units; 0 without ALiBi or when the row does not attend
   bool attends;       // false past seqused_q (such rows are written as 0 / -inf)
+  // The keys the mask shows this row, [key_first, key_last] within [0, kv_len) (empty: last < first): the
+  // causal / window / chunk mask is one interval a row (MaskPolicy), found once here, so that a masked tile
+  // costs two compares a score instead of the policy's branches (its chunk division inlined 64 times a
+  // tile made the masked tile's code ~80 KB, fetched cold once a unit: bench/NOTES.md, session 17).
+  int32_t key_first, key_last;
 };
 
 // Packed row r of (sequence i, kv_head): token r / g of head kv_head * g + r % g.
@@ -31,6 +36,9 @@ __device__ __forceinline__ QueryRow query_row(const AttnParams& p, const Sequenc
   q.head = kv_head * p.group + static_cast<int>(r % p.group);
   q.alibi_slope =
       p.alibi_slopes && q.attends ? p.alibi_slopes[i * p.alibi_batch_stride + q.head] * kLog2e : 0.f;
+  // (kp >= 0 always: a first key past int32 or a last key below -1 hides every key all the same.)
+  q.key_first = static_cast<int32_t>(min(p.mask.first_key(q.qp), int64_t{INT32_MAX}));
+  q.key_last = static_cast<int32_t>(max(p.mask.last_key(q.qp, kv_len), int64_t{-1}));
   return q;
 }
 
@@ -63,11 +71,9 @@ __device__ __forceinline__ void apply_score_mods(const AttnParams& p, int32_t kv
     });
   }
   if (!inside) {
-    // One unsigned compare for 0 <= kp < kv_len.
+    // The row's interval (query_row), cut at kv_len: a key outside it is invisible.
     tile.for_each([&](float& s, const QueryRow& q, int32_t kp) {
-      if (!(static_cast<uint32_t>(kp) < static_cast<uint32_t>(kv_len) && p.mask.visible(q.qp, kp))) {
-        s = -INFINITY;
-      }
+      if (kp < q.key_first || kp > min(q.key_last, kv_len - 1)) s = -INFINITY;
     });
   }
 }

@@ -1,5 +1,6 @@
 // The mask of CONTRACT.md step 6 as a small policy: which logical key positions kp a query at logical
-// position qp sees, as an interval (for tile skipping and splitting) and as a per-element test.
+// position qp sees, as an interval (tile skipping and splitting, and per score: attention/score_mod.cuh's
+// QueryRow holds each row's interval).
 #pragma once
 
 #include <cstdint>
@@ -29,14 +30,6 @@ struct MaskPolicy {
     if (window_right >= 0) hi = min(hi, qp + window_right);
     if (chunk > 0) hi = min(hi, floor_div<int64_t>(qp, chunk) * chunk + chunk - 1);
     return hi;
-  }
-  // kp must already be in [0, kv_len); 32-bit, since it runs per score element.
-  __device__ __forceinline__ bool visible(int32_t qp, int32_t kp) const {
-    const int32_t ahead = kp - qp;
-    if (window_left >= 0 && -ahead > window_left) return false;
-    if (window_right >= 0 && ahead > window_right) return false;
-    if (chunk > 0 && floor_div(kp, chunk) != floor_div(qp, chunk)) return false;
-    return true;
   }
 };
 
