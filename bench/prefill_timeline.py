@@ -24,7 +24,75 @@ import kvattn
 # timeline.cuh's PrefillTlStamp, in its order (the order an iteration passes them).
 STAMPS = ["head", "stage", "fenced", "issued", "S", "softmax", "pv", "end"]
 HEAD, STAGE, FENCED, ISSUED, S_LANDED, SOFTMAX, PV, END = range(len(STAMPS))
-CTAS, WARPS, TILE0, TILES = 8, 8, 16, 16
+CTAS, WARPS, TILE0, TILES = 8, 9, 16, 16  # 8 consumer warps, then the producer's thread 0
+CONSUMER_WARPS = 8
+# The units' timeline after the tiles' words (timeline.cuh kPu*): per (CTA, slot, unit) the heads of tiles
+# 0..PU_TILES-1, then the events.
+PU_UNITS, PU_TILES = 12, 40
+PU_EVENTS = ["desc", "q ready", "last pv issued", "next q issued", "pv done", "written", "prod start",
+             "prod desc", "prod first", "prod last", "prod next"]
+PU_SLOT = PU_TILES + len(PU_EVENTS)
+
+
+def units_report(buf, base):
+    """Per unit of CTAs 0-7: where a unit's time goes around its tiles (consumer warps 0 and 4, producer)."""
+    def rec(c, w, n):
+        at = base + ((c * WARPS + w) * PU_UNITS + n) * PU_SLOT
+        r = list(buf[at:at + PU_SLOT])
+        return r[:PU_TILES], dict(zip(PU_EVENTS, r[PU_TILES:]))
+    seg = {k: [] for k in ["prev written -> desc", "desc -> q ready", "q ready -> tile 0 head", "tile 0",
+                           "tile 1", "tile 2", "tiles 3..n-3 (each)", "tile n-2", "tile n-1 -> last pv issued",
+                           "last pv issued -> pv done", "pv done -> written", "unit (written -> written)",
+                           "tiles a unit", "prod start -> desc", "prod desc -> first issued",
+                           "prod first -> last issued", "prod last -> next claimed",
+                           "prod desc - cons written(prev)"]}
+    for c in range(CTAS):
+        for w in (0, 4):
+            prev_written = None
+            for n in range(PU_UNITS):
+                tiles, ev = rec(c, w, n)
+                heads = [t for t in tiles if t]
+                if ev["written"] == 0 or not heads:
+                    prev_written = None
+                    continue
+                nt = len(heads)
+                if prev_written and ev["desc"]:
+                    seg["prev written -> desc"].append(ev["desc"] - prev_written)
+                    seg["unit (written -> written)"].append(ev["written"] - prev_written)
+                if ev["desc"] and ev["q ready"]:
+                    seg["desc -> q ready"].append(ev["q ready"] - ev["desc"])
+                if ev["q ready"]:
+                    seg["q ready -> tile 0 head"].append(heads[0] - ev["q ready"])
+                seg["tiles a unit"].append(nt)
+                if nt >= 6:
+                    seg["tile 0"].append(heads[1] - heads[0])
+                    seg["tile 1"].append(heads[2] - heads[1])
+                    seg["tile 2"].append(heads[3] - heads[2])
+                    seg["tiles 3..n-3 (each)"].append((heads[nt - 2] - heads[3]) / (nt - 5))
+                    seg["tile n-2"].append(heads[nt - 1] - heads[nt - 2])
+                if ev["last pv issued"]:
+                    seg["tile n-1 -> last pv issued"].append(ev["last pv issued"] - heads[-1])
+                    seg["last pv issued -> pv done"].append(ev["pv done"] - ev["last pv issued"])
+                seg["pv done -> written"].append(ev["written"] - ev["pv done"])
+                if w == 0:
+                    _, pe = rec(c, WARPS - 1, n)
+                    if pe["prod start"] and pe["prod desc"]:
+                        seg["prod start -> desc"].append(pe["prod desc"] - pe["prod start"])
+                    if pe["prod desc"] and pe["prod first"]:
+                        seg["prod desc -> first issued"].append(pe["prod first"] - pe["prod desc"])
+                    if pe["prod first"] and pe["prod last"]:
+                        seg["prod first -> last issued"].append(pe["prod last"] - pe["prod first"])
+                    if pe["prod last"] and pe["prod next"]:
+                        seg["prod last -> next claimed"].append(pe["prod next"] - pe["prod last"])
+                    if pe["prod desc"] and prev_written:
+                        seg["prod desc - cons written(prev)"].append(pe["prod desc"] - prev_written)
+                prev_written = ev["written"]
+    print("units (consumer warps 0 and 4 of CTAs 0-7, the producer's thread 0), SM clocks:")
+    print(f"{'segment':32s} {'n':>5s} {'p10':>8s} {'median':>8s} {'p90':>8s} {'mean':>8s}")
+    for name, xs in seg.items():
+        if xs:
+            print(f"{name:32s} {len(xs):5d} {pct(xs, .1):8.0f} {pct(xs, .5):8.0f} {pct(xs, .9):8.0f} "
+                  f"{sum(xs) / len(xs):8.0f}")
 
 
 def pct(xs, q):
@@ -36,27 +104,46 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--d", type=int, nargs="*", default=[64], help="head dims (the library must hold them)")
     ap.add_argument("--seqlen", type=int, default=16384)
+    ap.add_argument("--case", choices=["w6", "w3"], default="w6")
+    ap.add_argument("--page", type=int, default=16)
+    ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("--chunk", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=8)
     args = ap.parse_args()
     lib = ctypes.CDLL(os.environ["KVATTN_LIBRARY"])
-    words = CTAS * WARPS * TILES * len(STAMPS)
+    tile_words = CTAS * WARPS * TILES * len(STAMPS)
+    words = tile_words + CTAS * WARPS * PU_UNITS * PU_SLOT
     buf = (ctypes.c_ulonglong * words)()
     lib.kvattn_debug_prefill_timeline_buffer.argtypes = [ctypes.c_void_p]
     got = lib.kvattn_debug_prefill_timeline_buffer(buf)
     if got != words:
         raise SystemExit(f"the library's timeline has {got} words, this script reads {words}")
     for d in args.d:
-        heads = {64: 32, 128: 16, 256: 8}[d]
-        n = args.seqlen
         gen = torch.Generator(device="cuda")
         gen.manual_seed(1)
-        q = torch.randn(1, n, heads, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-        k = torch.randn(1, n, heads, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-        v = torch.randn_like(k)
-        seqlens = torch.full((1,), n, dtype=torch.int32, device="cuda")
+        if args.case == "w6":
+            heads = {64: 32, 128: 16, 256: 8}[d]
+            n = args.seqlen
+            q = torch.randn(1, n, heads, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+            k = torch.randn(1, n, heads, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+            v = torch.randn_like(k)
+            seqlens = torch.full((1,), n, dtype=torch.int32, device="cuda")
+            call = dict(cache_seqlens=seqlens, causal=False)
+            title = f"W6-like full prefill, b1 x {n}, {heads} heads, d {d}"
+        else:
+            b, pg, keys = args.batch, args.page, args.ctx + args.chunk
+            per_seq = (keys + pg - 1) // pg
+            q = torch.randn(b, args.chunk, 32, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+            k = torch.randn(b * per_seq, pg, 8, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+            v = torch.randn_like(k)
+            table = torch.randperm(b * per_seq, device="cuda", generator=gen).to(torch.int32).view(b, per_seq)
+            seqlens = torch.full((b,), keys, dtype=torch.int32, device="cuda")
+            call = dict(cache_seqlens=seqlens, page_table=table, causal=True)
+            title = f"W3-like chunk, b{b} x {args.chunk} over {args.ctx}, page {pg}, 32/8 heads, d {d}, causal"
         for _ in range(4):
             for i in range(words):
                 buf[i] = 0
-            kvattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlens, causal=False)
+            kvattn.flash_attn_with_kvcache(q, k, v, **call)
             torch.cuda.synchronize()
         rows = {}
         for c in range(CTAS):
@@ -64,10 +151,11 @@ def main():
                 for t in range(TILES):
                     at = ((c * WARPS + w) * TILES + t) * len(STAMPS)
                     rows[(c, w, t)] = list(buf[at:at + len(STAMPS)])
+        units_report(buf, tile_words)
         phases = {name: [] for name in ["stage wait", "  loop head", "  wait_full", "issue", "  fence",
                                         "  wgmma", "S wait", "softmax", "pv wait", "tail", "tile"]}
         for (c, w, t), r in rows.items():
-            if t == 0 or 0 in r or 0 in rows[(c, w, t - 1)]:
+            if w >= CONSUMER_WARPS or t == 0 or 0 in r or 0 in rows[(c, w, t - 1)]:
                 continue
             prev_end = rows[(c, w, t - 1)][END]
             for name, a, b in [("stage wait", None, STAGE), ("  loop head", None, HEAD), ("  wait_full", HEAD, STAGE),
@@ -75,8 +163,8 @@ def main():
                                ("S wait", ISSUED, S_LANDED), ("softmax", S_LANDED, SOFTMAX), ("pv wait", SOFTMAX, PV),
                                ("tail", PV, END), ("tile", None, END)]:
                 phases[name].append((r[b] - (prev_end if a is None else r[a])))
-        stamped = sum(1 for r in rows.values() if 0 not in r)
-        print(f"\n== W6-like full prefill, b1 x {n}, {heads} heads, d {d}: {stamped} of {len(rows)} "
+        stamped = sum(1 for (c, w, t), r in rows.items() if w < CONSUMER_WARPS and 0 not in r)
+        print(f"\n== {title}: {stamped} of {CTAS * CONSUMER_WARPS * TILES} "
               f"(CTA, warp, tile) stamped; SM clocks an iteration, one consumer warp")
         print(f"{'phase':12s} {'n':>5s} {'p10':>7s} {'median':>7s} {'p90':>7s} {'mean':>7s}")
         for name, xs in phases.items():
@@ -89,6 +177,31 @@ def main():
         if lag:
             print(f"warpgroup 1's stage stamp minus warpgroup 0's, same tile: p10 {pct(lag, .1):.0f}, median "
                   f"{pct(lag, .5):.0f}, p90 {pct(lag, .9):.0f} clocks")
+        # The producer (thread 0 of the TMA warp): stamps head (before the empty wait), stage (past it),
+        # fenced (copies issued); against the consumers' stamps of the same tile (the same SM's clock).
+        prod = {name: [] for name in ["empty wait", "copies issue", "issue -> first full seen",
+                                      "consumer head - issue", "consumer waits on copies"]}
+        for c in range(CTAS):
+            for t in range(TILES):
+                pr = rows[(c, CONSUMER_WARPS, t)]
+                if pr[HEAD] == 0 or pr[STAGE] == 0 or pr[FENCED] == 0:
+                    continue
+                prod["empty wait"].append(pr[STAGE] - pr[HEAD])
+                prod["copies issue"].append(pr[FENCED] - pr[STAGE])
+                cons = [rows[(c, w, t)] for w in range(CONSUMER_WARPS) if rows[(c, w, t)][STAGE] != 0]
+                if not cons:
+                    continue
+                prod["issue -> first full seen"].append(min(r[STAGE] for r in cons) - pr[FENCED])
+                for r in cons:
+                    if r[HEAD] != 0:
+                        prod["consumer head - issue"].append(r[HEAD] - pr[FENCED])
+                        prod["consumer waits on copies"].append(max(0, r[STAGE] - max(r[HEAD], pr[FENCED])))
+        if prod["empty wait"]:
+            print("producer (TMA warp) and the consumers, same tiles, SM clocks:")
+            for name, xs in prod.items():
+                if xs:
+                    print(f"{name:26s} {len(xs):5d} {pct(xs, .1):7.0f} {pct(xs, .5):7.0f} {pct(xs, .9):7.0f} "
+                          f"{sum(xs) / len(xs):7.0f}")
         del q, k, v
         torch.cuda.empty_cache()
     lib.kvattn_debug_prefill_timeline_buffer(None)

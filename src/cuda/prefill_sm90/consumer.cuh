@@ -224,6 +224,9 @@ __device__ __forceinline__ void write_rows(const AttnParams& p, const Sequence& 
   constexpr int kD = Cfg::kHeadDim;
   const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32, quad = lane % 4;
   const int64_t rows = static_cast<int64_t>(seq.q_len) * p.group;
+  // The token of a row from its qp (query_row: qp = t + kv_len - q_used), not r / group (a 64-bit division
+  // in code that runs once a unit, i.e. cold).
+  const int64_t t_of_qp = static_cast<int64_t>(seq.q_used) - (seq.end - seq.leftpad);
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], 1);
@@ -233,17 +236,27 @@ __device__ __forceinline__ void write_rows(const AttnParams& p, const Sequence& 
   for (int k = 0; k < 2; ++k) {
     const int64_t r = m0 + 16 * warp + lane / 4 + 8 * k;
     if (r >= rows) continue;
-    const int64_t t = r / p.group;
+    const int64_t t = row[k].qp + t_of_qp;
     const int h = row[k].head;
     const RowState st{row_max[k] * factor, row_sum[k]};  // log2 units
     const RowEnd end = end_row(st, row[k].attends, true, p.sinks, h, 1.f);
     const float lse = end.lse, inv_l = end.o_scale;
     T* out = out_row<T>(p, seq, cta.i, t, h);
+    // A thread's two adjacent columns as one 32-bit store (half the store instructions) where the row
+    // allows it (out's strides are any element counts).
+    if (reinterpret_cast<uintptr_t>(out) % 4 == 0) {
 #pragma unroll
-    for (int j = 0; j < kD / 8; ++j) {
-      const int c = 8 * j + 2 * quad;
-      out[c] = from_float<T>(o[4 * j + 2 * k] * inv_l);
-      out[c + 1] = from_float<T>(o[4 * j + 2 * k + 1] * inv_l);
+      for (int j = 0; j < kD / 8; ++j) {
+        *reinterpret_cast<uint32_t*>(out + 8 * j + 2 * quad) =
+            pack2<T>(o[4 * j + 2 * k] * inv_l, o[4 * j + 2 * k + 1] * inv_l);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        const int c = 8 * j + 2 * quad;
+        out[c] = from_float<T>(o[4 * j + 2 * k] * inv_l);
+        out[c + 1] = from_float<T>(o[4 * j + 2 * k + 1] * inv_l);
+      }
     }
     if (p.lse && quad == 0) *lse_at(p, seq, cta.i, t, h) = lse;
   }
@@ -293,6 +306,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
   int prev_stage = 0;
   if (n_tiles > 0) {
     float s[kBlockN / 2];
+    KVATTN_PTL(pu_stamp(0));
     prev_stage = wait_full(0);
     turns.my_turn();
     wgmma_fence();
@@ -307,6 +321,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
   for (int64_t tile = 1; tile < n_tiles; ++tile) {
     float s[kBlockN / 2];
     KVATTN_PTL(ptl_stamp(tile, kPtlHead));
+    KVATTN_PTL(pu_stamp(static_cast<int>(tile < kPuTiles ? tile : kPuTiles - 1)));
     const int stage = wait_full(tile);
     KVATTN_PTL(ptl_stamp(tile, kPtlStage));
     fence_fragments(pa);
@@ -344,8 +359,11 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     wgmma_fence();
     issue_pv_tile<Cfg>(o, pa, v_desc, prev_stage * Cfg::kKvStageBytes);
     turns.your_turn();
+    KVATTN_PTL(pu_stamp(kPuTiles + kPuLastPv));
     if constexpr (HasLast<WaitFull>::value) wait_full.last();
+    KVATTN_PTL(pu_stamp(kPuTiles + kPuNextQ));
     wgmma_wait<0>();
+    KVATTN_PTL(pu_stamp(kPuTiles + kPuPvDone));
     fence_registers(o);
     mbar_arrive(empty_bar + 8 * prev_stage);
   }
@@ -401,6 +419,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     fence_proxy_async();  // Q is read by wgmma (async proxy)
   }
   named_barrier_sync(1 + consumer, 128);
+  KVATTN_PTL(pu_stamp(kPuTiles + kPuQReady));
 
   const int64_t kv_len = seq.end - seq.leftpad;
   // Tiles inside the keys every row of this warpgroup sees skip the mask.
@@ -450,6 +469,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     run_tiles<Cfg>(n_tiles, q_addr, s_k, s_v, empty_bar, turns, wait_full, softmax, o);
   }
   write_rows<Cfg>(p, seq, cta, m0, row, o, row_max, row_sum, factor);
+  KVATTN_PTL(pu_stamp(kPuTiles + kPuWritten));
 }
 
 #endif  // sm_90a

@@ -31,6 +31,7 @@
 #include "cuda/prefill_sm90/persistent.cuh"
 #include "cuda/prefill_sm90/producer.cuh"
 #include "cuda/prefill_sm90/ptx.cuh"
+#include "cuda/prefill_sm90/timeline.cuh"
 
 namespace kvattn::cuda::sm90 {
 
@@ -81,19 +82,18 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
-      mbar_init(full_bar + 8 * s, tma ? 32 : 128);          // the producer threads
+      mbar_init(full_bar + 8 * s, 128);                     // the producer threads
       mbar_init(empty_bar + 8 * s, 128 * Cfg::kConsumers);  // the consumer threads
     }
   }
   __syncthreads();
 
+  KVATTN_PTL(pu_set_unit(0));
   if (threadIdx.x < 128) {
     regs_dealloc<Cfg::kRegsProducer>();
     if (tma) {
-      if (threadIdx.x < 32) {
-        produce_tma<Cfg>(a, seq, cta.kv_head, seq.leftpad + keys.first, n_tiles, s_k, s_v, full_bar,
-                         empty_bar, (a.flags & kDiagNoLoad) != 0);
-      }
+      produce_tma<Cfg>(a, seq, cta.kv_head, seq.leftpad + keys.first, n_tiles, s_k, s_v, full_bar, empty_bar,
+                       (a.flags & kDiagNoLoad) != 0);
     } else {
       produce<Cfg>(p, seq, cta.kv_head, seq.leftpad + keys.first, n_tiles, s_k, s_v, full_bar, empty_bar,
                    (a.flags & kDiagNoLoad) != 0);

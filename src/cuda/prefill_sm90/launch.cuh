@@ -177,6 +177,14 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream) {
       st != KVATTN_OK) {
     return st;
   }
+#if KVATTN_PREFILL_TIMELINE
+  if (g_prefill_timeline_host != nullptr) {  // stamps of this launch only (a unit's slot may stay unused)
+    void* stamps = nullptr;
+    if (cudaGetSymbolAddress(&stamps, g_prefill_timeline) == cudaSuccess) {
+      cudaMemsetAsync(stamps, 0, sizeof(g_prefill_timeline), stream);
+    }
+  }
+#endif
   prefill_kernel<Cfg><<<static_cast<unsigned>(ctas), Cfg::kThreads, smem, stream>>>(a);
 #if KVATTN_PREFILL_TIMELINE
   if (g_prefill_timeline_host != nullptr) {  // the developer timeline (timeline.cuh), after the kernel

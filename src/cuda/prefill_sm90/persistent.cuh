@@ -28,6 +28,7 @@
 #include "cuda/prefill_sm90/cta.cuh"
 #include "cuda/prefill_sm90/producer.cuh"
 #include "cuda/prefill_sm90/ptx.cuh"
+#include "cuda/prefill_sm90/timeline.cuh"
 
 namespace kvattn::cuda::sm90 {
 
@@ -58,7 +59,7 @@ __device__ __forceinline__ int ring_after(int at, int64_t n_tiles) {
   return static_cast<int>((at + n_tiles) % (2 * Cfg::kStages));
 }
 
-// The producer warpgroup (all 128 threads; with TMA warp 0 produces, warps 1-3 only check). claim: two
+// The producer warpgroup (all 128 threads, with TMA too: produce_tma). claim: two
 // shared words, the next unit of units n and n + 1 (two, so that one barrier a unit orders them).
 template <class Cfg>
 __device__ __forceinline__ void produce_units(const PrefillArgs& a, uint32_t s_k, uint32_t s_v,
@@ -83,6 +84,8 @@ __device__ __forceinline__ void produce_units(const PrefillArgs& a, uint32_t s_k
       }
       break;
     }
+    KVATTN_PTL(pu_set_unit(n));
+    KVATTN_PTL(pu_stamp(kPuTiles + kPuProdStart, n));
     const CtaRows cta = unit_rows<Cfg>(a, x);
     const Sequence seq = load_sequence(p.seq, cta.i, p.errors, threadIdx.x == 0);
     int32_t state = kUnitSkip;
@@ -110,24 +113,25 @@ __device__ __forceinline__ void produce_units(const PrefillArgs& a, uint32_t s_k
       ring[slot] = PrefillUnit{seq, cta, first_key, n_tiles, state};
       mbar_arrive(unit_full + 8 * slot);  // (release: the descriptor's stores before the arrival)
     }
+    KVATTN_PTL(pu_stamp(kPuTiles + kPuProdDesc, n));
     __syncwarp();
     if (n_tiles > 0) {
       if (tma) {
-        if (threadIdx.x < 32) {
-          produce_tma<Cfg>(a, seq, cta.kv_head, seq.leftpad + first_key, n_tiles, s_k, s_v, full_bar,
-                           empty_bar, diag_no_load, at, false);
-        }
+        produce_tma<Cfg>(a, seq, cta.kv_head, seq.leftpad + first_key, n_tiles, s_k, s_v, full_bar, empty_bar,
+                         diag_no_load, at, false);
       } else {
         produce<Cfg>(p, seq, cta.kv_head, seq.leftpad + first_key, n_tiles, s_k, s_v, full_bar, empty_bar,
                      diag_no_load, at, false);
       }
     }
+    KVATTN_PTL(pu_stamp(kPuTiles + kPuProdLast, n));
     at = ring_after<Cfg>(at, n_tiles);
     // The next unit, claimed once this one's tiles are issued: the consumers still have its last stages
     // to compute, which hide the atomic's round trip. A word written at unit n is rewritten at n + 2, after
     // unit n + 1's barrier, which every thread passes after reading it.
     if (threadIdx.x == 0) claim[slot] = gridDim.x + atomicAdd(counter, 1u);
     named_barrier_sync(kProducerBarrier, 128);
+    KVATTN_PTL(pu_stamp(kPuTiles + kPuProdNext, n));
     x = claim[slot];
   }
   cp_async_wait_all();  // nothing in flight when the producer leaves
@@ -155,6 +159,8 @@ __device__ __forceinline__ void consume_units(const PrefillArgs& a, unsigned cha
   bool q_used = false;    // s_q holds a previous unit's Q, maybe still read by its wgmma
   for (int n = 0;; ++n) {
     const PrefillUnit u = wait_unit(n);
+    KVATTN_PTL(pu_set_unit(n));
+    KVATTN_PTL(pu_stamp(kPuTiles + kPuDesc));
     mbar_arrive(unit_empty + 8 * (n % 2));  // (the copy's loads before the arrival: "memory")
     if (u.state == kUnitEnd) break;
     bool next_q = false;
@@ -194,7 +200,7 @@ __device__ __forceinline__ void prefill_persistent_cta(const PrefillArgs& a, uns
   const bool tma = (a.flags & kTma) != 0;
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
-      mbar_init(full_bar + 8 * s, tma ? 32 : 128);          // the producer threads
+      mbar_init(full_bar + 8 * s, 128);                     // the producer threads
       mbar_init(empty_bar + 8 * s, 128 * Cfg::kConsumers);  // the consumer threads
     }
     for (int s = 0; s < 2; ++s) {

@@ -7,6 +7,7 @@
 #include "cuda/common/sequence.cuh"
 #include "cuda/prefill_sm90/cta.cuh"
 #include "cuda/prefill_sm90/ptx.cuh"
+#include "cuda/prefill_sm90/timeline.cuh"
 
 namespace kvattn::cuda::sm90 {
 
@@ -81,30 +82,37 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
   if (!Cfg::kPersistent || drain) cp_async_wait_all();  // nothing in flight when the producer leaves
 }
 
-// The TMA producer (one warp; kTma): tile t covers slots [slot0 + t kBlockN, + kBlockN), slot0 a multiple of
-// tma_geometry's align, so each box of `box` slots lies in one page: one page's rows (paged, page size <=
-// kBlockN), a part of one page, or of a contiguous cache's row / the packed token rows, where it may reach
-// past the row's end (the TMA unit writes zeros there). A tile inside [leftpad, end) is kBlockN / box boxes
-// a panel of K and of V at slot_address_at's (page, slot in page), lane j issuing box j's (its page-table
-// entry loaded before the stage is free); the full barrier (32 arrivals) completes when the bytes land.
-// So is a last tile reaching past `end` where `end` is the map's end (a contiguous row filled to its
-// capacity, the last packed sequence): its slots past `end` are the TMA unit's zeros. Any other tile
-// reaching outside [leftpad, end) (at most the first and the last of a CTA) goes by 16-byte cp.async, its
-// slots outside zero-filled, as the other producer does (they may hold NaN, and P V needs 0 there).
+// The TMA producer (the producer warpgroup; kTma): tile t covers slots [slot0 + t kBlockN, + kBlockN), slot0
+// a multiple of tma_geometry's align, so each box of `box` slots lies in one page: one page's rows (paged,
+// page size <= kBlockN), a part of one page, or of a contiguous cache's row / the packed token rows, where it
+// may reach past the row's end (the TMA unit writes zeros there). A tile inside [leftpad, end) is
+// kBlockN / box boxes a panel of K and of V at slot_address_at's (page, slot in page): warp w issues the
+// (K or V, panel) pairs w, w + 4, ... and lane j of it box j (its page-table entry loaded before the stage
+// is free). Four warps, not one: a TMA instruction takes ~85 SM clocks to issue whatever its box, so page
+// 16's 32 boxes a tile from one warp took ~3,000 clocks, longer than the consumers' tile (bench/NOTES.md,
+// session 17). Each warp expects its own bytes before its copies; the full barrier (128 arrivals) completes
+// when all have landed. So is a last tile reaching past `end` where `end` is the map's end (a contiguous row
+// filled to its capacity, the last packed sequence): its slots past `end` are the TMA unit's zeros. Any
+// other tile reaching outside [leftpad, end) (at most the first and the last of a CTA) goes by 16-byte
+// cp.async, a key row a thread, its slots outside zero-filled, as the other producer does (they may hold
+// NaN, and P V needs 0 there).
 template <class Cfg>
 __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence& seq, int kv_head,
                                             int64_t slot0, int64_t n_tiles, uint32_t s_k, uint32_t s_v,
                                             uint32_t full_bar, uint32_t empty_bar, bool diag_no_load,
                                             int64_t tile0 = 0, bool drain = true) {
   const AttnParams& p = a.p;
-  const int lane = threadIdx.x % 32;
+  const int ptid = threadIdx.x % 128, warp = ptid / 32, lane = ptid % 32;
+  constexpr int kPairs = 2 * Cfg::kPanels;          // (K or V, panel)
+  constexpr int kWarpPairs = (kPairs - 1) / 4 + 1;  // at most, a warp
+  const int warp_pairs = (kPairs - warp + 3) / 4;   // this warp's: w, w + 4, ...
   const bool packed = p.seq.cu_seqlens_k != nullptr, paged = p.seq.page_table != nullptr && !packed;
   const TmaGeometry g = tma_geometry(packed, paged, p.seq.num_pages, p.seq.page_size, Cfg::kBlockN);
   const int boxes = Cfg::kBlockN / g.box;
   // The slots from `end` on lie past the map's slot dim (zeros): contiguous and packed caches only.
   const bool zero_tail = !paged && slot_address_at(p.seq, seq, seq.end, 0).in_page == g.slots;
   const uint64_t k_map = reinterpret_cast<uint64_t>(&a.k_map), v_map = reinterpret_cast<uint64_t>(&a.v_map);
-  if (lane == 0) {
+  if (ptid == 0) {
     tma_prefetch_map(k_map);
     tma_prefetch_map(v_map);
   }
@@ -120,7 +128,9 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
     const bool whole = t0 >= seq.leftpad && (t0 + Cfg::kBlockN <= seq.end || zero_tail);
     const int64_t box_slot = t0 + lane * g.box;
     const int32_t entry = paged && whole && lane < boxes ? page_entry(p.seq, seq, box_slot) : 0;
+    KVATTN_PTL(ptl_producer_stamp(tile, kPtlHead));
     mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((ring_tile / Cfg::kStages) & 1) ^ 1u);
+    KVATTN_PTL(ptl_producer_stamp(tile, kPtlStage));
     if (diag_no_load && tile >= Cfg::kStages) {
       mbar_arrive(bar);  // stale stage (timing only)
     } else if (whole) {
@@ -128,24 +138,31 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
       // write it through the async proxy.
       fence_proxy_async();
       if (lane == 0) {
-        mbar_arrive_expect_tx(bar, 2 * Cfg::kKvStageBytes);
+        mbar_arrive_expect_tx(bar, static_cast<uint32_t>(warp_pairs * Cfg::kKvPanelBytes));
       } else {
         mbar_arrive(bar);
       }
-      __syncwarp();  // the bytes are expected before any copy can land
+      __syncwarp();  // this warp's bytes are expected before any of its copies can land
       if (lane < boxes) {
         const SlotAddress box_at = slot_address_at(p.seq, seq, box_slot, entry);  // entries were checked
         const uint32_t rows_at = static_cast<uint32_t>(lane * g.box * 128);
 #pragma unroll
-        for (int panel = 0; panel < Cfg::kPanels; ++panel) {
+        for (int k = 0; k < kWarpPairs; ++k) {
+          const int pair = warp + 4 * k, panel = pair % Cfg::kPanels;
+          if (pair >= kPairs) break;
           const uint32_t at = panel * Cfg::kKvPanelBytes + rows_at;
-          tma_load_4d(k_dst + at, k_map, bar, 64 * panel, box_at.in_page, kv_head, box_at.page);
-          tma_load_4d(v_dst + at, v_map, bar, 64 * panel, box_at.in_page, kv_head, box_at.page);
+          if (pair < Cfg::kPanels) {
+            tma_load_4d(k_dst + at, k_map, bar, 64 * panel, box_at.in_page, kv_head, box_at.page);
+          } else {
+            tma_load_4d(v_dst + at, v_map, bar, 64 * panel, box_at.in_page, kv_head, box_at.page);
+          }
         }
       }
+      KVATTN_PTL(ptl_producer_stamp(tile, kPtlFenced));
+      KVATTN_PTL(if (tile == 0) pu_stamp(kPuTiles + kPuProdFirst));
     } else {
       constexpr uint32_t kNoRow = 0xffffffffu;
-      for (int r = lane; r < Cfg::kBlockN; r += 32) {
+      for (int r = ptid; r < Cfg::kBlockN; r += 128) {
         const int64_t s = t0 + r;
         uint32_t k_off = kNoRow, v_off = kNoRow;
         if (s >= seq.leftpad && s < seq.end) {  // entries of these slots were checked (check_pages)
