@@ -31,7 +31,7 @@ template <typename T, class Cols>
 __device__ __forceinline__ void write_row(const AttnParams& p, const Piece& w, const Sequence& seq, int64_t r,
                                           const QueryRow& q, RowState st, float o_scale, bool lse_writer,
                                           Cols cols) {
-  const int64_t t = r / p.group;
+  const int64_t t = split_row(r, p.group).t;
   // end_row's rule written out: computing prow first (to call end_row) moves this kernel's register
   // allocation and main-loop instructions (tools/sass_diff.py), a change a benchmark could see.
   if (!q.attends) st.l = 0.f;  // rows past seqused_q: out 0, lse -inf, no sink

@@ -83,6 +83,19 @@ __device__ __forceinline__ float descale_at(const float* ptr, const int64_t (&st
   return ptr ? ptr[i * strides[0] + h * strides[1]] : 1.f;
 }
 
+// Packed row r >= 0 of a (sequence, kv head) as its token r / group and head offset r % group, in 32 bits: a
+// sequence's packed rows number fewer than 2^32 (q holds that many rows of >= 64 channels), and a 64-bit
+// division is a ~70-instruction call in code that runs once a unit or piece, i.e. cold (bench/NOTES.md).
+struct RowSplit {
+  int64_t t;
+  int g;
+};
+__device__ __forceinline__ RowSplit split_row(int64_t r, int group) {
+  const uint32_t r32 = static_cast<uint32_t>(r), g32 = static_cast<uint32_t>(group);
+  const uint32_t t = r32 / g32;
+  return {static_cast<int64_t>(t), static_cast<int>(r32 - t * g32)};
+}
+
 // Row (sequence i, token t, head h) of a query-side TokenTensor (q, qv, out): problem.hpp's rule.
 template <typename T>
 __device__ __forceinline__ T* token_row(const TokenTensor& x, const Sequence& seq, int i, int64_t t, int h) {

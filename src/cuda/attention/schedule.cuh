@@ -65,8 +65,8 @@ __device__ __forceinline__ KeyRange key_range(const AttnParams& p, const Sequenc
   const int64_t kv_len = seq.end - seq.leftpad;
   const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
   if (m0 < used_rows) {
-    const int64_t qp_first = m0 / p.group + kv_len - seq.q_used;
-    const int64_t qp_last = (min(m0 + rows, used_rows) - 1) / p.group + kv_len - seq.q_used;
+    const int64_t qp_first = split_row(m0, p.group).t + kv_len - seq.q_used;
+    const int64_t qp_last = split_row(min(m0 + rows, used_rows) - 1, p.group).t + kv_len - seq.q_used;
     k.first = p.mask.first_key(qp_first);
     k.last = p.mask.last_key(qp_last, kv_len);
     k.all_first = p.mask.first_key(qp_last);

@@ -32,8 +32,9 @@ __device__ __forceinline__ QueryRow query_row(const AttnParams& p, const Sequenc
   const int64_t kv_len = seq.end - seq.leftpad;
   QueryRow q;
   q.attends = r < static_cast<int64_t>(seq.q_used) * p.group;
-  q.qp = static_cast<int32_t>(r / p.group + kv_len - seq.q_used);
-  q.head = kv_head * p.group + static_cast<int>(r % p.group);
+  const RowSplit split = split_row(r, p.group);
+  q.qp = static_cast<int32_t>(split.t + kv_len - seq.q_used);
+  q.head = kv_head * p.group + split.g;
   q.alibi_slope =
       p.alibi_slopes && q.attends ? p.alibi_slopes[i * p.alibi_batch_stride + q.head] * kLog2e : 0.f;
   // (kp >= 0 always: a first key past int32 or a last key below -1 hides every key all the same.)

@@ -38,8 +38,9 @@ __device__ __forceinline__ void load_q(const AttnParams& p, const Sequence& seq,
     const int64_t r = m0 + row;
     alignas(16) T vals[8];
     if (r < used_rows) {
-      const int64_t t = r / p.group;
-      const int h = kv_head * p.group + static_cast<int>(r % p.group);
+      const RowSplit split = split_row(r, p.group);
+      const int64_t t = split.t;
+      const int h = kv_head * p.group + split.g;
       const T* src = token_row<const T>(p.q, seq, i, t, h);
       const int64_t pos = seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0);
       if (c * 8 >= p.rotary.rotary_dim && reinterpret_cast<uintptr_t>(src + c * 8) % 16 == 0) {
@@ -85,8 +86,9 @@ __device__ __forceinline__ void load_q_async(const AttnParams& p, const Sequence
       cp_async_16(q_addr + at, p.q.ptr, false);  // zeros
       continue;
     }
-    const int64_t t = r / p.group;
-    const int h = kv_head * p.group + static_cast<int>(r % p.group);
+    const RowSplit split = split_row(r, p.group);
+    const int64_t t = split.t;
+    const int h = kv_head * p.group + split.g;
     const T* src = token_row<const T>(p.q, seq, i, t, h);
     if (c * 8 >= rot.rotary_dim && reinterpret_cast<uintptr_t>(src + c * 8) % 16 == 0) {
       cp_async_16(q_addr + at, src + c * 8, true);

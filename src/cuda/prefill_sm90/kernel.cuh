@@ -82,7 +82,7 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
-      mbar_init(full_bar + 8 * s, 128);                     // the producer threads
+      mbar_init(full_bar + 8 * s, 128);                     // the producer threads (TMA or cp.async)
       mbar_init(empty_bar + 8 * s, 128 * Cfg::kConsumers);  // the consumer threads
     }
   }

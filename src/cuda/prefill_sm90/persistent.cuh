@@ -197,10 +197,9 @@ __device__ __forceinline__ void prefill_persistent_cta(const PrefillArgs& a, uns
   const uint32_t unit_full = empty_bar + 8 * Cfg::kStages, unit_empty = unit_full + 16;
   PrefillUnit* ring = reinterpret_cast<PrefillUnit*>(s_q + (unit_empty + 16 - smem_addr(s_q)));
   volatile uint32_t* claim = reinterpret_cast<volatile uint32_t*>(ring + 2);
-  const bool tma = (a.flags & kTma) != 0;
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
-      mbar_init(full_bar + 8 * s, 128);                     // the producer threads
+      mbar_init(full_bar + 8 * s, 128);                     // the producer threads (TMA or cp.async)
       mbar_init(empty_bar + 8 * s, 128 * Cfg::kConsumers);  // the consumer threads
     }
     for (int s = 0; s < 2; ++s) {
