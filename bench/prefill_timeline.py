@@ -177,7 +177,7 @@ def main():
         if lag:
             print(f"warpgroup 1's stage stamp minus warpgroup 0's, same tile: p10 {pct(lag, .1):.0f}, median "
                   f"{pct(lag, .5):.0f}, p90 {pct(lag, .9):.0f} clocks")
-        # The producer (thread 0 of the TMA warp): stamps head (before the empty wait), stage (past it),
+        # The TMA producer (its thread 0): stamps head (before the empty wait), stage (past it),
         # fenced (copies issued); against the consumers' stamps of the same tile (the same SM's clock).
         prod = {name: [] for name in ["empty wait", "copies issue", "issue -> first full seen",
                                       "consumer head - issue", "consumer waits on copies"]}
@@ -197,7 +197,7 @@ def main():
                         prod["consumer head - issue"].append(r[HEAD] - pr[FENCED])
                         prod["consumer waits on copies"].append(max(0, r[STAGE] - max(r[HEAD], pr[FENCED])))
         if prod["empty wait"]:
-            print("producer (TMA warp) and the consumers, same tiles, SM clocks:")
+            print("TMA producer (thread 0) and the consumers, same tiles, SM clocks:")
             for name, xs in prod.items():
                 if xs:
                     print(f"{name:26s} {len(xs):5d} {pct(xs, .1):7.0f} {pct(xs, .5):7.0f} {pct(xs, .9):7.0f} "
