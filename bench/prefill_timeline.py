@@ -35,7 +35,9 @@ PU_SLOT = PU_TILES + len(PU_EVENTS)
 
 
 def units_report(buf, base):
-    """Per unit of CTAs 0-7: where a unit's time goes around its tiles (consumer warps 0 and 4, producer)."""
+    """Per unit of CTAs 0-7: where a unit's time goes around its tiles (consumer warps 0 and 4, producer).
+    Units of PU_TILES tiles or more stamp every later tile head into the last slot: their "tiles a unit" reads
+    PU_TILES and their middle tiles are left out."""
     def rec(c, w, n):
         at = base + ((c * WARPS + w) * PU_UNITS + n) * PU_SLOT
         r = list(buf[at:at + PU_SLOT])
@@ -68,8 +70,9 @@ def units_report(buf, base):
                     seg["tile 0"].append(heads[1] - heads[0])
                     seg["tile 1"].append(heads[2] - heads[1])
                     seg["tile 2"].append(heads[3] - heads[2])
-                    seg["tiles 3..n-3 (each)"].append((heads[nt - 2] - heads[3]) / (nt - 5))
-                    seg["tile n-2"].append(heads[nt - 1] - heads[nt - 2])
+                    if nt < PU_TILES:  # (a unit of more tiles stamps its later heads into the last slot)
+                        seg["tiles 3..n-3 (each)"].append((heads[nt - 2] - heads[3]) / (nt - 5))
+                        seg["tile n-2"].append(heads[nt - 1] - heads[nt - 2])
                 if ev["last pv issued"]:
                     seg["tile n-1 -> last pv issued"].append(ev["last pv issued"] - heads[-1])
                     seg["last pv issued -> pv done"].append(ev["pv done"] - ev["last pv issued"])
