@@ -30,7 +30,7 @@ CONSUMER_WARPS = 8
 # 0..PU_TILES-1, then the events.
 PU_UNITS, PU_TILES = 12, 40
 PU_EVENTS = ["desc", "q ready", "last pv issued", "next q issued", "pv done", "written", "prod start",
-             "prod desc", "prod first", "prod last", "prod next"]
+             "prod desc", "prod first", "prod last", "prod next", "next q met"]
 PU_SLOT = PU_TILES + len(PU_EVENTS)
 
 
@@ -44,7 +44,8 @@ def units_report(buf, base):
         return r[:PU_TILES], dict(zip(PU_EVENTS, r[PU_TILES:]))
     seg = {k: [] for k in ["prev written -> desc", "desc -> q ready", "q ready -> tile 0 head", "tile 0",
                            "tile 1", "tile 2", "tiles 3..n-3 (each)", "tile n-2", "tile n-1 -> last pv issued",
-                           "last pv issued -> pv done", "pv done -> written", "unit (written -> written)",
+                           "last pv issued -> pv done", "  -> next desc + barrier", "  -> next q issued",
+                           "  -> pv done", "pv done -> written", "unit (written -> written)",
                            "tiles a unit", "prod start -> desc", "prod desc -> first issued",
                            "prod first -> last issued", "prod last -> next claimed",
                            "prod desc - cons written(prev)"]}
@@ -76,6 +77,10 @@ def units_report(buf, base):
                 if ev["last pv issued"]:
                     seg["tile n-1 -> last pv issued"].append(ev["last pv issued"] - heads[-1])
                     seg["last pv issued -> pv done"].append(ev["pv done"] - ev["last pv issued"])
+                    if ev["next q met"] and ev["next q issued"]:
+                        seg["  -> next desc + barrier"].append(ev["next q met"] - ev["last pv issued"])
+                        seg["  -> next q issued"].append(ev["next q issued"] - ev["next q met"])
+                        seg["  -> pv done"].append(ev["pv done"] - ev["next q issued"])
                 seg["pv done -> written"].append(ev["written"] - ev["pv done"])
                 if w == 0:
                     _, pe = rec(c, WARPS - 1, n)

@@ -176,6 +176,7 @@ __device__ __forceinline__ void consume_units(const PrefillArgs& a, unsigned cha
         const PrefillUnit& v = wait_unit(n + 1);
         if (v.state != kUnitRun) return;
         named_barrier_sync(1 + consumer, 128);
+        KVATTN_PTL(pu_stamp(kPuTiles + kPuNextQMet));
         load_q_async<Cfg>(p, v.seq, v.cta.i, v.cta.kv_head, v.cta.m0 + 64 * consumer, s_q);
         next_q = true;  // (consume waits for the copies and fences them before its first wgmma)
       };

@@ -44,6 +44,8 @@ enum PrefillUnitEvent : int {
   kPuProdFirst,  // producer: the first tile's copies issued
   kPuProdLast,   // producer: every tile's copies issued
   kPuProdNext,   // producer: the next unit claimed
+  kPuNextQMet,   // consumer: under the last P V, the next descriptor read and the warpgroup met (Q's issue
+                 // next)
   kPuEvents
 };
 constexpr int kPuUnits = 12, kPuTiles = 40, kPuSlot = kPuTiles + kPuEvents;
