@@ -378,6 +378,28 @@ def test_prefill_sm90_persistent_same_bits(monkeypatch, name, d):
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("persistent", ["0", "1"])
+def test_prefill_sm90_out_rows_at_odd_elements(monkeypatch, d, persistent):
+    """out as a view whose rows start at every other element (head stride dv + 1, offset 1): rows that are
+    not 4-byte aligned take the epilogue's element-wise stores, the others its 32-bit ones; both must write
+    the bits a contiguous out gets, and nothing in between. (Written without a GPU, session 17.)"""
+    import torch
+
+    case = dataclasses.replace(MANY_UNITS["causal paged 16"], d=d)
+    env = {"KVATTN_SM90_PERSISTENT": persistent}
+    base, _, _ = _call(case, monkeypatch, env)
+    H.sync_device_errors(DEVICE)
+    b, sq, hq, dv = base.shape
+    buf = torch.full((b, sq, hq, dv + 1), float("nan"), dtype=base.dtype, device=base.device)
+    view = buf[..., 1:]
+    out, _, _ = _call(case, monkeypatch, env, lambda kw: kw.update(out=view))
+    H.sync_device_errors(DEVICE)
+    assert out.data_ptr() == view.data_ptr()
+    np.testing.assert_array_equal(H.to_numpy(base).view(np.uint16), H.to_numpy(view).view(np.uint16))
+    assert torch.isnan(buf[..., 0]).all(), "an element between two rows was written"
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("tma", ["1", "0"])
 def test_prefill_sm90_persistent_nan_page_is_contained(monkeypatch, d, tma):
     """An out-of-range page id makes its sequence's units NaN rows (both consumers' halves, no tiles), and
