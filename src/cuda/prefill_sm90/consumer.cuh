@@ -226,9 +226,6 @@ __device__ __forceinline__ void write_rows(const AttnParams& p, const Sequence& 
   constexpr int kD = Cfg::kHeadDim;
   const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32, quad = lane % 4;
   const int64_t rows = static_cast<int64_t>(seq.q_len) * p.group;
-  // The token of a row from its qp (query_row: qp = t + kv_len - q_used), not r / group (a 64-bit division
-  // in code that runs once a unit, i.e. cold).
-  const int64_t t_of_qp = static_cast<int64_t>(seq.q_used) - (seq.end - seq.leftpad);
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], 1);
@@ -238,26 +235,24 @@ __device__ __forceinline__ void write_rows(const AttnParams& p, const Sequence& 
   for (int k = 0; k < 2; ++k) {
     const int64_t r = m0 + 16 * warp + lane / 4 + 8 * k;
     if (r >= rows) continue;
-    const int64_t t = row[k].qp + t_of_qp;
+    const int64_t t = split_row(r, p.group).t;
     const int h = row[k].head;
     const RowState st{row_max[k] * factor, row_sum[k]};  // log2 units
     const RowEnd end = end_row(st, row[k].attends, true, p.sinks, h, 1.f);
     const float lse = end.lse, inv_l = end.o_scale;
     T* out = out_row<T>(p, seq, cta.i, t, h);
     // A thread's two adjacent columns as one 32-bit store (half the store instructions) where the row
-    // allows it (out's strides are any element counts).
-    if (reinterpret_cast<uintptr_t>(out) % 4 == 0) {
+    // allows it (out's strides are any element counts), else two.
+    const bool pairs = reinterpret_cast<uintptr_t>(out) % 4 == 0;
 #pragma unroll
-      for (int j = 0; j < kD / 8; ++j) {
-        *reinterpret_cast<uint32_t*>(out + 8 * j + 2 * quad) =
-            pack2<T>(o[4 * j + 2 * k] * inv_l, o[4 * j + 2 * k + 1] * inv_l);
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < kD / 8; ++j) {
-        const int c = 8 * j + 2 * quad;
-        out[c] = from_float<T>(o[4 * j + 2 * k] * inv_l);
-        out[c + 1] = from_float<T>(o[4 * j + 2 * k + 1] * inv_l);
+    for (int j = 0; j < kD / 8; ++j) {
+      const int c = 8 * j + 2 * quad;
+      const float x0 = o[4 * j + 2 * k] * inv_l, x1 = o[4 * j + 2 * k + 1] * inv_l;
+      if (pairs) {
+        *reinterpret_cast<uint32_t*>(out + c) = pack2<T>(x0, x1);
+      } else {
+        out[c] = from_float<T>(x0);
+        out[c + 1] = from_float<T>(x1);
       }
     }
     if (p.lse && quad == 0) *lse_at(p, seq, cta.i, t, h) = lse;
@@ -345,7 +340,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     fence_registers(o);
     fence_fragments(pa);
     KVATTN_PTL(ptl_stamp(tile, kPtlPv));
-    mbar_arrive(empty_bar + 8 * prev_stage);
+    if (threadIdx.x % 32 == 0) mbar_arrive(empty_bar + 8 * prev_stage);  // (the warp is past its wait)
     if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {  // once maxima settle: rare
 #pragma unroll
       for (int e = 0; e < kD / 2; ++e) o[e] *= correction[(e % 4) / 2];
@@ -367,7 +362,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     wgmma_wait<0>();
     KVATTN_PTL(pu_stamp(kPuTiles + kPuPvDone));
     fence_registers(o);
-    mbar_arrive(empty_bar + 8 * prev_stage);
+    if (threadIdx.x % 32 == 0) mbar_arrive(empty_bar + 8 * prev_stage);  // (the warp is past its wait)
   }
 }
 
@@ -384,7 +379,7 @@ __device__ __forceinline__ void idle_consumer(int64_t n_tiles, uint32_t full_bar
     }
     turns.my_turn();
     turns.your_turn();
-    if (tile > 0) mbar_arrive(empty_bar + 8 * ((tile - 1) % Cfg::kStages));
+    if (tile > 0 && threadIdx.x % 32 == 0) mbar_arrive(empty_bar + 8 * ((tile - 1) % Cfg::kStages));
   }
 }
 
@@ -394,7 +389,7 @@ template <class Cfg, class Unit = int64_t>
 __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
                                         const KeyRange& cta_keys, int64_t n_tiles, unsigned char* s_q_all,
                                         uint32_t s_k, uint32_t s_v, uint32_t full_bar, uint32_t empty_bar,
-                                        bool reader_fence, bool diag_no_softmax, Unit unit = 0) {
+                                        ReaderFence fence, bool diag_no_softmax, Unit unit = 0) {
   using T = typename Cfg::T;
   constexpr int kBlockN = Cfg::kBlockN, kD = Cfg::kHeadDim;
   const int consumer = threadIdx.x / 128 - 1;
@@ -452,13 +447,14 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     online_softmax<kBlockN>(s, factor, row_max, row_sum, correction);
   };
   auto wait_full = [&](int64_t tile) {
+    const bool edge = tile == 0 || tile == n_tiles - 1;
     if constexpr (kUnit) tile += unit.tile0;  // the CTA's tile (producer.cuh)
     // 32-bit: a unit's tiles number < 2^31 / kBlockN (int32 lengths) and tile0 < 2 kStages; a 64-bit
     // division by kStages cost ~20 instructions a tile.
     const uint32_t t = static_cast<uint32_t>(tile);
     const int stage = static_cast<int>(t % Cfg::kStages);
     mbar_wait(full_bar + 8 * stage, (t / Cfg::kStages) & 1);
-    if (reader_fence) fence_proxy_async();  // the stage's cp.async writes, seen here, before wgmma reads
+    if (fence == kFenceEveryTile || (fence == kFenceEdgeTiles && edge)) fence_proxy_async();
     return stage;
   };
 

@@ -28,6 +28,14 @@ enum PrefillFlags : uint32_t {
   // tile or is a multiple of it, contiguous and packed caches of at least a tile (tma_geometry).
   kTma = 16,
 };
+// Which stages the consumers fence (fence.proxy.async) after the full barrier, before wgmma reads them:
+// those written by cp.async (generic proxy). The TMA producer writes through the async proxy except its
+// edge tiles, at most a unit's first and last (produce_tma), so with kTma only those two.
+enum ReaderFence : int { kFenceNone = 0, kFenceEdgeTiles = 1, kFenceEveryTile = 2 };
+__host__ __device__ constexpr ReaderFence reader_fence(uint32_t flags) {
+  return (flags & kNoReaderFence) ? kFenceNone : (flags & kTma) ? kFenceEdgeTiles : kFenceEveryTile;
+}
+
 struct PrefillArgs {
   AttnParams p;
   int32_t m_blocks;
@@ -68,6 +76,11 @@ struct PrefillConfig {
   static constexpr int kKvPanelBytes = kBlockN * 128;     // kBlockN keys of one panel
   static constexpr int kKvStageBytes = kBlockN * kHeadDim * 2;
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks of a row
+  // A stage's barriers count warps, not threads (one arrival a warp by its lane 0: 4 + 8 a tile instead of
+  // 128 + 256 arrivals on the same shared word): full, the producer warpgroup's 4 warps; empty, the
+  // consumer warps.
+  static constexpr int kFullArrivals = 4;
+  static constexpr int kEmptyArrivals = 4 * kConsumers;
   static constexpr int kRegsProducer = kTile.regs_producer;
   static constexpr int kRegsConsumer = kTile.regs_consumer;
   static_assert(kHeadDim % 64 == 0, "whole 128-byte panels");

@@ -82,8 +82,8 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
-      mbar_init(full_bar + 8 * s, 128);                     // the producer threads (TMA or cp.async)
-      mbar_init(empty_bar + 8 * s, 128 * Cfg::kConsumers);  // the consumer threads
+      mbar_init(full_bar + 8 * s, Cfg::kFullArrivals);    // the producer warps (TMA or cp.async)
+      mbar_init(empty_bar + 8 * s, Cfg::kEmptyArrivals);  // the consumer warps
     }
   }
   __syncthreads();
@@ -100,8 +100,8 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
     }
   } else {
     regs_alloc<Cfg::kRegsConsumer>();
-    consume<Cfg>(p, seq, cta, keys, n_tiles, s_q, s_k, s_v, full_bar, empty_bar,
-                 (a.flags & kNoReaderFence) == 0, (a.flags & kDiagNoSoftmax) != 0);
+    consume<Cfg>(p, seq, cta, keys, n_tiles, s_q, s_k, s_v, full_bar, empty_bar, reader_fence(a.flags),
+                 (a.flags & kDiagNoSoftmax) != 0);
   }
 }
 

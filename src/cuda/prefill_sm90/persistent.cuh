@@ -146,7 +146,7 @@ __device__ __forceinline__ void consume_units(const PrefillArgs& a, unsigned cha
   const AttnParams& p = a.p;
   const int consumer = threadIdx.x / 128 - 1;
   unsigned char* s_q = s_q_all + consumer * (Cfg::kQBytes / Cfg::kConsumers);  // this warpgroup's rows
-  const bool reader_fence = (a.flags & kNoReaderFence) == 0;
+  const ReaderFence fence = reader_fence(a.flags);
   const bool diag_no_softmax = (a.flags & kDiagNoSoftmax) != 0;
   // Descriptor n, once the producer has written it (waiting twice is harmless: the slot is not rewritten
   // before this warpgroup frees it).
@@ -182,7 +182,7 @@ __device__ __forceinline__ void consume_units(const PrefillArgs& a, unsigned cha
       };
       KeyRange keys;
       keys.first = u.first_key;
-      consume<Cfg>(p, u.seq, u.cta, keys, u.n_tiles, s_q_all, s_k, s_v, full_bar, empty_bar, reader_fence,
+      consume<Cfg>(p, u.seq, u.cta, keys, u.n_tiles, s_q_all, s_k, s_v, full_bar, empty_bar, fence,
                    diag_no_softmax, UnitTiles<decltype(next_q_load)>{at, q_loaded, next_q_load});
       at = ring_after<Cfg>(at, u.n_tiles);
       q_used = true;
@@ -200,8 +200,8 @@ __device__ __forceinline__ void prefill_persistent_cta(const PrefillArgs& a, uns
   volatile uint32_t* claim = reinterpret_cast<volatile uint32_t*>(ring + 2);
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
-      mbar_init(full_bar + 8 * s, 128);                     // the producer threads (TMA or cp.async)
-      mbar_init(empty_bar + 8 * s, 128 * Cfg::kConsumers);  // the consumer threads
+      mbar_init(full_bar + 8 * s, Cfg::kFullArrivals);    // the producer warps (TMA or cp.async)
+      mbar_init(empty_bar + 8 * s, Cfg::kEmptyArrivals);  // the consumer warps
     }
     for (int s = 0; s < 2; ++s) {
       mbar_init(unit_full + 8 * s, 1);                       // the producer's thread 0

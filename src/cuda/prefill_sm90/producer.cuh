@@ -77,7 +77,9 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
       cp_async_16(v_dst + at, v_base + static_cast<uint64_t>(v_unit) * 16, ok);
     }
     // The stage is full once every producer thread's copies of it have landed (no wait here).
-    cp_async_arrive(full_bar + 8 * stage);
+    cp_async_hold(full_bar + 8 * stage);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(full_bar + 8 * stage);
   }
   if (!Cfg::kPersistent || drain) cp_async_wait_all();  // nothing in flight when the producer leaves
 }
@@ -90,12 +92,12 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
 // (K or V, panel) pairs w, w + 4, ... and lane j of it box j (its page-table entry loaded before the stage
 // is free). Four warps, not one: a TMA instruction takes ~85 SM clocks to issue whatever its box, so page
 // 16's 32 boxes a tile from one warp took ~3,000 clocks, longer than the consumers' tile (bench/NOTES.md,
-// session 17). Each warp expects its own bytes before its copies; the full barrier (128 arrivals) completes
-// when all have landed. So is a last tile reaching past `end` where `end` is the map's end (a contiguous row
-// filled to its capacity, the last packed sequence): its slots past `end` are the TMA unit's zeros. Any
-// other tile reaching outside [leftpad, end) (at most the first and the last of a CTA) goes by 16-byte
-// cp.async, a key row a thread, its slots outside zero-filled, as the other producer does (they may hold
-// NaN, and P V needs 0 there).
+// session 17). Each warp expects its own bytes before its copies; the full barrier (a warp's lane 0 each)
+// completes when all have landed. So is a last tile reaching past `end` where `end` is the map's end (a
+// contiguous row filled to its capacity, the last packed sequence): its slots past `end` are the TMA unit's
+// zeros. Any other tile reaching outside [leftpad, end) (at most the first and the last of a CTA) goes by
+// 16-byte cp.async, a key row a thread, its slots outside zero-filled, as the other producer does (they may
+// hold NaN, and P V needs 0 there).
 template <class Cfg>
 __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence& seq, int kv_head,
                                             int64_t slot0, int64_t n_tiles, uint32_t s_k, uint32_t s_v,
@@ -132,16 +134,12 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
     mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((ring_tile / Cfg::kStages) & 1) ^ 1u);
     KVATTN_PTL(ptl_producer_stamp(tile, kPtlStage));
     if (diag_no_load && tile >= Cfg::kStages) {
-      mbar_arrive(bar);  // stale stage (timing only)
+      if (lane == 0) mbar_arrive(bar);  // stale stage (timing only)
     } else if (whole) {
       // This stage's last writes may have been an edge tile's cp.async (generic proxy); the copies below
       // write it through the async proxy.
       fence_proxy_async();
-      if (lane == 0) {
-        mbar_arrive_expect_tx(bar, static_cast<uint32_t>(warp_pairs * Cfg::kKvPanelBytes));
-      } else {
-        mbar_arrive(bar);
-      }
+      if (lane == 0) mbar_arrive_expect_tx(bar, static_cast<uint32_t>(warp_pairs * Cfg::kKvPanelBytes));
       __syncwarp();  // this warp's bytes are expected before any of its copies can land
       if (lane < boxes) {
         const SlotAddress box_at = slot_address_at(p.seq, seq, box_slot, entry);  // entries were checked
@@ -186,7 +184,9 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
           cp_async_16(v_dst + at, v_base + static_cast<uint64_t>(ok ? v_off + c : 0) * 16, ok);
         }
       }
-      cp_async_arrive(bar);
+      cp_async_hold(bar);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bar);
     }
   }
   if (!Cfg::kPersistent || drain) cp_async_wait_all();

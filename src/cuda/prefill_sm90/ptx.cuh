@@ -31,10 +31,11 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       : "memory");
 }
 
-// Arrives on the barrier (without raising its expected count) once every cp.async this thread issued
-// before has landed: the "full" signal of a stage needs no wait by the copying thread.
-__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+// Holds the barrier's current phase open until every cp.async this thread issued before has landed (the
+// pending count is raised now and lowered when they land: no arrival of its own, and no wait by the
+// copying thread); an ordinary arrival per warp then closes the warp's share (stage_full_arrive).
+__device__ __forceinline__ void cp_async_hold(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
 // Plain arrival plus the bytes the phase must also wait for (the TMA copies issued after it).
