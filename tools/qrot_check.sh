@@ -12,8 +12,8 @@
 #    cu_seqlens_q (the line longer than the grid);
 # 3. W3's fixed-q cases (rotary q: with the switch they take the persistent kernel) with KVATTN_SM90_QROT
 #    0 and 1, two alternating rounds.
-# Green (tests pass, 0 errors, W3 faster in both rounds): make it the default (launch.hpp
-# prefill_q_rotated_ahead) and drop the switch's A/B text in NOTES.
+# (It was the default from session 8 to 17; since session 18 the persistent kernel rotates Q itself and the
+# switch is an A/B knob: launch.hpp prefill_q_rotated_ahead.)
 set +e
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-/tmp/qrot_check}

@@ -505,8 +505,8 @@ def test_prefill_sm90_persistent_cuda_graph(monkeypatch, d):
     _graph_replays_give_eager_bits(dataclasses.replace(MANY_UNITS[LENGTHS], d=d))
 
 
-# q rotated once ahead of the kernel (src/cuda/append/rotate_q.cu; the default where the persistent kernel
-# runs, KVATTN_SM90_QROT=1 / 0 forces it; written in session 7, checked on the H200 in session 8): a kernel
+# q rotated once ahead of the kernel (src/cuda/append/rotate_q.cu; KVATTN_SM90_QROT=1, not the default since
+# session 18; written in session 7, checked on the H200 in session 8): a kernel
 # pass writes the rotated q into the workspace and the prefill kernel loads it as a q without rotary, so
 # with the switch on every rotary case must give the bits of the switch off (the same fp32 arithmetic,
 # rounded to q's dtype once). The rotary cases above, and q-only rotary with rotary_dim < d (the chunk path:
@@ -569,6 +569,23 @@ def test_prefill_sm90_qrot_persistent_same_bits(monkeypatch, name, d):
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", list(QROT_PERSISTENT))
+def test_prefill_sm90_persistent_rotates_q(monkeypatch, name, d):
+    """The persistent kernel rotating q itself, several units a CTA (the next unit's Q by load_q_async under
+    the last P V: whole rotated chunks by RotaryChunk, rotary_dim 40 channel by channel, plain chunks by
+    cp.async): the bits of the max-grid kernel's own rotation and of q rotated ahead, and the oracle's
+    values. (Session 18.)"""
+    case = dataclasses.replace(QROT_PERSISTENT[name], d=d)
+    _same_bits(monkeypatch, case, {"KVATTN_SM90_PERSISTENT": "0", "KVATTN_SM90_QROT": "0"},
+               {"KVATTN_SM90_PERSISTENT": "1", "KVATTN_SM90_QROT": "0"})
+    _same_bits(monkeypatch, case, {"KVATTN_SM90_PERSISTENT": "1", "KVATTN_SM90_QROT": "1"},
+               {"KVATTN_SM90_PERSISTENT": "1", "KVATTN_SM90_QROT": "0"})
+    monkeypatch.setenv("KVATTN_SM90_PERSISTENT", "1")
+    monkeypatch.setenv("KVATTN_SM90_QROT", "0")
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
 def test_prefill_sm90_qrot_runs(monkeypatch, d):
     """With the switch the rotation kernel runs (sm_90 devices with a 90a build only), and without it not."""
     case = dataclasses.replace(ROTARY_CASES["q only, interleaved, rotary_dim 32"], d=d)
@@ -581,20 +598,18 @@ def test_prefill_sm90_qrot_runs(monkeypatch, d):
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
 def test_prefill_sm90_qrot_default_rule(monkeypatch, d):
-    """Without the switches, q is rotated ahead exactly where the persistent kernel runs (fixed q, >= 2 units
-    an SM: 384 units on the H200's 132 SMs), not at 160 units; both give the oracle's values, and
-    the 384-unit case the bits of the kernel's own rotation (the max-grid kernel, both switches 0)."""
-    import torch
-
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    """Without the switches q is not rotated ahead (session 18: the persistent kernel rotating its next unit's
+    Q under the last P V beat the extra pass on W3): no rotation kernel at 384 units (the persistent kernel,
+    >= 2 units an SM of the H200's 132) nor at 160; both the oracle's values, the 384-unit case the bits of
+    the max-grid kernel's own rotation (both switches 0)."""
     many = dataclasses.replace(MANY_UNITS["MHA fp16 seqused_q"], rotary="neox", d=d, seed=92)  # 384 units
     few = dataclasses.replace(QROT_PERSISTENT["causal paged 16, neox"], d=d)  # 160 units
-    for case, units in ((many, 384), (few, 160)):  # leaves both switches unset
+    for case in (many, few):  # leaves both switches unset
         monkeypatch.delenv("KVATTN_SM90_QROT", raising=False)
         monkeypatch.delenv("KVATTN_SM90_PERSISTENT", raising=False)
         names = _kernel_names(case)
-        rotated = units >= 2 * sms
-        assert any("rotate_q_kernel" in n for n in names) == rotated, (units, sms, names)
+        assert any("prefill_kernel" in n for n in names), names
+        assert not any("rotate_q_kernel" in n for n in names), names
         run_and_compare(case, DEVICE)
     _same_bits(monkeypatch, many, {}, {"KVATTN_SM90_PERSISTENT": "0", "KVATTN_SM90_QROT": "0"})
 

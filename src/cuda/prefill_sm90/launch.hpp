@@ -47,28 +47,28 @@ inline bool prefill_fills_sms_twice(const FwdProblem& p, int sm_count) {
                         ((static_cast<int64_t>(p.max_seqlen_q) * g + kBlockM - 1) / kBlockM);
   return units >= 2 * static_cast<int64_t>(sm_count);
 }
-// q with rotary rotated once ahead of the kernel (append/rotate_q.cu) into the workspace; the kernel loads
-// it as a q without rotary (its Q load rotates channel by channel: ~9% of a W3 call). Taken exactly where
-// it lets the persistent kernel run (fixed q, >= 2 units an SM): H200, session 8, W3 b8 +512 over 4k
-// 980 -> 918 us, b8 +2048 over 4k p64 3,418 -> 3,070; where the plain kernel stays (b1 +512 over 4k, 128
-// units) the extra launch lost 6% (126 -> 134 us). 16-bit q only (fp8 q never reaches this kernel);
-// rounded once to q's dtype as the Q load does, so the same bits. KVATTN_SM90_QROT=1 / 0 forces (A/B).
-inline bool prefill_q_rotated_ahead(const FwdProblem& p, int sm_count) {
+// q with rotary rotated once ahead of the kernel (append/rotate_q.cu) into the workspace, which the kernel
+// then loads as a q without rotary: only under KVATTN_SM90_QROT=1 (A/B), 16-bit q (fp8 q never reaches
+// this kernel), rounded once to q's dtype as the Q load does, so the same bits. Not by default since
+// session 18: the persistent kernel rotates its next unit's Q itself under the last P V (RotaryChunk), and
+// on the H200 that was level with the extra pass or faster (W3 b8 +512 over 4k p16 623 -> 610 us, the
+// other W3 cases within their spread) while the pass costs a launch and a workspace the size of q (33.5 MB
+// at b8 +512); rotated ahead it had paid in session 8, when the Q load rotated channel by channel.
+inline bool prefill_q_rotated_ahead(const FwdProblem& p) {
   if (p.rotary_dim == 0 || p.total_q == 0 || p.qv.ptr != nullptr) return false;
   if (p.q_dtype != DType::f16 && p.q_dtype != DType::bf16) return false;
-  if (const char* v = std::getenv("KVATTN_SM90_QROT"); v != nullptr) return std::strcmp(v, "1") == 0;
-  return prefill_fills_sms_twice(p, sm_count);
+  const char* v = std::getenv("KVATTN_SM90_QROT");
+  return v != nullptr && std::strcmp(v, "1") == 0;
 }
 // The persistent kernel (persistent.cuh) for q without cu_seqlens_q where it was measured to pay (bench/
-// NOTES.md, session 7, H200: W6 dense prefill 3-7% faster; rotary q rotated in the Q load up to 1.7%
-// slower, and 64 units on 132 SMs 12% slower): q without rotary, or rotated ahead, and at least two units
-// an SM. KVATTN_SM90_PERSISTENT=1 takes it for every fixed q, =0 never (A/B). The plan and the launcher
-// agree through the plan's unit counter (the launcher takes this kernel exactly when it has one).
-// q_rotated: prefill_q_rotated_ahead's answer for this problem.
-inline bool prefill_persistent_selected(const FwdProblem& p, int sm_count, bool q_rotated) {
+// NOTES.md, session 7, H200: W6 dense prefill 3-7% faster, 64 units on 132 SMs 12% slower): at least two
+// units an SM, with or without rotary (session 18). KVATTN_SM90_PERSISTENT=1 takes it for every fixed q,
+// =0 never (A/B). The plan and the launcher agree through the plan's unit counter (the launcher takes this
+// kernel exactly when it has one).
+inline bool prefill_persistent_selected(const FwdProblem& p, int sm_count) {
   if (p.cu_seqlens_q != nullptr) return false;
   if (const char* v = std::getenv("KVATTN_SM90_PERSISTENT"); v != nullptr) return std::strcmp(v, "1") == 0;
-  return (p.rotary_dim == 0 || q_rotated) && prefill_fills_sms_twice(p, sm_count);
+  return prefill_fills_sms_twice(p, sm_count);
 }
 // The workspace: the persistent kernel's int32 unit counter (AttentionPlan::unit_counter) in its first
 // 256 bytes, then the rotated q (AttentionPlan::q_rotated).
@@ -77,8 +77,8 @@ inline AttentionPlan plan_prefill_sm90(const FwdProblem& p, const AttentionKerne
   AttentionPlan plan = prefill_sm90_single_pass(plan_portable(p, row, device));
   plan.smem_bytes = prefill_smem_bytes(row.head_dim);
   plan.static_smem_bytes = 0;
-  const bool q_rotated = prefill_q_rotated_ahead(p, device.sm_count);
-  if (prefill_persistent_selected(p, device.sm_count, q_rotated)) {
+  const bool q_rotated = prefill_q_rotated_ahead(p);
+  if (prefill_persistent_selected(p, device.sm_count)) {
     plan.unit_counter = true;
     plan.workspace_bytes = kWorkspaceAlign;
     plan.smem_bytes = prefill_smem_bytes(row.head_dim, true);
