@@ -33,7 +33,7 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 
 // Holds the barrier's current phase open until every cp.async this thread issued before has landed (the
 // pending count is raised now and lowered when they land: no arrival of its own, and no wait by the
-// copying thread); an ordinary arrival per warp then closes the warp's share (stage_full_arrive).
+// copying thread); lane 0's ordinary arrival, after a __syncwarp, then closes the warp's share.
 __device__ __forceinline__ void cp_async_hold(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
