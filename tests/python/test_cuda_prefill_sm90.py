@@ -538,6 +538,11 @@ QROT_PERSISTENT = {
     "MHA fp16 seqused_q, neox rotary_dim 40, append": dataclasses.replace(MANY_UNITS["MHA fp16 seqused_q"],
                                                                           rotary="neox", rotary_dim=40,
                                                                           new=(20,) * 8, seed=89),
+    # leftpad, scattered batch rows and per-sequence rotary positions under the next-unit Q load (written
+    # without a GPU, session 18: the persistent kernel now rotates q itself by default)
+    "causal paged 64, leftpad, batch idx, rotary_seqlens": dataclasses.replace(
+        MANY_UNITS["causal paged 64, leftpad"], batch_idx="scattered", rotary="interleaved",
+        rotary_seqlens=True, seed=93),
 }
 
 
