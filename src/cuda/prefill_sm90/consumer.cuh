@@ -340,7 +340,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     fence_registers(o);
     fence_fragments(pa);
     KVATTN_PTL(ptl_stamp(tile, kPtlPv));
-    if (threadIdx.x % 32 == 0) mbar_arrive(empty_bar + 8 * prev_stage);  // (the warp is past its wait)
+    warp_arrive(empty_bar + 8 * prev_stage);  // (the warp is past its wait)
     if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {  // once maxima settle: rare
 #pragma unroll
       for (int e = 0; e < kD / 2; ++e) o[e] *= correction[(e % 4) / 2];
@@ -362,7 +362,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     wgmma_wait<0>();
     KVATTN_PTL(pu_stamp(kPuTiles + kPuPvDone));
     fence_registers(o);
-    if (threadIdx.x % 32 == 0) mbar_arrive(empty_bar + 8 * prev_stage);  // (the warp is past its wait)
+    warp_arrive(empty_bar + 8 * prev_stage);  // (the warp is past its wait)
   }
 }
 
@@ -379,7 +379,7 @@ __device__ __forceinline__ void idle_consumer(int64_t n_tiles, uint32_t full_bar
     }
     turns.my_turn();
     turns.your_turn();
-    if (tile > 0 && threadIdx.x % 32 == 0) mbar_arrive(empty_bar + 8 * ((tile - 1) % Cfg::kStages));
+    if (tile > 0) warp_arrive(empty_bar + 8 * ((tile - 1) % Cfg::kStages));
   }
 }
 

@@ -80,12 +80,7 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
   const int64_t n_tiles =
       keys.last >= keys.first ? (keys.last - keys.first + Cfg::kBlockN) / Cfg::kBlockN : 0;
 
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < Cfg::kStages; ++s) {
-      mbar_init(full_bar + 8 * s, Cfg::kFullArrivals);    // the producer warps (TMA or cp.async)
-      mbar_init(empty_bar + 8 * s, Cfg::kEmptyArrivals);  // the consumer warps
-    }
-  }
+  if (threadIdx.x == 0) init_stage_barriers<Cfg>(full_bar, empty_bar);
   __syncthreads();
 
   KVATTN_PTL(pu_set_unit(0));

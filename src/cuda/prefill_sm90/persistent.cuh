@@ -199,10 +199,7 @@ __device__ __forceinline__ void prefill_persistent_cta(const PrefillArgs& a, uns
   PrefillUnit* ring = reinterpret_cast<PrefillUnit*>(s_q + (unit_empty + 16 - smem_addr(s_q)));
   volatile uint32_t* claim = reinterpret_cast<volatile uint32_t*>(ring + 2);
   if (threadIdx.x == 0) {
-    for (int s = 0; s < Cfg::kStages; ++s) {
-      mbar_init(full_bar + 8 * s, Cfg::kFullArrivals);    // the producer warps (TMA or cp.async)
-      mbar_init(empty_bar + 8 * s, Cfg::kEmptyArrivals);  // the consumer warps
-    }
+    init_stage_barriers<Cfg>(full_bar, empty_bar);
     for (int s = 0; s < 2; ++s) {
       mbar_init(unit_full + 8 * s, 1);                       // the producer's thread 0
       mbar_init(unit_empty + 8 * s, 128 * Cfg::kConsumers);  // the consumer threads

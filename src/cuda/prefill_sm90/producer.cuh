@@ -15,6 +15,16 @@ namespace kvattn::cuda::sm90 {
 
 // ---- producer: K/V tiles into the stage ring
 
+// The ring's barriers (thread 0, before the block's first barrier): a stage's "full" counts the producer
+// warps (TMA or cp.async), its "empty" the consumer warps (Cfg::kFullArrivals / kEmptyArrivals).
+template <class Cfg>
+__device__ __forceinline__ void init_stage_barriers(uint32_t full_bar, uint32_t empty_bar) {
+  for (int s = 0; s < Cfg::kStages; ++s) {
+    mbar_init(full_bar + 8 * s, Cfg::kFullArrivals);
+    mbar_init(empty_bar + 8 * s, Cfg::kEmptyArrivals);
+  }
+}
+
 // Cfg::kPersistent: tile n is the CTA's tile tile0 + n of the stage ring (the units so far), and drain =
 // false leaves the copies in flight (the persistent kernel waits once, at its end).
 template <class Cfg>
@@ -77,9 +87,7 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
       cp_async_16(v_dst + at, v_base + static_cast<uint64_t>(v_unit) * 16, ok);
     }
     // The stage is full once every producer thread's copies of it have landed (no wait here).
-    cp_async_hold(full_bar + 8 * stage);
-    __syncwarp();
-    if (lane == 0) mbar_arrive(full_bar + 8 * stage);
+    warp_arrive_after_copies(full_bar + 8 * stage);
   }
   if (!Cfg::kPersistent || drain) cp_async_wait_all();  // nothing in flight when the producer leaves
 }
@@ -134,7 +142,7 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
     mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((ring_tile / Cfg::kStages) & 1) ^ 1u);
     KVATTN_PTL(ptl_producer_stamp(tile, kPtlStage));
     if (diag_no_load && tile >= Cfg::kStages) {
-      if (lane == 0) mbar_arrive(bar);  // stale stage (timing only)
+      warp_arrive(bar);  // stale stage (timing only)
     } else if (whole) {
       // This stage's last writes may have been an edge tile's cp.async (generic proxy); the copies below
       // write it through the async proxy.
@@ -184,9 +192,7 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
           cp_async_16(v_dst + at, v_base + static_cast<uint64_t>(ok ? v_off + c : 0) * 16, ok);
         }
       }
-      cp_async_hold(bar);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(bar);
+      warp_arrive_after_copies(bar);
     }
   }
   if (!Cfg::kPersistent || drain) cp_async_wait_all();

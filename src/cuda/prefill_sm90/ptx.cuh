@@ -33,9 +33,21 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 
 // Holds the barrier's current phase open until every cp.async this thread issued before has landed (the
 // pending count is raised now and lowered when they land: no arrival of its own, and no wait by the
-// copying thread); lane 0's ordinary arrival, after a __syncwarp, then closes the warp's share.
+// copying thread).
 __device__ __forceinline__ void cp_async_hold(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// The calling warp's one arrival (lane 0) on a barrier that counts warps: every lane is past what the
+// arrival stands for (a warp-wide wait, or warp_arrive_after_copies' __syncwarp).
+__device__ __forceinline__ void warp_arrive(uint32_t bar) {
+  if (threadIdx.x % 32 == 0) mbar_arrive(bar);
+}
+// The warp's share of a "full" barrier that counts warps: complete once every lane's cp.async copies so far
+// have landed.
+__device__ __forceinline__ void warp_arrive_after_copies(uint32_t bar) {
+  cp_async_hold(bar);
+  __syncwarp();
+  warp_arrive(bar);
 }
 
 // Plain arrival plus the bytes the phase must also wait for (the TMA copies issued after it).
