@@ -25,8 +25,32 @@ namespace kvattn::cuda::sm90 {
 
 // ---- consumer: 64 rows
 
-// The consumer's 64 Q rows into s_q (panels of 64 rows): rotary (positions already checked) in fp32,
-// rounded to T once; rows that do not attend are zero.
+// Chunk c (8 channels) of a Q row as the attention reads it: rotated in fp32 and rounded to T once (by
+// 16-byte chunks, RotaryChunk, when rotary_dim % 16 == 0 so that no chunk straddles it or the GPT-NeoX half;
+// else channel by channel: the same values), or copied.
+template <typename T>
+__device__ __forceinline__ void q_chunk(const T* src, int c, int64_t pos, const RotaryParams& rot,
+                                        T (&vals)[8]) {
+  if (c * 8 >= rot.rotary_dim) {
+    load8(src + c * 8, vals);
+  } else if (rot.rotary_dim % 16 == 0) {
+    RotaryChunk<T> chunk;
+    load_rotary_chunk(src, c * 8, pos, rot, chunk);
+    float rotated[8];
+    rotate_chunk(chunk, c * 8, rot, rotated);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) vals[e] = from_float<T>(rotated[e]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int ch = c * 8 + e;
+      vals[e] = ch < rot.rotary_dim ? from_float<T>(rotated_channel(src, ch, pos, rot)) : src[ch];
+    }
+  }
+}
+
+// The consumer's 64 Q rows into s_q (panels of 64 rows): rotary (positions already checked) by q_chunk;
+// rows that do not attend are zero.
 template <class Cfg>
 __device__ __forceinline__ void load_q(const AttnParams& p, const Sequence& seq, int i, int kv_head,
                                        int64_t m0, unsigned char* s_q) {
@@ -42,17 +66,7 @@ __device__ __forceinline__ void load_q(const AttnParams& p, const Sequence& seq,
       const int64_t t = split.t;
       const int h = kv_head * p.group + split.g;
       const T* src = token_row<const T>(p.q, seq, i, t, h);
-      const int64_t pos = seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0);
-      if (c * 8 >= p.rotary.rotary_dim && reinterpret_cast<uintptr_t>(src + c * 8) % 16 == 0) {
-        *reinterpret_cast<uint4*>(vals) = *reinterpret_cast<const uint4*>(src + c * 8);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const int ch = c * 8 + e;
-          vals[e] =
-              ch < p.rotary.rotary_dim ? from_float<T>(rotated_channel(src, ch, pos, p.rotary)) : src[ch];
-        }
-      }
+      q_chunk(src, c, seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0), p.rotary, vals);
     } else {
 #pragma unroll
       for (int e = 0; e < 8; ++e) vals[e] = from_float<T>(0.f);
@@ -65,17 +79,14 @@ __device__ __forceinline__ void load_q(const AttnParams& p, const Sequence& seq,
 // The persistent kernel's Q of its next unit, issued under the last tile's P V (O and P in flight): the
 // chunks that are plain copies (past rotary_dim, 16-byte aligned) and the zeros of rows that do not attend
 // by cp.async, which holds no register and lands while the P V and the epilogue run (consume waits for it
-// before the unit's first tile: cp_async_wait_all); rotated chunks through registers one at a time (loads
-// as 16-byte vectors, RotaryChunk of branch qload; two at a time spill at d 128).
+// before the unit's first tile: cp_async_wait_all); the others through registers one at a time (q_chunk;
+// two rotated chunks at a time spill at d 128).
 template <class Cfg>
 __device__ __forceinline__ void load_q_async(const AttnParams& p, const Sequence& seq, int i, int kv_head,
                                              int64_t m0, unsigned char* s_q) {
   using T = typename Cfg::T;
   const int ctid = threadIdx.x % 128;
   const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
-  const RotaryParams& rot = p.rotary;
-  // rotary_dim % 16 == 0: every chunk is wholly rotated or wholly copied (else channel by channel).
-  const bool whole_chunks = rot.rotary_dim % 16 == 0;
   const uint32_t q_addr = smem_addr(s_q);
 #pragma unroll 1
   for (int idx = ctid; idx < 64 * Cfg::kChunks; idx += 128) {
@@ -90,26 +101,12 @@ __device__ __forceinline__ void load_q_async(const AttnParams& p, const Sequence
     const int64_t t = split.t;
     const int h = kv_head * p.group + split.g;
     const T* src = token_row<const T>(p.q, seq, i, t, h);
-    if (c * 8 >= rot.rotary_dim && reinterpret_cast<uintptr_t>(src + c * 8) % 16 == 0) {
+    if (c * 8 >= p.rotary.rotary_dim && reinterpret_cast<uintptr_t>(src + c * 8) % 16 == 0) {
       cp_async_16(q_addr + at, src + c * 8, true);
       continue;
     }
-    const int64_t pos = seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0);
     alignas(16) T vals[8];
-    if (whole_chunks && c * 8 < rot.rotary_dim) {
-      RotaryChunk<T> chunk;
-      load_rotary_chunk(src, c * 8, pos, rot, chunk);
-      float rotated[8];
-      rotate_chunk(chunk, c * 8, rot, rotated);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) vals[e] = from_float<T>(rotated[e]);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int ch = c * 8 + e;
-        vals[e] = ch < rot.rotary_dim ? from_float<T>(rotated_channel(src, ch, pos, rot)) : src[ch];
-      }
-    }
+    q_chunk(src, c, seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0), p.rotary, vals);
     *reinterpret_cast<uint4*>(s_q + at) = *reinterpret_cast<const uint4*>(vals);
   }
 }
