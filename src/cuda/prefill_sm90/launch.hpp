@@ -37,14 +37,14 @@ inline AttentionPlan prefill_sm90_single_pass(AttentionPlan plan) {
   plan.workspace_bytes = 0;
   return plan;
 }
-// A fixed q with at least two of the kernel's 128-row units (two 64-row consumers) an SM: where the
+// A fixed q with at least two of the kernel's units (64 rows a consumer, config.hpp) an SM: where the
 // persistent kernel, which walks those units, was measured to pay.
 inline bool prefill_fills_sms_twice(const FwdProblem& p, int sm_count) {
   if (p.cu_seqlens_q != nullptr) return false;
-  constexpr int64_t kBlockM = 128;
+  const int64_t block_m = 64 * prefill_tile(p.head_dim).consumers;
   const int64_t g = p.num_q_heads / std::max(1, p.num_kv_heads);
   const int64_t units = static_cast<int64_t>(p.batch) * p.num_kv_heads *
-                        ((static_cast<int64_t>(p.max_seqlen_q) * g + kBlockM - 1) / kBlockM);
+                        ((static_cast<int64_t>(p.max_seqlen_q) * g + block_m - 1) / block_m);
   return units >= 2 * static_cast<int64_t>(sm_count);
 }
 // q with rotary rotated once ahead of the kernel (append/rotate_q.cu) into the workspace, which the kernel
