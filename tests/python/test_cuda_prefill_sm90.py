@@ -60,8 +60,8 @@ CASES = {
                                      seqlens=(500, 200, 33, 90, 130, 257), seed=60),
     "mixed GQA 8, 64 / 72 rows": prefill(layout="paged", page_size=16, hq=16, hk=2, q_lens=(8, 1, 9, 40, 0),
                                          sq=0, seqlens=(300, 129, 200, 90, 10), seed=61),
-    # GQA 8 rows 64, 72, 128, 136, 192, 200: the last consumer with rows is each of a 128-row CTA's two, and
-    # a second m-block of 8 rows (and each of a 192-row CTA's three: d 64 on three consumers, branch c3p)
+    # GQA 8 rows 64, 72, 128, 136, 192, 200: the last consumer with rows is each of a 192-row CTA's three
+    # (d 64) and of a 128-row CTA's two, and a second m-block of 8 rows
     "mixed GQA 8, a CTA's last consumer": prefill(layout="paged", page_size=16, hq=16, hk=2,
                                                   q_lens=(8, 9, 16, 17, 24, 25), sq=0,
                                                   seqlens=(300, 129, 200, 90, 64, 260), seed=65),
@@ -307,8 +307,8 @@ MANY_UNITS = {
     "MHA fp16 seqused_q": prefill(dtype="fp16", layout="paged", page_size=16, hq=16, hk=16,
                                   seqlens=(500, 260, 300, 700, 270, 350, 280, 290), sq=260, seqused_q=True,
                                   seed=74),
-    # 3 x 4 x 9 m-blocks of 128 rows (1100 tokens x GQA 1) = 108 units; the last m-block's rows end in its
-    # last consumer (76 of 128: 12 in the second; with 192-row CTAs, branch c3p: 140 of 192, 12 in the third)
+    # 3 x 4 x (9 m-blocks of 128 rows, 6 of 192 at d 64: 1100 tokens x GQA 1) = 108 / 72 units; the last
+    # m-block's rows end in its last consumer (76 of 128: 12 in the second; 140 of 192: 12 in the third)
     "MHA, last m-block ends in its last consumer": prefill(layout="paged", page_size=16, hq=4, hk=4,
                                                           seqlens=(1200, 1300, 1100), sq=1100, seed=77),
     # v2's counter and order (session 6, persist2): 3 x 8 x 16 = 384 causal units of very different lengths

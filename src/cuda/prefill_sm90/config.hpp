@@ -16,12 +16,17 @@ struct PrefillTile {
   int regs_consumer;
 };
 
-// Per head dim (d = dv), two 64-row consumer warpgroups (a 128-row CTA) each:
+// Per head dim (d = dv):
+// - d = 64: three 64-row consumer warpgroups (a 192-row CTA) on 128-key tiles, six 32 KiB stages (217 KiB
+//   with Q). A tile is half the FLOPs of d = 128 for the same softmax, and one consumer's iteration is
+//   latency-bound (H200 timeline, two consumers: 3,020 clocks a tile, softmax 1,460 of them, the tensor
+//   cores busy ~45%): a third consumer adds 50% more rows a tile with room left on the tensor cores and the
+//   exp unit. 512 threads: consumers at 160 registers (S 64 + P 32 + O 32 + the row state), the producer at
+//   32 (32 + 3 x 160 = 4 x 128).
+// Two 64-row consumer warpgroups (a 128-row CTA) at d 128 and 256:
 // - d = 128: a 128 x 128 S and O per CTA, 64 fp32 accumulators each a consumer thread (plus S of the next
 //   tile and P of the previous one while they overlap), three 64 KiB K/V stages (225 KiB of shared memory
 //   with Q: the most that fits in 227 KiB).
-// - d = 64: the same 128-key tiles at half the bytes: six 32 KiB stages (209 KiB with Q). A tile is half
-//   the FLOPs of d = 128 for the same softmax, so more stages cost nothing and hide more of the loads.
 // - d = 256: O alone is 128 accumulators a thread, and Q takes 64 KiB, so 48-key tiles (S 24, P 12
 //   registers) in three 48 KiB stages (209 KiB with Q). Two 64-key stages would fit, but a consumer holds
 //   two stages at once (K of tile t, V of tile t - 1 under the softmax overlap), so with two the next
@@ -30,7 +35,7 @@ struct PrefillTile {
 //   count, so 48 keys read 17% more shared memory per FLOP than 64. Consumers at 232 registers, the
 //   producer at 40 (40 + 2 x 232 = 3 x 168: what the 384-thread launch holds).
 constexpr PrefillTile prefill_tile(int head_dim) {
-  return head_dim <= 64    ? PrefillTile{2, 128, 6, 56, 224}
+  return head_dim <= 64    ? PrefillTile{3, 128, 6, 32, 160}
          : head_dim <= 128 ? PrefillTile{2, 128, 3, 56, 224}
                            : PrefillTile{2, 48, 3, 40, 232};
 }

@@ -256,27 +256,30 @@ __device__ __forceinline__ void write_rows(const AttnParams& p, const Sequence& 
   }
 }
 
-// Ping-pong (Cfg::kPingPong): the two consumers take turns issuing their wgmma groups, so that one's
-// softmax runs while the other's matrix products occupy the tensor cores. Consumer c waits on barrier
-// 3 + c before issuing and then lets the other go (bar.arrive on 3 + (1 - c)); both have n_tiles + 1
-// issue points, consumer 1 starts by letting consumer 0 go and skips its last hand-over, so every
-// barrier phase completes before the CTA ends.
+// Ping-pong (Cfg::kPingPong): the consumers take turns issuing their wgmma groups, round robin, so that
+// one's softmax runs while the others' matrix products occupy the tensor cores. Consumer c waits on
+// barrier kTurnBarrier + c before issuing and then lets the next go (bar.arrive on kTurnBarrier + c + 1,
+// modulo the consumers); each has n_tiles + 1 issue points, the last consumer starts by letting consumer 0
+// go and skips its last hand-over, so every barrier phase completes before the CTA ends.
 template <class Cfg>
 struct PingPong {
-  int consumer;        // 0 or 1
+  static constexpr int kLast = Cfg::kConsumers - 1;
+  int consumer;        // 0 .. kLast
   int64_t turns_left;  // issue points left
 
   __device__ __forceinline__ PingPong(int consumer_, int64_t n_tiles)
       : consumer(consumer_), turns_left(n_tiles + 1) {
-    if (Cfg::kPingPong && consumer == 1 && n_tiles > 0) named_barrier_arrive(3, 256);
+    if (Cfg::kPingPong && consumer == kLast && n_tiles > 0) named_barrier_arrive(Cfg::kTurnBarrier, 256);
   }
   __device__ __forceinline__ void my_turn() const {
-    if constexpr (Cfg::kPingPong) named_barrier_sync(3 + consumer, 256);
+    if constexpr (Cfg::kPingPong) named_barrier_sync(Cfg::kTurnBarrier + consumer, 256);
   }
   __device__ __forceinline__ void your_turn() {
     if constexpr (Cfg::kPingPong) {
       --turns_left;
-      if (consumer == 0 || turns_left > 0) named_barrier_arrive(3 + (1 - consumer), 256);
+      if (consumer != kLast || turns_left > 0) {
+        named_barrier_arrive(Cfg::kTurnBarrier + (consumer == kLast ? 0 : consumer + 1), 256);
+      }
     }
   }
 };
@@ -363,13 +366,14 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
   }
 }
 
-// Consumer 1 of a CTA of at most 64 of its sequence's rows (a decode or a short chunk in a varlen batch):
-// no row to compute or write. It keeps run_tiles' protocol (its n_tiles + 1 turns, each stage released
-// once full) without a wgmma, so consumer 0 runs unchanged with the tensor cores to itself.
+// A consumer past the rows of its CTA (a decode or a short chunk in a varlen batch): no row to compute or
+// write. It keeps run_tiles' protocol (its n_tiles + 1 turns, each stage released once full) without a
+// wgmma, so the consumers with rows run unchanged with the tensor cores to themselves.
 template <class Cfg>
-__device__ __forceinline__ void idle_consumer(int64_t n_tiles, uint32_t full_bar, uint32_t empty_bar) {
+__device__ __forceinline__ void idle_consumer(int consumer, int64_t n_tiles, uint32_t full_bar,
+                                              uint32_t empty_bar) {
   if (n_tiles == 0) return;  // run_tiles takes no turn either
-  PingPong<Cfg> turns(1, n_tiles);
+  PingPong<Cfg> turns(consumer, n_tiles);
   for (int64_t tile = 0; tile <= n_tiles; ++tile) {
     if (tile < n_tiles) {
       mbar_wait(full_bar + 8 * (tile % Cfg::kStages), static_cast<uint32_t>((tile / Cfg::kStages) & 1));
@@ -394,8 +398,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   const int64_t m0 = cta.m0 + 64 * consumer;  // this warpgroup's first packed row
   unsigned char* s_q = s_q_all + consumer * (Cfg::kQBytes / Cfg::kConsumers);
   if constexpr (Cfg::kVarlen) {
-    if (consumer == 1 && cta.m0 + 64 >= static_cast<int64_t>(seq.q_len) * p.group) {
-      idle_consumer<Cfg>(n_tiles, full_bar, empty_bar);
+    if (consumer > 0 && m0 >= static_cast<int64_t>(seq.q_len) * p.group) {
+      idle_consumer<Cfg>(consumer, n_tiles, full_bar, empty_bar);
       return;
     }
   }
@@ -412,7 +416,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     load_q<Cfg>(p, seq, cta.i, cta.kv_head, m0, s_q);
     fence_proxy_async();  // Q is read by wgmma (async proxy)
   }
-  named_barrier_sync(1 + consumer, 128);
+  named_barrier_sync(Cfg::kQBarrier + consumer, 128);
   KVATTN_PTL(pu_stamp(kPuTiles + kPuQReady));
 
   const int64_t kv_len = seq.end - seq.leftpad;

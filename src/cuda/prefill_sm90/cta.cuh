@@ -81,6 +81,12 @@ struct PrefillConfig {
   // consumer warps.
   static constexpr int kFullArrivals = 4;
   static constexpr int kEmptyArrivals = 4 * kConsumers;
+  // Named barriers (0 is __syncthreads): a consumer's own Q (kQBarrier + c, 128 threads), the ping-pong
+  // turns (kTurnBarrier + c, 256: consumer c and the one before it), the producer warpgroup's (persistent).
+  static constexpr int kQBarrier = 1;
+  static constexpr int kTurnBarrier = kQBarrier + kConsumers;
+  static constexpr int kProducerBarrier = kTurnBarrier + kConsumers;
+  static_assert(kProducerBarrier < 16, "16 named barriers a CTA");
   static constexpr int kRegsProducer = kTile.regs_producer;
   static constexpr int kRegsConsumer = kTile.regs_consumer;
   static_assert(kHeadDim % 64 == 0, "whole 128-byte panels");

@@ -1,8 +1,9 @@
 // The Hopper (sm_90a) prefill kernel: wgmma on a warp-specialized CTA.
 //
-// One CTA computes kBlockM = 128 packed query rows (GQA rows packed as in the portable kernel: packed row r
-// is token r / g of query head kv_head * g + r % g) of one (sequence, kv head) against every key they can
-// see, without splits (prefill shapes fill the machine with m-blocks). Three warpgroups:
+// One CTA computes kBlockM = 64 x kConsumers packed query rows (128; 192 at d 64: config.hpp) (GQA rows
+// packed as in the portable kernel: packed row r is token r / g of query head kv_head * g + r % g) of one
+// (sequence, kv head) against every key they can see, without splits (prefill shapes fill the machine with
+// m-blocks). A producer warpgroup and kConsumers consumer warpgroups:
 //   producer (warpgroup 0, few registers): gathers each K/V tile of kBlockN keys through the page table
 //     with 16-byte cp.async, one row pointer per key (any page size, paged / contiguous / packed caches,
 //     cache_batch_idx, leftpad: the addressing rule of common/sequence.cuh), into a ring of kStages shared
@@ -10,7 +11,7 @@
 //     has a "full" mbarrier (every producer thread's copies arrive on it as they land:
 //     cp.async.mbarrier.arrive) and an "empty" one (every consumer thread arrives after its last wgmma
 //     read of the stage).
-//   consumers (warpgroups 1, 2, 64 rows each, many registers): S = Q K^T by wgmma from shared memory (Q
+//   consumers (warpgroups 1, 2 (, 3), 64 rows each, many registers): S = Q K^T by wgmma from shared memory (Q
 //     loaded once, rotary applied), the score modifications and the mask (attention/score_mod.cuh, through
 //     the accumulator layout's WgmmaScoreTile), online softmax in registers, O += P V by wgmma with P from
 //     registers; the softmax of tile t runs while the tensor cores do P V of tile t - 1.

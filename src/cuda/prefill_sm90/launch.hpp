@@ -37,8 +37,8 @@ inline AttentionPlan prefill_sm90_single_pass(AttentionPlan plan) {
   plan.workspace_bytes = 0;
   return plan;
 }
-// A fixed q with at least two of the kernel's units (64 rows a consumer, config.hpp) an SM: where the
-// persistent kernel, which walks those units, was measured to pay.
+// A fixed q with at least two of the kernel's units (64 rows a consumer) an SM: where the persistent
+// kernel, which walks those units, was measured to pay.
 inline bool prefill_fills_sms_twice(const FwdProblem& p, int sm_count) {
   if (p.cu_seqlens_q != nullptr) return false;
   const int64_t block_m = 64 * prefill_tile(p.head_dim).consumers;

@@ -7,17 +7,17 @@
 // this one (kernel.cuh: the overview).
 //
 // The producer warpgroup leads: per unit it loads the sequence, checks it (on its own named barrier,
-// kProducerBarrier), finds the unit's tiles, hands the consumers a descriptor (PrefillUnit) through a ring
-// of two slots with their own full / empty mbarriers, produces the unit's tiles, then claims the next unit
-// (thread 0's atomicAdd, passed to the warpgroup through shared memory). Past the last unit it hands over
-// an end descriptor. The stage ring's (stage, phase) run on across units: tile n of a unit is tile
-// tile0 + n of the CTA, tile0 the unit's predecessors' tiles (kept modulo 2 kStages), the same count in
-// the producer and the consumers. The consumers copy the descriptor, free its slot and compute the unit as
-// the other kernel's consumers do (consume), or write the NaN rows of an offending sequence (64 rows each);
-// while a unit's last P V runs, each consumer waits for the next descriptor and issues the loads of its 64
-// Q rows into its s_q (every Q K^T of the unit is done by then: no second Q buffer, which would not fit at
-// d 128 and 256; plain chunks by cp.async, landing under the P V and the epilogue), so the next unit
-// starts at its first tile. (Its consumers do not take turns: launch.cuh.)
+// Cfg::kProducerBarrier), finds the unit's tiles, hands the consumers a descriptor (PrefillUnit) through a
+// ring of two slots with their own full / empty mbarriers, produces the unit's tiles, then claims the next
+// unit (thread 0's atomicAdd, passed to the warpgroup through shared memory). Past the last unit it hands
+// over an end descriptor. The stage ring's (stage, phase) run on across units: tile n of a unit is tile tile0
+// + n of the CTA, tile0 the unit's predecessors' tiles (kept modulo 2 kStages), the same count in the
+// producer and the consumers. The consumers copy the descriptor, free its slot and compute the unit as the
+// other kernel's consumers do (consume), or write the NaN rows of an offending sequence (64 rows each); while
+// a unit's last P V runs, each consumer waits for the next descriptor and issues the loads of its 64 Q rows
+// into its s_q (every Q K^T of the unit is done by then: no second Q buffer, which would not fit at d 128 and
+// 256; plain chunks by cp.async, landing under the P V and the epilogue), so the next unit starts at its
+// first tile. (Its consumers do not take turns: launch.cuh.)
 #pragma once
 
 #include <cstdint>
@@ -50,9 +50,6 @@ struct PrefillUnit {
 };
 static_assert(sizeof(PrefillUnit) <= kPrefillUnitBytes, "config.hpp's descriptor slot holds a unit");
 
-// The producer warpgroup's named barrier (1, 2: the consumers' Q; 3, 4: ping-pong).
-constexpr int kProducerBarrier = 5;
-
 // The stage ring's position (its tiles so far) modulo 2 kStages: the stage and its phase's parity.
 template <class Cfg>
 __device__ __forceinline__ int ring_after(int at, int64_t n_tiles) {
@@ -66,7 +63,7 @@ __device__ __forceinline__ void produce_units(const PrefillArgs& a, uint32_t s_k
                                               uint32_t full_bar, uint32_t empty_bar, uint32_t unit_full,
                                               uint32_t unit_empty, PrefillUnit* ring,
                                               volatile uint32_t* claim) {
-  using Producers = LeadingThreads<kProducerBarrier, 128>;
+  using Producers = LeadingThreads<Cfg::kProducerBarrier, 128>;
   const AttnParams& p = a.p;
   const bool tma = (a.flags & kTma) != 0, diag_no_load = (a.flags & kDiagNoLoad) != 0;
   // (< 2^31: the launcher's grid limit)
@@ -130,7 +127,7 @@ __device__ __forceinline__ void produce_units(const PrefillArgs& a, uint32_t s_k
     // to compute, which hide the atomic's round trip. A word written at unit n is rewritten at n + 2, after
     // unit n + 1's barrier, which every thread passes after reading it.
     if (threadIdx.x == 0) claim[slot] = gridDim.x + atomicAdd(counter, 1u);
-    named_barrier_sync(kProducerBarrier, 128);
+    named_barrier_sync(Cfg::kProducerBarrier, 128);
     KVATTN_PTL(pu_stamp(kPuTiles + kPuProdNext, n));
     x = claim[slot];
   }
@@ -169,13 +166,13 @@ __device__ __forceinline__ void consume_units(const PrefillArgs& a, unsigned cha
       write_nan_rows<Cfg, true>(p, mine, u.seq);
     } else if (u.state == kUnitRun) {
       // Every thread of this warpgroup is past the previous unit's wgmma reads of s_q before load_q.
-      if (!q_loaded && q_used) named_barrier_sync(1 + consumer, 128);
+      if (!q_loaded && q_used) named_barrier_sync(Cfg::kQBarrier + consumer, 128);
       // Under the last P V: the next unit's Q (all of this unit's Q K^T are done: the barrier makes sure
       // for every warp of the warpgroup).
       auto next_q_load = [&] {
         const PrefillUnit& v = wait_unit(n + 1);
         if (v.state != kUnitRun) return;
-        named_barrier_sync(1 + consumer, 128);
+        named_barrier_sync(Cfg::kQBarrier + consumer, 128);
         KVATTN_PTL(pu_stamp(kPuTiles + kPuNextQMet));
         load_q_async<Cfg>(p, v.seq, v.cta.i, v.cta.kv_head, v.cta.m0 + 64 * consumer, s_q);
         next_q = true;  // (consume waits for the copies and fences them before its first wgmma)

@@ -47,13 +47,13 @@ bool prefill_sm90_supports(const FwdProblem& p) {
     return aligned && span16 < (int64_t{1} << 32) - 1;
   };
   if (!rows_ok(p.k_cache) || !rows_ok(p.v_cache) || !kv_rows_vec16(p)) return false;
-  // Prefill shapes only: below 128 packed rows a 128-row CTA would be mostly padding, and below 64 CTAs
-  // (half a wave on the 114-132 SMs of sm_90 parts) the portable kernel's split-KV schedule fills the
-  // machine instead. KVATTN_FORCE_SM90_PREFILL=1 (tests) drops this rule.
+  // Prefill shapes only: below 128 packed rows a CTA (128 rows; 192 at d 64) would be mostly padding, and
+  // below 64 CTAs (half a wave on the 114-132 SMs of sm_90 parts) the portable kernel's split-KV schedule
+  // fills the machine instead. KVATTN_FORCE_SM90_PREFILL=1 (tests) drops this rule.
   const int64_t rows = static_cast<int64_t>(p.max_seqlen_q) * (p.num_q_heads / p.num_kv_heads);
   const int64_t block_m = 64 * prefill_tile(p.head_dim).consumers;
   const int64_t ctas = (rows + block_m - 1) / block_m * p.batch * p.num_kv_heads;
-  if (!(rows >= block_m && ctas >= 64) && !env_is_1("KVATTN_FORCE_SM90_PREFILL")) return false;
+  if (!(rows >= 128 && ctas >= 64) && !env_is_1("KVATTN_FORCE_SM90_PREFILL")) return false;
   // The sm_90a binary must be the one the device runs (not an sm_80 one picked for lack of it).
   return p.q_dtype == DType::bf16 ? loaded<__nv_bfloat16>(p.head_dim) : loaded<half>(p.head_dim);
 }

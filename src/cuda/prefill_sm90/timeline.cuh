@@ -85,7 +85,8 @@ __device__ __forceinline__ void pu_stamp(int at, int n = -1) {
   }
   if (n < 0) n = g_prefill_unit_of[blockIdx.x][threadIdx.x];
   const int slot = producer ? kPtlWarps - 1 : static_cast<int>(threadIdx.x / 32) - 4;
-  if (n >= kPuUnits || slot < 0 || slot >= kPtlWarps) return;
+  // (consumers: warpgroups 1 and 2 only)
+  if (n >= kPuUnits || slot < 0 || slot >= kPtlWarps || (!producer && slot >= kPtlWarps - 1)) return;
   g_prefill_timeline[kPtlCtas * kPtlWarps * kPtlTiles * kPtlStamps +
                      ((blockIdx.x * kPtlWarps + slot) * kPuUnits + n) * kPuSlot + at] = clock64();
 }
