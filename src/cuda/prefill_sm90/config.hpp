@@ -14,6 +14,9 @@ struct PrefillTile {
   int stages;
   int regs_producer;  // setmaxnreg budgets: producer + consumers x consumer <= 512 (64K registers / 128)
   int regs_consumer;
+  // P V takes P from shared memory (each consumer's 64 x block_n buffer, after Q) instead of registers:
+  // P's block_n / 4 registers are then not held across the next tile's softmax.
+  bool p_smem = false;
 };
 
 // Per head dim (d = dv):
@@ -35,7 +38,7 @@ struct PrefillTile {
 //   count, so 48 keys read 17% more shared memory per FLOP than 64. Consumers at 232 registers, the
 //   producer at 40 (40 + 2 x 232 = 3 x 168: what the 384-thread launch holds).
 constexpr PrefillTile prefill_tile(int head_dim) {
-  return head_dim <= 64    ? PrefillTile{3, 128, 6, 32, 160}
+  return head_dim <= 64    ? PrefillTile{3, 128, 4, 32, 160, true}
          : head_dim <= 128 ? PrefillTile{2, 128, 3, 56, 224}
                            : PrefillTile{2, 48, 3, 40, 232};
 }
@@ -51,8 +54,10 @@ constexpr size_t kPrefillPersistentBytes = 32 + 2 * kPrefillUnitBytes + 16;
 // stages; the persistent kernel rewrites Q under the last tile's P V instead.)
 constexpr size_t prefill_smem_bytes(int head_dim, bool persistent = false) {
   const PrefillTile t = prefill_tile(head_dim);
-  return 1024 + size_t(64) * t.consumers * head_dim * 2 + 2 * size_t(t.stages) * t.block_n * head_dim * 2 +
-         16 * size_t(t.stages) + (persistent ? kPrefillPersistentBytes : 0);
+  return 1024 + size_t(64) * t.consumers * head_dim * 2 +
+         (t.p_smem ? size_t(64) * t.consumers * t.block_n * 2 : 0) +
+         2 * size_t(t.stages) * t.block_n * head_dim * 2 + 16 * size_t(t.stages) +
+         (persistent ? kPrefillPersistentBytes : 0);
 }
 static_assert(prefill_smem_bytes(64, true) <= 227 * 1024 && prefill_smem_bytes(128, true) <= 227 * 1024 &&
                   prefill_smem_bytes(256, true) <= 227 * 1024,

@@ -181,6 +181,40 @@ __device__ __forceinline__ void pack_p(const float (&s)[Cfg::kBlockN / 2],
   }
 }
 
+// Cfg::kPSmem: P leaves the S accumulators for this consumer's shared buffer (s_p: 64 rows x kBlockN keys,
+// K-major in 64-key panels, 128B swizzle, the A operand of P V), once the previous P V has read it; every
+// thread's stores are made visible to wgmma (fence.proxy.async) and the warpgroup meets before any warp
+// issues the next P V. Accumulator element 4 j + 2 h + e: row 16 warp + lane / 4 + 8 h, key 8 j + 2 (lane %
+// 4)
+// + e: one 32-bit store a (j, h), a warp's 32 covering the 32 banks once.
+template <class Cfg>
+__device__ __forceinline__ void store_p(const float (&s)[Cfg::kBlockN / 2], uint32_t s_p, int consumer) {
+  const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32;
+#pragma unroll
+  for (int j = 0; j < Cfg::kBlockN / 8; ++j) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = 16 * warp + lane / 4 + 8 * h;
+      st_shared_b32(s_p + swizzled(r, j, Cfg::kPPanelBytes) + 4 * (lane % 4),
+                    pack2<typename Cfg::T>(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+    }
+  }
+  fence_proxy_async();
+  named_barrier_sync(Cfg::kQBarrier + consumer, 128);
+}
+// O += P V of a tile with P from shared memory (Cfg::kPSmem; issued, not waited for): P's 16-key k-steps
+// are 32 bytes apart within a 64-key panel, V's 2048 bytes (16 rows).
+template <class Cfg>
+__device__ __forceinline__ void issue_pv_tile_smem(float (&o)[Cfg::kHeadDim / 2], const SmemDesc& pd,
+                                                   const SmemDesc& v, uint32_t v_stage) {
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
+    const uint32_t p_step = (kk / 4) * Cfg::kPPanelBytes + (kk % 4) * 32;
+    wgmma_ss_mn<typename Cfg::T, Cfg::kHeadDim>(o, pd.at(p_step), v.at(v_stage + kk * 2048), 1);
+  }
+  wgmma_commit();
+}
+
 // The online softmax of a tile's modified scores (rows spread over the 4 threads of a quad; scores times
 // factor are log2 units, score_factor): s becomes P, the rows' (max, sum) move on, correction = how much
 // each row's running max moved (what O must be scaled by).
@@ -300,6 +334,27 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
   const SmemDesc q_desc(desc_k_major(__shfl_sync(0xffffffffu, q_addr, 0))), k_desc(desc_k_major(s_k));
   const SmemDesc v_desc(desc_mn_major(s_v, Cfg::kKvPanelBytes));
   uint32_t pa[kBlockN / 16][4];
+  // Cfg::kPSmem: this consumer's P buffer, after the CTA's Q (kernel.cuh).
+  const int c = turns.consumer;
+  const uint32_t p_addr = q_addr - c * (Cfg::kQBytes / Cfg::kConsumers) + Cfg::kQBytes + c * Cfg::kPBytes;
+  [[maybe_unused]] const SmemDesc p_desc(desc_k_major(__shfl_sync(0xffffffffu, p_addr, 0)));
+  auto keep_p = [&](const float(&s)[kBlockN / 2]) {
+    if constexpr (Cfg::kPSmem) {
+      store_p<Cfg>(s, p_addr, c);
+    } else {
+      pack_p<Cfg>(s, pa);
+    }
+  };
+  auto issue_pv = [&](int stage) {
+    if constexpr (Cfg::kPSmem) {
+      issue_pv_tile_smem<Cfg>(o, p_desc, v_desc, stage * Cfg::kKvStageBytes);
+    } else {
+      issue_pv_tile<Cfg>(o, pa, v_desc, stage * Cfg::kKvStageBytes);
+    }
+  };
+  auto fence_p = [&] {
+    if constexpr (!Cfg::kPSmem) fence_fragments(pa);
+  };
   int prev_stage = 0;
   if (n_tiles > 0) {
     float s[kBlockN / 2];
@@ -313,7 +368,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     fence_registers(s);
     float correction[2];
     softmax(s, 0, correction);  // O is still zero: nothing to rescale
-    pack_p<Cfg>(s, pa);
+    keep_p(s);
   }
   for (int64_t tile = 1; tile < n_tiles; ++tile) {
     float s[kBlockN / 2];
@@ -321,13 +376,13 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     KVATTN_PTL(pu_stamp(static_cast<int>(tile < kPuTiles ? tile : kPuTiles - 1)));
     const int stage = wait_full(tile);
     KVATTN_PTL(ptl_stamp(tile, kPtlStage));
-    fence_fragments(pa);
+    fence_p();
     fence_registers(o);
     turns.my_turn();
     wgmma_fence();
     KVATTN_PTL(ptl_stamp(tile, kPtlFenced));
     issue_qk_tile<Cfg>(s, q_desc, k_desc, stage * Cfg::kKvStageBytes);
-    issue_pv_tile<Cfg>(o, pa, v_desc, prev_stage * Cfg::kKvStageBytes);
+    issue_pv(prev_stage);
     turns.your_turn();
     KVATTN_PTL(ptl_stamp(tile, kPtlIssued));
     wgmma_wait<1>();  // S_t is done (P V may still run)
@@ -338,23 +393,23 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     KVATTN_PTL(ptl_stamp(tile, kPtlSoftmax));
     wgmma_wait<0>();  // P_{t-1} V_{t-1} is done: its registers and its stage are free
     fence_registers(o);
-    fence_fragments(pa);
+    fence_p();
     KVATTN_PTL(ptl_stamp(tile, kPtlPv));
     warp_arrive(empty_bar + 8 * prev_stage);  // (the warp is past its wait)
     if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {  // once maxima settle: rare
 #pragma unroll
       for (int e = 0; e < kD / 2; ++e) o[e] *= correction[(e % 4) / 2];
     }
-    pack_p<Cfg>(s, pa);
+    keep_p(s);
     KVATTN_PTL(ptl_stamp(tile, kPtlEnd));
     prev_stage = stage;
   }
   if (n_tiles > 0) {
-    fence_fragments(pa);
+    fence_p();
     fence_registers(o);
     turns.my_turn();
     wgmma_fence();
-    issue_pv_tile<Cfg>(o, pa, v_desc, prev_stage * Cfg::kKvStageBytes);
+    issue_pv(prev_stage);
     turns.your_turn();
     KVATTN_PTL(pu_stamp(kPuTiles + kPuLastPv));
     if constexpr (HasLast<WaitFull>::value) wait_full.last();
@@ -420,8 +475,15 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   KVATTN_PTL(pu_stamp(kPuTiles + kPuQReady));
 
   const int64_t kv_len = seq.end - seq.leftpad;
-  // Tiles inside the keys every row of this warpgroup sees skip the mask.
+  // Tiles [in_first, in_last] lie inside the keys every row of this warpgroup sees: they skip the mask.
+  // As 32-bit tile numbers (a unit's tiles number < 2^31 / kBlockN), two registers through the loop instead
+  // of two 64-bit key bounds and the tile's 64-bit first key (which the d 64 kernel spilled).
   const KeyRange mine = key_range(p, seq, m0, 64, kBlockN);
+  const int64_t to_first = mine.all_first - cta_keys.first,
+                to_last = mine.all_last - cta_keys.first - kBlockN + 1;
+  const int in_first = static_cast<int>(to_first <= 0 ? 0 : (to_first + kBlockN - 1) / kBlockN);
+  const int in_last = static_cast<int>(to_last < 0 ? -1 : to_last / kBlockN);
+  const int32_t kp_first = static_cast<int32_t>(cta_keys.first);  // (keys are int32 positions)
   // This thread's two rows of the accumulator layout, as the score modifications see them.
   const QueryRow row[2] = {query_row(p, seq, cta.i, cta.kv_head, m0 + 16 * warp + lane / 4),
                            query_row(p, seq, cta.i, cta.kv_head, m0 + 16 * warp + lane / 4 + 8)};
@@ -441,9 +503,9 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
       correction[0] = correction[1] = 1.f;
       return;
     }
-    const int64_t tile_kp0 = cta_keys.first + tile * kBlockN;
-    const bool inside = tile_kp0 >= mine.all_first && tile_kp0 + kBlockN - 1 <= mine.all_last;
-    WgmmaScoreTile<kBlockN> score_tile{s, row, static_cast<int32_t>(tile_kp0) + 2 * quad};
+    const int t = static_cast<int>(tile);
+    const bool inside = t >= in_first && t <= in_last;
+    WgmmaScoreTile<kBlockN> score_tile{s, row, kp_first + t * kBlockN + 2 * quad};
     apply_score_mods<true>(p, static_cast<int32_t>(kv_len), inside, score_tile);
     online_softmax<kBlockN>(s, factor, row_max, row_sum, correction);
   };

@@ -73,7 +73,11 @@ struct PrefillConfig {
   static constexpr int kPanels = kHeadDim / 64;           // 64-channel panels of a row
   static constexpr int kQPanelBytes = 64 * 128;           // one consumer's 64 rows of one panel
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;  // (consumer, panel, 64 rows, 128 B)
-  static constexpr int kKvPanelBytes = kBlockN * 128;     // kBlockN keys of one panel
+  // P in shared memory (kTile.p_smem): after Q, a consumer's 64 x kBlockN, K-major in 64-key panels.
+  static constexpr bool kPSmem = kTile.p_smem;
+  static constexpr int kPBytes = kPSmem ? 64 * kBlockN * 2 : 0;  // one consumer's
+  static constexpr int kPPanelBytes = 64 * 128;                  // 64 rows of 64 keys
+  static constexpr int kKvPanelBytes = kBlockN * 128;            // kBlockN keys of one panel
   static constexpr int kKvStageBytes = kBlockN * kHeadDim * 2;
   static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks of a row
   // A stage's barriers count warps, not threads (one arrival a warp by its lane 0: 4 + 8 a tile instead of
@@ -92,8 +96,8 @@ struct PrefillConfig {
   static_assert(kHeadDim % 64 == 0, "whole 128-byte panels");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 128, "a key row per producer thread");
   static_assert((kBlockN / 4) * kChunks % 32 == 0, "whole warp copy steps");
-  static_assert(prefill_smem_bytes(kHeadDim, kPersistent) == 1024 + kQBytes + 2 * kStages * kKvStageBytes +
-                                                                 16 * kStages +
+  static_assert(prefill_smem_bytes(kHeadDim, kPersistent) == 1024 + kQBytes + kConsumers * kPBytes +
+                                                                 2 * kStages * kKvStageBytes + 16 * kStages +
                                                                  (kPersistent ? kPrefillPersistentBytes : 0),
                 "the launcher's shared memory is the kernel's");
 };

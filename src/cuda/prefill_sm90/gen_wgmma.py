@@ -4,8 +4,9 @@
         > src/cuda/prefill_sm90/wgmma.cuh
 
 Each accumulator register is its own asm operand ("+f"), so the wrappers are long; generating them keeps
-the operand numbering right. SS: A and B from shared memory (descriptors), both K-major. RS: A from
-registers (four packed 16-bit pairs a thread), B from shared memory, MN-major (transposed).
+the operand numbering right. SS: A and B from shared memory (descriptors), both K-major. SS_MN: the same
+with B MN-major (transposed: P V with P in shared memory). RS: A from registers (four packed 16-bit pairs a
+thread), B from shared memory, MN-major.
 """
 NS = (48, 64, 128, 256)
 DTYPES = (("half", "f16"), ("__nv_bfloat16", "bf16"))
@@ -30,6 +31,16 @@ __device__ __forceinline__ void wgmma_ss<{ctype}, {n}>(float (&d)[{acc}], uint64
   asm volatile(
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc + 2}, 0;\\n"
       "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{regs(0, acc)}}}, %{acc}, %{acc + 1}, p, 1, 1, 0, 0;\\n}}\\n"
+      : {outs(acc)}
+      : "l"(a), "l"(b), "r"(accumulate));
+}}
+
+// D (64 x {n}) {{+}}= A (64 x 16, smem, K-major) B (16 x {n}, smem, MN-major).
+template <>
+__device__ __forceinline__ void wgmma_ss_mn<{ctype}, {n}>(float (&d)[{acc}], uint64_t a, uint64_t b, int accumulate) {{
+  asm volatile(
+      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc + 2}, 0;\\n"
+      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{regs(0, acc)}}}, %{acc}, %{acc + 1}, p, 1, 1, 0, 1;\\n}}\\n"
       : {outs(acc)}
       : "l"(a), "l"(b), "r"(accumulate));
 }}
@@ -62,6 +73,8 @@ namespace kvattn::cuda::sm90 {
 
 template <typename T, int N>
 __device__ void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate);
+template <typename T, int N>
+__device__ void wgmma_ss_mn(float (&d)[N / 2], uint64_t a, uint64_t b, int accumulate);
 template <typename T, int N>
 __device__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b, int accumulate);
 
