@@ -334,10 +334,11 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
   const SmemDesc q_desc(desc_k_major(__shfl_sync(0xffffffffu, q_addr, 0))), k_desc(desc_k_major(s_k));
   const SmemDesc v_desc(desc_mn_major(s_v, Cfg::kKvPanelBytes));
   uint32_t pa[kBlockN / 16][4];
-  // Cfg::kPSmem: this consumer's P buffer, after the CTA's Q (kernel.cuh).
+  // Cfg::kPSmem: this consumer's P buffer, after the CTA's Q (kernel.cuh); nothing otherwise.
   const int c = turns.consumer;
-  const uint32_t p_addr = q_addr - c * (Cfg::kQBytes / Cfg::kConsumers) + Cfg::kQBytes + c * Cfg::kPBytes;
-  [[maybe_unused]] const SmemDesc p_desc(desc_k_major(__shfl_sync(0xffffffffu, p_addr, 0)));
+  const uint32_t p_addr =
+      Cfg::kPSmem ? q_addr - c * (Cfg::kQBytes / Cfg::kConsumers) + Cfg::kQBytes + c * Cfg::kPBytes : 0;
+  const SmemDesc p_desc(Cfg::kPSmem ? desc_k_major(__shfl_sync(0xffffffffu, p_addr, 0)) : 0);
   auto keep_p = [&](const float(&s)[kBlockN / 2]) {
     if constexpr (Cfg::kPSmem) {
       store_p<Cfg>(s, p_addr, c);
