@@ -73,6 +73,13 @@ CASES = {
     "leftpad paged": prefill(layout="paged", page_size=16, leftpad=(33, 7), seed=17),
     "paged 8 window": prefill(layout="paged", page_size=8, window=(150, 0), causal=False, seed=26),
     "paged 256 leftpad": prefill(layout="paged", page_size=256, seqlens=(700, 300), leftpad=(200, 0), seed=27),
+    # pages whose size neither divides the key tile nor is a multiple of it (cp.async at d 64 / 128's
+    # 128-key tiles, TMA boxes of 24 / 48 at d 256's 48), lengths around multiples of 176 (branch kv176's
+    # d 128 tile: TMA boxes of gcd(page, 176) = 8 / 16 slots)
+    "paged 24, lengths around 176": prefill(layout="paged", page_size=24, seqlens=(353, 176, 177), sq=175,
+                                            causal=False, seed=29),
+    "paged 48 leftpad, 352 keys": prefill(layout="paged", page_size=48, seqlens=(352, 530), leftpad=(16, 48),
+                                          sq=176, seed=30),
     # GQA widths and dtypes
     "MHA": prefill(hq=4, hk=4, seed=18),
     "GQA 8": prefill(hq=16, hk=2, seqlens=(300, 100), sq=100, seed=19),

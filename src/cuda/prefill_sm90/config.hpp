@@ -12,7 +12,7 @@ struct PrefillTile {
   int consumers;  // warpgroups of 64 query rows (the CTA has one more: the producer)
   int block_n;    // keys a stage
   int stages;
-  int regs_producer;  // setmaxnreg budgets: producer + consumers x consumer <= 512 (64K registers / 128)
+  int regs_producer;  // setmaxnreg budgets: within what the launch gave the CTA (prefill_regs_fit)
   int regs_consumer;
   // P V takes P from shared memory (each consumer's 64 x block_n buffer, after Q) instead of registers:
   // P's block_n / 4 registers are then not held across the next tile's softmax.
@@ -42,6 +42,21 @@ constexpr PrefillTile prefill_tile(int head_dim) {
          : head_dim <= 128 ? PrefillTile{2, 128, 3, 56, 224}
                            : PrefillTile{2, 48, 3, 40, 232};
 }
+
+// setmaxnreg moves registers between the warpgroups within the CTA's launch allocation: 65536 / threads
+// a thread, rounded down to a multiple of 8 (168 for 384 threads, 128 for 512). A budget above it makes the
+// consumers' setmaxnreg.inc wait forever (a hang, not an error: 32 / 240 on branch kv176, session 20).
+constexpr bool prefill_regs_fit(const PrefillTile& t) {
+  const int threads = 128 * (t.consumers + 1);
+  const int per_thread = 65536 / threads / 8 * 8;
+  return t.regs_producer % 8 == 0 && t.regs_consumer % 8 == 0 && t.regs_producer >= 24 &&
+         t.regs_consumer <= 256 &&
+         t.regs_producer + t.consumers * t.regs_consumer <= per_thread * (t.consumers + 1);
+}
+static_assert(prefill_regs_fit(prefill_tile(64)) && prefill_regs_fit(prefill_tile(128)) &&
+                  prefill_regs_fit(prefill_tile(256)),
+              "register budgets within the launch's allocation");
+static_assert(!prefill_regs_fit(PrefillTile{2, 176, 2, 32, 240}), "the budget that hung");
 
 // The persistent kernel's unit descriptor (persistent.cuh, PrefillUnit): one slot of its ring of two.
 constexpr size_t kPrefillUnitBytes = 192;
