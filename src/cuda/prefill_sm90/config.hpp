@@ -20,12 +20,13 @@ struct PrefillTile {
 };
 
 // Per head dim (d = dv):
-// - d = 64: three 64-row consumer warpgroups (a 192-row CTA) on 128-key tiles, six 32 KiB stages (217 KiB
-//   with Q). A tile is half the FLOPs of d = 128 for the same softmax, and one consumer's iteration is
-//   latency-bound (H200 timeline, two consumers: 3,020 clocks a tile, softmax 1,460 of them, the tensor
-//   cores busy ~45%): a third consumer adds 50% more rows a tile with room left on the tensor cores and the
-//   exp unit. 512 threads: consumers at 160 registers (S 64 + P 32 + O 32 + the row state), the producer at
-//   32 (32 + 3 x 160 = 4 x 128).
+// - d = 64: three 64-row consumer warpgroups (a 192-row CTA) on 128-key tiles, four 32 KiB stages, P V's P
+//   from shared memory (p_smem: a 16 KiB buffer a consumer; 201 KiB with Q). A tile is half the FLOPs of
+//   d = 128 for the same softmax, and one consumer's iteration is latency-bound (H200 timeline, two
+//   consumers: 3,020 clocks a tile, softmax 1,460 of them, the tensor cores busy ~45%): a third consumer
+//   adds 50% more rows a tile with room left on the tensor cores. 512 threads: consumers at 160 registers
+//   (S 64 + O 32 + the row state; P in registers too spilled, session 19), the producer at 32 (32 + 3 x 160
+//   = 4 x 128). H200 W6 32x64 full -5% against two consumers with P in registers (session 20).
 // Two 64-row consumer warpgroups (a 128-row CTA) at d 128 and 256:
 // - d = 128: a 128 x 128 S and O per CTA, 64 fp32 accumulators each a consumer thread (plus S of the next
 //   tile and P of the previous one while they overlap), three 64 KiB K/V stages (225 KiB of shared memory
