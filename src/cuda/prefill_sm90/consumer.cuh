@@ -184,9 +184,8 @@ __device__ __forceinline__ void pack_p(const float (&s)[Cfg::kBlockN / 2],
 // Cfg::kPSmem: P leaves the S accumulators for this consumer's shared buffer (s_p: 64 rows x kBlockN keys,
 // K-major in 64-key panels, 128B swizzle, the A operand of P V), once the previous P V has read it; every
 // thread's stores are made visible to wgmma (fence.proxy.async) and the warpgroup meets before any warp
-// issues the next P V. Accumulator element 4 j + 2 h + e: row 16 warp + lane / 4 + 8 h, key 8 j + 2 (lane %
-// 4)
-// + e: one 32-bit store a (j, h), a warp's 32 covering the 32 banks once.
+// issues the next P V. Accumulator element 4 j + 2 h + e: row 16 warp + lane / 4 + 8 h, key
+// 8 j + 2 (lane % 4) + e: one 32-bit store a (j, h), a warp's 32 covering the 32 banks once.
 template <class Cfg>
 __device__ __forceinline__ void store_p(const float (&s)[Cfg::kBlockN / 2], uint32_t s_p, int consumer) {
   const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32;

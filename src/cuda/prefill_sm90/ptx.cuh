@@ -136,12 +136,12 @@ struct SmemDesc {
 
 // ---- misc
 
-// Orders this thread's generic-proxy shared-memory writes (st.shared, cp.async results it has waited for)
-// before later async-proxy reads (wgmma operands).
 // A 32-bit store to shared memory at a shared-window address.
 __device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
+// Orders this thread's generic-proxy shared-memory writes (st.shared, cp.async results it has waited for)
+// before later async-proxy reads (wgmma operands).
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
