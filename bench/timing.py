@@ -10,10 +10,16 @@ L2_BYTES = 60 << 20  # H200
 ROTATE_BYTES = 3 * L2_BYTES  # input sets rotated in one graph must together exceed this
 
 
-def stats(samples_us):
+def stats(samples_us, series=False):
+    """Median, p10, p90 and count; with `series` also the samples in the order they were taken, where there
+    are at most 64 (the long calls' 30 replays: a slow start or a drift, e.g. the clock falling under a long
+    load, shows there and not in the percentiles)."""
     a = np.asarray(samples_us, np.float64)
-    return dict(median_us=float(np.median(a)), p10_us=float(np.percentile(a, 10)),
-                p90_us=float(np.percentile(a, 90)), samples=int(a.size))
+    r = dict(median_us=float(np.median(a)), p10_us=float(np.percentile(a, 10)),
+             p90_us=float(np.percentile(a, 90)), samples=int(a.size))
+    if series and a.size <= 64:
+        r["series_us"] = [round(float(x), 1) for x in a]
+    return r
 
 
 def n_sets_for(set_bytes, budget_bytes, max_sets=32):
@@ -90,7 +96,7 @@ def time_cuda(fns, torch, min_replays=30, target_s=0.12, min_calls=10, max_repla
         run()
         e.record()
     ends[-1].synchronize()
-    r = stats([s.elapsed_time(e) * 1e3 / calls for s, e in zip(starts, ends)])
+    r = stats([s.elapsed_time(e) * 1e3 / calls for s, e in zip(starts, ends)], series=True)
     r.update(calls_per_graph=calls, timed_via=via)
     del graph
     return r, est_us
