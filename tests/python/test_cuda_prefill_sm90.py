@@ -325,12 +325,9 @@ MANY_UNITS = {
 }
 
 
-# Each persistent test runs with the units' key tiles in order and rotated (KVATTN_SM90_ROTATE=1: a unit
-# walks its tiles from tile m-block % tiles on, wrapping; the masks and the edge tiles follow the key tile).
-@pytest.fixture(params=["rotate0", "rotate1"])
-def persistent(monkeypatch, request):
+@pytest.fixture
+def persistent(monkeypatch):
     monkeypatch.setenv("KVATTN_SM90_PERSISTENT", "1")
-    monkeypatch.setenv("KVATTN_SM90_ROTATE", request.param[-1])
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)

@@ -119,7 +119,6 @@ struct UnitTiles {
   int64_t tile0;
   bool q_loaded;
   const Last& last;
-  int32_t first_tile;  // the unit walks its key tiles from this one on (kRotate: rotated_tile)
 };
 // consume's wait_full with the hook run_tiles calls under the last P V (Cfg::kPersistent).
 template <class W, class = void>
@@ -504,22 +503,14 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
       correction[0] = correction[1] = 1.f;
       return;
     }
-    int t = static_cast<int>(tile);
-    if constexpr (kUnit) {  // the key tile (kRotate; 32-bit as above)
-      t += unit.first_tile;
-      if (t >= static_cast<int>(n_tiles)) t -= static_cast<int>(n_tiles);
-    }
+    const int t = static_cast<int>(tile);
     const bool inside = t >= in_first && t <= in_last;
     WgmmaScoreTile<kBlockN> score_tile{s, row, kp_first + t * kBlockN + 2 * quad};
     apply_score_mods<true>(p, static_cast<int32_t>(kv_len), inside, score_tile);
     online_softmax<kBlockN>(s, factor, row_max, row_sum, correction);
   };
   auto wait_full = [&](int64_t tile) {
-    bool edge = tile == 0 || tile == n_tiles - 1;
-    if constexpr (kUnit) {  // the key tile's (kRotate)
-      const int key_tile = static_cast<int>(rotated_tile(tile, unit.first_tile, n_tiles));
-      edge = key_tile == 0 || key_tile == static_cast<int>(n_tiles) - 1;
-    }
+    const bool edge = tile == 0 || tile == n_tiles - 1;
     if constexpr (kUnit) tile += unit.tile0;  // the CTA's tile (producer.cuh)
     // 32-bit: a unit's tiles number < 2^31 / kBlockN (int32 lengths) and tile0 < 2 kStages; a 64-bit
     // division by kStages cost ~20 instructions a tile.

@@ -27,16 +27,7 @@ enum PrefillFlags : uint32_t {
   // K/V by TMA (k_map / v_map valid): paged caches whose page size is a multiple of 8 and divides the key
   // tile or is a multiple of it, contiguous and packed caches of at least a tile (tma_geometry).
   kTma = 16,
-  // The persistent kernel: each unit walks its key tiles from tile m-block % tiles on, wrapping
-  // (rotated_tile), so that CTAs which start equal units together do not read the same K/V tile at the same
-  // time.
-  kRotate = 32,
 };
-// Tile n of a unit walked from tile `first` on (kRotate): the key tile it computes, among n_tiles.
-__host__ __device__ __forceinline__ int64_t rotated_tile(int64_t n, int64_t first, int64_t n_tiles) {
-  const int64_t t = n + first;
-  return t < n_tiles ? t : t - n_tiles;
-}
 // Which stages the consumers fence (fence.proxy.async) after the full barrier, before wgmma reads them:
 // those written by cp.async (generic proxy). The TMA producer writes through the async proxy except its
 // edge tiles, at most a unit's first and last (produce_tma), so with kTma only those two.

@@ -54,16 +54,6 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
-// The maps' L2 promotion: 256 B; KVATTN_SM90_L2PROMO = 0 / 64 / 128 / 256 sets it (A/B).
-inline CUtensorMapL2promotion l2_promotion() {
-  const char* v = std::getenv("KVATTN_SM90_L2PROMO");
-  const int bytes = v != nullptr ? std::atoi(v) : 256;
-  return bytes == 0     ? CU_TENSOR_MAP_L2_PROMOTION_NONE
-         : bytes == 64  ? CU_TENSOR_MAP_L2_PROMOTION_L2_64B
-         : bytes == 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
-                        : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
-}
-
 // K/V by TMA (kernel.cuh, produce_tma) where the cache allows it, else the cp.async producer (any layout and
 // page size); KVATTN_SM90_TMA=0 forces the cp.async one (A/B). One 4-D map per cache over the pages of
 // tma_geometry (config.hpp): paged caches whose page size is a multiple of 8 that divides the key tile or
@@ -113,7 +103,7 @@ bool make_kv_maps(const AttnParams& params, PrefillArgs& a) {
                map,
                std::is_same_v<T, half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
                4, c.ptr, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-               l2_promotion(), CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
   };
   return make(params.k_cache, &a.k_map) && make(params.v_cache, &a.v_map);
 }
@@ -151,10 +141,6 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream) {
   }
   if (const char* v = std::getenv("KVATTN_SM90_DIAG"); v != nullptr)
     a.flags |= std::atoi(v) & (kDiagNoLoad | kDiagNoSoftmax);
-  // KVATTN_SM90_ROTATE=1: the persistent kernel's units walk their key tiles rotated (kRotate; A/B).
-  if (const char* v = std::getenv("KVATTN_SM90_ROTATE"); v != nullptr && std::strcmp(v, "1") == 0) {
-    a.flags |= kRotate;
-  }
   if (make_kv_maps<Cfg>(params, a)) a.flags |= kTma;
   int64_t line = static_cast<int64_t>(a.m_blocks) * params.seq.batch;  // m-blocks a kv head
   if constexpr (Cfg::kVarlen) {

@@ -47,7 +47,6 @@ struct PrefillUnit {
   int64_t first_key;  // the first tile's first key (key_range's first, TMA-aligned)
   int64_t n_tiles;
   int32_t state;
-  int32_t first_tile;  // the unit's tiles from this one on, wrapping (kRotate; else 0)
 };
 static_assert(sizeof(PrefillUnit) <= kPrefillUnitBytes, "config.hpp's descriptor slot holds a unit");
 
@@ -88,7 +87,6 @@ __device__ __forceinline__ void produce_units(const PrefillArgs& a, uint32_t s_k
     const Sequence seq = load_sequence(p.seq, cta.i, p.errors, threadIdx.x == 0);
     int32_t state = kUnitSkip;
     int64_t first_key = 0, n_tiles = 0;
-    int32_t first_tile = 0;
     if (seq.rows_known && cta.m0 < static_cast<int64_t>(seq.q_len) * p.group) {
       // Page ids of the whole sequence [leftpad, end): an offending sequence is NaN in every row.
       bool ok = check_unique_row<Producers>(p.seq, cta.i, p.errors) && seq.ok;
@@ -105,13 +103,11 @@ __device__ __forceinline__ void produce_units(const PrefillArgs& a, uint32_t s_k
         }
         first_key = keys.first;
         n_tiles = keys.last >= keys.first ? (keys.last - keys.first + Cfg::kBlockN) / Cfg::kBlockN : 0;
-        if ((a.flags & kRotate) && n_tiles > 0)
-          first_tile = static_cast<int32_t>((cta.m0 / Cfg::kBlockM) % n_tiles);
       }
     }
     if (threadIdx.x == 0) {
       mbar_wait(unit_empty + 8 * slot, static_cast<uint32_t>((n / 2) & 1) ^ 1u);
-      ring[slot] = PrefillUnit{seq, cta, first_key, n_tiles, state, first_tile};
+      ring[slot] = PrefillUnit{seq, cta, first_key, n_tiles, state};
       mbar_arrive(unit_full + 8 * slot);  // (release: the descriptor's stores before the arrival)
     }
     KVATTN_PTL(pu_stamp(kPuTiles + kPuProdDesc, n));
@@ -119,10 +115,10 @@ __device__ __forceinline__ void produce_units(const PrefillArgs& a, uint32_t s_k
     if (n_tiles > 0) {
       if (tma) {
         produce_tma<Cfg>(a, seq, cta.kv_head, seq.leftpad + first_key, n_tiles, s_k, s_v, full_bar, empty_bar,
-                         diag_no_load, at, false, first_tile);
+                         diag_no_load, at, false);
       } else {
         produce<Cfg>(p, seq, cta.kv_head, seq.leftpad + first_key, n_tiles, s_k, s_v, full_bar, empty_bar,
-                     diag_no_load, at, false, first_tile);
+                     diag_no_load, at, false);
       }
     }
     KVATTN_PTL(pu_stamp(kPuTiles + kPuProdLast, n));
@@ -184,8 +180,7 @@ __device__ __forceinline__ void consume_units(const PrefillArgs& a, unsigned cha
       KeyRange keys;
       keys.first = u.first_key;
       consume<Cfg>(p, u.seq, u.cta, keys, u.n_tiles, s_q_all, s_k, s_v, full_bar, empty_bar, fence,
-                   diag_no_softmax,
-                   UnitTiles<decltype(next_q_load)>{at, q_loaded, next_q_load, u.first_tile});
+                   diag_no_softmax, UnitTiles<decltype(next_q_load)>{at, q_loaded, next_q_load});
       at = ring_after<Cfg>(at, u.n_tiles);
       q_used = true;
     }

@@ -25,14 +25,13 @@ __device__ __forceinline__ void init_stage_barriers(uint32_t full_bar, uint32_t 
   }
 }
 
-// Cfg::kPersistent: tile n is the CTA's tile tile0 + n of the stage ring (the units so far), drain = false
-// leaves the copies in flight (the persistent kernel waits once, at its end), and tile n holds key tile
-// rotated_tile(n, first_tile, n_tiles) (kRotate).
+// Cfg::kPersistent: tile n is the CTA's tile tile0 + n of the stage ring (the units so far), and drain =
+// false leaves the copies in flight (the persistent kernel waits once, at its end).
 template <class Cfg>
 __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq, int kv_head, int64_t slot0,
                                         int64_t n_tiles, uint32_t s_k, uint32_t s_v, uint32_t full_bar,
                                         uint32_t empty_bar, bool diag_no_load, int64_t tile0 = 0,
-                                        bool drain = true, int64_t first_tile = 0) {
+                                        bool drain = true) {
   constexpr int kRowsPerWarp = Cfg::kBlockN / 4;
   const int ptid = threadIdx.x;  // 0..127
   const int warp = ptid / 32, lane = ptid % 32;
@@ -44,9 +43,8 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
   const bool paged = p.seq.page_table != nullptr && p.seq.cu_seqlens_k == nullptr;
   // The page-table entry of this thread's key row, loaded one tile ahead of its use.
   auto entry_of = [&](int64_t tile) -> int32_t {
-    if (!paged || !owns_row || tile >= n_tiles) return 0;
-    const int64_t s = slot0 + rotated_tile(tile, first_tile, n_tiles) * Cfg::kBlockN + key_row;
-    return s < seq.end ? page_entry(p.seq, seq, s) : 0;
+    const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
+    return paged && owns_row && tile < n_tiles && s < seq.end ? page_entry(p.seq, seq, s) : 0;
   };
   int32_t entry = entry_of(0);
   for (int64_t tile = 0; tile < n_tiles; ++tile) {
@@ -56,7 +54,7 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
     // This thread's key row: where it starts in each cache, in 16-byte units (32 bits: the launcher checks
     // that the caches span less than 64 GiB), or kNoRow (zero-filled).
     constexpr uint32_t kNoRow = 0xffffffffu;
-    const int64_t s = slot0 + rotated_tile(tile, first_tile, n_tiles) * Cfg::kBlockN + key_row;
+    const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
     uint32_t k_off = kNoRow, v_off = kNoRow;
     if (owns_row && s < seq.end) {
       const SlotAddress a = slot_address_at(p.seq, seq, s, entry);
@@ -112,7 +110,7 @@ template <class Cfg>
 __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence& seq, int kv_head,
                                             int64_t slot0, int64_t n_tiles, uint32_t s_k, uint32_t s_v,
                                             uint32_t full_bar, uint32_t empty_bar, bool diag_no_load,
-                                            int64_t tile0 = 0, bool drain = true, int64_t first_tile = 0) {
+                                            int64_t tile0 = 0, bool drain = true) {
   const AttnParams& p = a.p;
   const int ptid = threadIdx.x % 128, warp = ptid / 32, lane = ptid % 32;
   constexpr int kPairs = 2 * Cfg::kPanels;          // (K or V, panel)
@@ -136,7 +134,7 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
     const int stage = static_cast<int>(ring_tile % Cfg::kStages);
     const uint32_t bar = full_bar + 8 * stage;
     const uint32_t k_dst = s_k + stage * Cfg::kKvStageBytes, v_dst = s_v + stage * Cfg::kKvStageBytes;
-    const int64_t t0 = slot0 + rotated_tile(tile, first_tile, n_tiles) * Cfg::kBlockN;
+    const int64_t t0 = slot0 + tile * Cfg::kBlockN;
     const bool whole = t0 >= seq.leftpad && (t0 + Cfg::kBlockN <= seq.end || zero_tail);
     const int64_t box_slot = t0 + lane * g.box;
     const int32_t entry = paged && whole && lane < boxes ? page_entry(p.seq, seq, box_slot) : 0;
