@@ -26,6 +26,7 @@
 #include <cstdint>
 
 #include "cuda/attention/schedule.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/sequence.cuh"
 #include "cuda/prefill_sm90/consumer.cuh"
 #include "cuda/prefill_sm90/cta.cuh"
@@ -87,6 +88,7 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
   KVATTN_PTL(pu_set_unit(0));
   if (threadIdx.x < 128) {
     regs_dealloc<Cfg::kRegsProducer>();
+    wait_for_prior_grid();  // launched early after the append (PDL): the appended K/V are in place past here
     if (tma) {
       produce_tma<Cfg>(a, seq, cta.kv_head, seq.leftpad + keys.first, n_tiles, s_k, s_v, full_bar, empty_bar,
                        (a.flags & kDiagNoLoad) != 0);

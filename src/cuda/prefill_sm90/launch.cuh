@@ -128,7 +128,7 @@ inline int64_t persistent_sections(const AttnParams& params, int head_dim) {
 }
 
 template <class Cfg>
-kvattn_status launch_config(const AttnParams& params, cudaStream_t stream) {
+kvattn_status launch_config(const AttnParams& params, cudaStream_t stream, bool early_launch = false) {
   const int64_t rows = static_cast<int64_t>(params.seq.max_seqlen_q) * params.group;
   PrefillArgs a{};
   a.p = params;
@@ -185,18 +185,25 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream) {
     }
   }
 #endif
-  prefill_kernel<Cfg><<<static_cast<unsigned>(ctas), Cfg::kThreads, smem, stream>>>(a);
+  // Early behind the append (PDL): the CTAs set up, load their sequence, check its pages and load Q
+  // while the append ends; the producers wait for it before the first K/V copy (kernel.cuh).
+  const LaunchShape shape{dim3(static_cast<unsigned>(ctas)), dim3(Cfg::kThreads), static_cast<size_t>(smem),
+                          stream, early_launch && !Cfg::kPersistent};
+  if (const kvattn_status st = launch_kernel("prefill_kernel (sm_90a)", prefill_kernel<Cfg>, shape, a);
+      st != KVATTN_OK) {
+    return st;
+  }
 #if KVATTN_PREFILL_TIMELINE
   if (g_prefill_timeline_host != nullptr) {  // the developer timeline (timeline.cuh), after the kernel
     cudaMemcpyFromSymbolAsync(g_prefill_timeline_host, g_prefill_timeline, sizeof(g_prefill_timeline), 0,
                               cudaMemcpyDeviceToHost, stream);
   }
 #endif
-  return check_launch("prefill_kernel (sm_90a)");
+  return KVATTN_OK;
 }
 
 template <typename T, int kHeadDim>
-kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t stream) {
+kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t stream, bool early_launch) {
   if constexpr (!prefill_built(dtype_of_storage<T>(), kHeadDim)) {
     return fail(KVATTN_ERROR_UNSUPPORTED, "the sm_90a prefill kernel for head_dim=" +
                                               std::to_string(kHeadDim) + " is not compiled in this build");
@@ -215,7 +222,7 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
       const char* pingpong = std::getenv("KVATTN_SM90_PINGPONG");
       const bool turns = pingpong != nullptr && std::strcmp(pingpong, "1") == 0;
       if (!turns && params.seq.cu_seqlens_q == nullptr) {
-        return launch_config<PrefillConfig<T, kHeadDim, false>>(params, stream);
+        return launch_config<PrefillConfig<T, kHeadDim, false>>(params, stream, early_launch);
       }
     }
     // Varlen q runs the varlen kernel (the m-block line: no CTA of an empty m-block, consumer 1 idle on a
@@ -223,9 +230,9 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
     const char* varlen = std::getenv("KVATTN_SM90_VARLEN");
     const bool line = varlen == nullptr || std::strcmp(varlen, "0") != 0;
     if (params.seq.cu_seqlens_q != nullptr && line) {
-      return launch_config<PrefillConfig<T, kHeadDim, true, true>>(params, stream);
+      return launch_config<PrefillConfig<T, kHeadDim, true, true>>(params, stream, early_launch);
     }
-    return launch_config<PrefillConfig<T, kHeadDim, true>>(params, stream);
+    return launch_config<PrefillConfig<T, kHeadDim, true>>(params, stream, early_launch);
   }
 }
 

@@ -92,16 +92,18 @@ inline AttentionPlan plan_prefill_sm90(const FwdProblem& p, const AttentionKerne
   return plan;
 }
 
-// One (dtype, head dim): the instantiation files define them.
+// One (dtype, head dim): the instantiation files define them. early_launch: programmatic dependent
+// launch behind the append kernel (the plan's early_launch), taken by the kernels without a unit counter
+// (the persistent kernel's counter is zeroed by a memset node between the two kernels).
 template <typename T, int kHeadDim>
-kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t stream);
+kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t stream, bool early_launch);
 
-// The launcher of a row (the plan is not read: see prefill_sm90_single_pass).
+// The launcher of a row (the plan is read for early_launch only: see prefill_sm90_single_pass). Not
+// early behind q rotated ahead (KVATTN_SM90_QROT=1): the consumers read that q before the kernel's wait.
 template <DType kDType, int kHeadDim>
-kvattn_status launch_prefill_row(const AttnParams& params, const AttentionPlan& /*plan*/,
-                                 cudaStream_t stream) {
+kvattn_status launch_prefill_row(const AttnParams& params, const AttentionPlan& plan, cudaStream_t stream) {
   using T = std::conditional_t<kDType == DType::bf16, __nv_bfloat16, half>;
-  return launch_prefill_kernel<T, kHeadDim>(params, stream);
+  return launch_prefill_kernel<T, kHeadDim>(params, stream, plan.early_launch && !plan.q_rotated);
 }
 template <typename T, int kHeadDim>
 bool prefill_kernel_loaded();  // the sm_90a binary of the kernel is the one the device runs
