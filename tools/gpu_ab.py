@@ -1,5 +1,12 @@
-"""Compare two bench runs (results.jsonl of bench.run): per case, the median time of each and their ratio, and
-the host time per call (Python / C ABI). Usage: python3 tools/gpu_ab.py BASE_DIR NEW_DIR."""
+"""Compare bench runs (results.jsonl of bench.run): per case, each run's kvattn median and p10 time and its
+ratio to the first run's median, and the host time per call (Python / C ABI) of the first and last run.
+
+    python3 tools/gpu_ab.py BASE_DIR NEW_DIR [MORE_DIRS...] [--series]
+
+Runs of an A/B in one device call alternate (A B A B: tools/prefill_ab.sh); the p10 next to the median
+shows the clock's step (the first ~second of a long load runs at 1,980 MHz, then the H200's power cap
+takes the clock to ~1,750: bench/NOTES.md, session 23). --series prints the samples in time order
+(series_us) where a record has them."""
 import json
 import os
 import sys
@@ -16,28 +23,36 @@ def load(d):
 
 
 def us(x):
-    return f"{x:7.1f}" if isinstance(x, (int, float)) else "      -"
+    return f"{x:8.1f}" if isinstance(x, (int, float)) else "       -"
 
 
-def main(base_dir, new_dir):
-    base, new = load(base_dir), load(new_dir)
-    print(f"{'case':52s} {'base us':>8s} {'new us':>8s} {'new/base':>8s}  host py b/n      host C b/n")
+def main(dirs, series=False):
+    runs = [load(d) for d in dirs]
+    names = [os.path.basename(os.path.normpath(d)) for d in dirs]
+    print(f"{'case':52s} " + " ".join(f"{n[:17]:>17s}" for n in names) + "   ratios to the first")
     worst = 0.0
-    for name, n in new.items():
-        b = base.get(name, {})
-        tb = (b.get("kvattn") or {}).get("median_us")
-        tn = (n.get("kvattn") or {}).get("median_us")
-        ratio = tn / tb if tb and tn else float("nan")
-        if ratio == ratio:
-            worst = max(worst, ratio)
-        bad = [r.get("status") for r in (b, n) if r.get("status", "ok") != "ok"]
+    for case in runs[-1]:
+        recs = [run.get(case, {}) for run in runs]
+        bad = [r.get("status") for r in recs if r.get("status", "ok") != "ok"]
         if bad:
-            print(f"{name[:52]:52s} status: {bad[0][:60]}")
+            print(f"{case[:52]:52s} status: {str(bad[0])[:60]}")
             continue
-        print(f"{name[:52]:52s} {us(tb)} {us(tn)} {ratio:8.3f}  {us(b.get('host_us_python'))}/{us(n.get('host_us_python'))}"
-              f"  {us(b.get('host_us_c'))}/{us(n.get('host_us_c'))}")
-    print(f"worst new/base: {worst:.3f}")
+        k = [(r.get("kvattn") or {}) for r in recs]
+        med = [x.get("median_us") for x in k]
+        cells = " ".join(f"{us(m)} ({us(x.get('p10_us')).strip():>6s})" for m, x in zip(med, k))
+        ratios = [m / med[0] if m and med[0] else float("nan") for m in med[1:]]
+        worst = max([worst] + [r for r in ratios if r == r])
+        host = f"  host py {us(recs[0].get('host_us_python')).strip()}/{us(recs[-1].get('host_us_python')).strip()}"
+        print(f"{case[:52]:52s} {cells}  " + " ".join(f"{r:6.3f}" for r in ratios) + host)
+        if series:
+            for n, x in zip(names, k):
+                if x.get("series_us"):
+                    print(f"    {n[:12]:12s} " + " ".join(f"{v:.0f}" for v in x["series_us"]))
+    print(f"worst ratio to the first: {worst:.3f}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    args = [a for a in sys.argv[1:] if a != "--series"]
+    if len(args) < 2:
+        sys.exit(__doc__)
+    main(args, series="--series" in sys.argv[1:])
