@@ -6,6 +6,8 @@ import time
 
 import numpy as np
 
+from bench.gpu_clock import ClockSampler
+
 L2_BYTES = 60 << 20  # H200
 ROTATE_BYTES = 3 * L2_BYTES  # input sets rotated in one graph must together exceed this
 
@@ -91,13 +93,14 @@ def time_cuda(fns, torch, min_replays=30, target_s=0.12, min_calls=10, max_repla
     if est_us * calls < 200 and hasattr(cuda, "_sleep"):
         # Keep the GPU busy while the host queues the replays, so host gaps do not enter the events.
         cuda._sleep(int(min(replays * 30, 20000) * 2000))  # ~30 us of host time per replay, at ~2 GHz
-    for s, e in zip(starts, ends):
-        s.record()
-        run()
-        e.record()
-    ends[-1].synchronize()
+    with ClockSampler(cuda.current_device()) as clock:  # the SM clock the replays saw (NVML)
+        for s, e in zip(starts, ends):
+            s.record()
+            run()
+            e.record()
+        ends[-1].synchronize()
     r = stats([s.elapsed_time(e) * 1e3 / calls for s, e in zip(starts, ends)], series=True)
-    r.update(calls_per_graph=calls, timed_via=via)
+    r.update(calls_per_graph=calls, timed_via=via, **clock.summary())
     del graph
     return r, est_us
 

@@ -6,7 +6,8 @@ ratio to the first run's median, and the host time per call (Python / C ABI) of 
 Runs of an A/B in one device call alternate (A B A B: tools/prefill_ab.sh); the p10 next to the median
 shows the clock's step (the first ~second of a long load runs at 1,980 MHz, then the H200's power cap
 takes the clock to ~1,750: bench/NOTES.md, session 23). --series prints the samples in time order
-(series_us) where a record has them."""
+(series_us) where a record has them. Records with the SM clock (bench/gpu_clock.py) show its median during
+the replays and the share of its samples under the power cap."""
 import json
 import os
 import sys
@@ -26,6 +27,12 @@ def us(x):
     return f"{x:8.1f}" if isinstance(x, (int, float)) else "       -"
 
 
+def clock(timing):
+    """' 1755 MHz 80%' (the median SM clock of the replays and the share under the power cap), or ''."""
+    c = timing.get("sm_clock_mhz")
+    return f" {c['median']:4d} MHz {100 * timing.get('power_capped', 0):3.0f}%" if c else ""
+
+
 def main(dirs, series=False):
     runs = [load(d) for d in dirs]
     names = [os.path.basename(os.path.normpath(d)) for d in dirs]
@@ -39,7 +46,7 @@ def main(dirs, series=False):
             continue
         k = [(r.get("kvattn") or {}) for r in recs]
         med = [x.get("median_us") for x in k]
-        cells = " ".join(f"{us(m)} ({us(x.get('p10_us')).strip():>6s})" for m, x in zip(med, k))
+        cells = " ".join(f"{us(m)} ({us(x.get('p10_us')).strip():>6s}){clock(x)}" for m, x in zip(med, k))
         ratios = [m / med[0] if m and med[0] else float("nan") for m in med[1:]]
         worst = max([worst] + [r for r in ratios if r == r])
         host = f"  host py {us(recs[0].get('host_us_python')).strip()}/{us(recs[-1].get('host_us_python')).strip()}"

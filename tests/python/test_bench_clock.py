@@ -1,0 +1,69 @@
+"""bench/gpu_clock.py: the summary of the SM clock samples, and a sampler that stays silent without NVML."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, ROOT)
+
+from bench import gpu_clock  # noqa: E402
+
+
+def test_summary_of_samples():
+    s = gpu_clock.summarize([(1980, 0), (1755, 0x4), (1740, 0x4 | 0x1), (1965, 0x4)])
+    assert s["sm_clock_mhz"] == {"min": 1740, "median": 1965, "max": 1980, "samples": 4}
+    assert s["power_capped"] == 0.75
+    assert gpu_clock.summarize([]) == {}
+
+
+def test_sampler_without_nvml_gives_an_empty_summary(monkeypatch):
+    monkeypatch.setattr(gpu_clock, "_nvml", False)  # as where libnvidia-ml cannot be loaded
+    with gpu_clock.ClockSampler(0) as clock:
+        pass
+    assert clock.summary() == {}
+
+
+def test_gpu_ab_prints_the_clock(tmp_path):
+    rec = {"case": "W6 x", "kvattn": {"median_us": 3800.0, "p10_us": 3400.0, "sm_clock_mhz":
+                                      {"min": 1740, "median": 1755, "max": 1980, "samples": 30},
+                                      "power_capped": 0.8, "series_us": [3400.0, 3800.0]}}
+    for name, t in (("a", 3800.0), ("b", 3420.0)):
+        (tmp_path / name).mkdir()
+        r = dict(rec, kvattn=dict(rec["kvattn"], median_us=t))
+        (tmp_path / name / "results.jsonl").write_text(json.dumps(r) + "\n")
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "gpu_ab.py"), str(tmp_path / "a"),
+                          str(tmp_path / "b"), "--series"], capture_output=True, text=True, check=True).stdout
+    assert "1755 MHz  80%" in out and " 0.900 " in out and "3400 3800" in out
+
+
+class _FakeNvml:
+    """NVML's three calls as the sampler makes them (ctypes.byref arguments carry their object in _obj)."""
+
+    def __init__(self):
+        self.reads = 0
+
+    def nvmlDeviceGetHandleByIndex_v2(self, index, handle):
+        handle._obj.value = 1234
+        return 0
+
+    def nvmlDeviceGetClockInfo(self, handle, clock, mhz):
+        assert clock == gpu_clock.NVML_CLOCK_SM
+        self.reads += 1
+        mhz._obj.value = 1980 if self.reads < 3 else 1755
+        return 0
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle, reasons):
+        reasons._obj.value = 0 if self.reads < 3 else gpu_clock.SW_POWER_CAP
+        return 0
+
+
+def test_sampler_reads_the_clock_while_it_runs(monkeypatch):
+    fake = _FakeNvml()
+    monkeypatch.setattr(gpu_clock, "_nvml", fake)
+    with gpu_clock.ClockSampler(0, period_s=0.001) as clock:
+        while fake.reads < 6:
+            pass
+    s = clock.summary()
+    assert s["sm_clock_mhz"]["max"] == 1980 and s["sm_clock_mhz"]["min"] == 1755
+    assert 0 < s["power_capped"] < 1
