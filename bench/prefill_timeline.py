@@ -11,13 +11,12 @@ d 256; every unit has the same tiles, so the stamps of the last unit a CTA ran a
 and prints, in SM clocks over the consumer warps of 8 CTAs and 16 tiles each, the phases of an iteration:
 stage wait (the previous iteration's end to the tile's stage full: the loop head, then wait_full), issue
 (wgmma.fence, then the wgmma groups), S wait, softmax, P V wait, tail (O rescale, P pack), and the whole
-tile; then how far apart the two warpgroups' iterations run.
+tile; then how far apart the two warpgroups' iterations run, and how much of each warpgroup's softmax (and
+S wait) coincides with the other's on the same SM sub-partition.
 """
 import argparse
 import ctypes
 import os
-
-import torch
 
 import kvattn
 
@@ -103,12 +102,39 @@ def units_report(buf, base):
                   f"{sum(xs) / len(xs):8.0f}")
 
 
+def overlap(a, b):
+    """Clocks of the intervals a that fall inside intervals b (each a list of disjoint (start, end))."""
+    return sum(max(0, min(e1, e2) - max(s1, s2)) for s1, e1 in a for s2, e2 in b)
+
+
+def phase_overlap(rows, first, last):
+    """How much of a consumer warp's phase [first, last) (stamp indices) the warp of the other warpgroup on
+    the same SM sub-partition spends in the same phase: timeline warps w and w + 4 are the kernel's warps 4 + w
+    and 8 + w, both on sub-partition w, so two softmax phases at once share its MUFU and FMA pipes (and the
+    tensor cores wait for both). Returns (overlapping clocks, all clocks of the phase) over the stamped
+    tiles of every CTA and warp pair."""
+    both = total = 0
+    ctas = {c for c, _, _ in rows}
+    for c in ctas:
+        for w in range(4):
+            spans = []
+            for warp in (w, w + 4):
+                spans.append([(r[first], r[last]) for t in range(TILES)
+                              for r in [rows.get((c, warp, t))] if r and r[first] and r[last] >= r[first]])
+            if spans[0] and spans[1]:
+                both += overlap(spans[0], spans[1]) + overlap(spans[1], spans[0])
+                total += sum(e - s for s, e in spans[0]) + sum(e - s for s, e in spans[1])
+    return both, total
+
+
 def pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
 def main():
+    import torch  # (here: the report's functions above run without it)
+
     ap = argparse.ArgumentParser()
     ap.add_argument("--d", type=int, nargs="*", default=[64], help="head dims (the library must hold them)")
     ap.add_argument("--seqlen", type=int, default=16384)
@@ -185,6 +211,12 @@ def main():
         if lag:
             print(f"warpgroup 1's stage stamp minus warpgroup 0's, same tile: p10 {pct(lag, .1):.0f}, median "
                   f"{pct(lag, .5):.0f}, p90 {pct(lag, .9):.0f} clocks")
+        # The two warpgroups' softmax at the same time on a sub-partition (session 23's question).
+        for name, a, b in [("softmax", S_LANDED, SOFTMAX), ("S wait", ISSUED, S_LANDED)]:
+            both, total = phase_overlap(rows, a, b)
+            if total:
+                print(f"{name} of one warpgroup while the other's warp on its sub-partition is in it too: "
+                      f"{100 * both / total:.0f}% of {total} clocks")
         # The TMA producer (its thread 0): stamps head (before the empty wait), stage (past it),
         # fenced (copies issued); against the consumers' stamps of the same tile (the same SM's clock).
         prod = {name: [] for name in ["empty wait", "copies issue", "issue -> first full seen",
