@@ -15,6 +15,8 @@
 // its plan (or plan_portable) and a supports(problem) predicate for what it covers, as the two sm_90a
 // kernels do (KVATTN_PREFILL_SM90, KVATTN_DECODE_SM90 below).
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <iterator>
 #include <string>
 
@@ -167,6 +169,9 @@ kvattn_status cuda_fwd_resolve(const FwdProblem& p, CudaFwdCall* call) {
   // kernel of the caller's.
   call->plan.early_launch =
       p.k_new.ptr != nullptr && p.batch > 0 && p.max_seqlen_k_new > 0 && device->shape.arch >= 90;
+  const char* by_append = std::getenv("KVATTN_SM90_COUNTER_BY_APPEND");
+  call->plan.counter_by_append = call->plan.unit_counter && call->plan.early_launch && by_append != nullptr &&
+                                 std::strcmp(by_append, "1") == 0;
   return KVATTN_OK;
 }
 
@@ -177,7 +182,12 @@ kvattn_status cuda_fwd(const FwdProblem& p, const CudaFwdCall& call) {
   DeviceErrorRecord* errors = call.device->errors;
   const cudaStream_t stream = static_cast<cudaStream_t>(p.stream);
   kvattn_status status;
-  if (p.k_new.ptr != nullptr && (status = launch_append(p, errors, stream)) != KVATTN_OK) return status;
+  // counter_by_append: the append zeroes the persistent prefill kernel's unit counter (the workspace's
+  // first word, plan_prefill_sm90), where a memset node would sit between the kernels.
+  int32_t* counter = call.plan.counter_by_append ? static_cast<int32_t*>(p.workspace) : nullptr;
+  if (p.k_new.ptr != nullptr && (status = launch_append(p, errors, stream, counter)) != KVATTN_OK) {
+    return status;
+  }
   if (call.plan.m_blocks == 0 || p.batch == 0) return KVATTN_OK;
   const AttnParams params = make_attn_params(p, call.plan, errors);
   // KVATTN_SM90_QROT=1 (sm_90a prefill): q rotated once into the workspace, where params.q points.

@@ -140,9 +140,13 @@ struct AttentionPlan {
   // Balanced schedule (decode with num_splits = 0, not deterministic): a grid of balanced_ctas CTAs that
   // share the key tiles of all units evenly; splits stays 1.
   bool balanced = false;
-  bool early_launch = false;   // after the append kernel on sm_90+: launched early, waits before K/V (PDL)
-  int64_t balanced_ctas = 0;   // the grid
-  int64_t balanced_slots = 0;  // CTAs resident at once
+  bool early_launch = false;  // after the append kernel on sm_90+: launched early, waits before K/V (PDL)
+  // The persistent sm_90a prefill kernel behind the append (KVATTN_SM90_COUNTER_BY_APPEND=1, A/B, not yet
+  // measured): the append kernel zeroes its unit counter (no memset node between them) and it is launched
+  // early too.
+  bool counter_by_append = false;
+  int64_t balanced_ctas = 0;                // the grid
+  int64_t balanced_slots = 0;               // CTAs resident at once
   int64_t balanced_whole_grid = 0;          // > 0: the whole grid when each slot gets this many tiles
   int64_t balanced_min_cost = kMinCtaCost;  // a CTA's share is at least this many tiles (balance.hpp)
   int64_t balanced_unit_cost = kUnitCost;   // a unit's fixed work on the line, in tiles (balance.hpp)

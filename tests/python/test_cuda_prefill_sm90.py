@@ -477,11 +477,25 @@ def test_prefill_sm90_persistent_sections_same_bits(monkeypatch, d):
         np.testing.assert_array_equal(base.view(np.uint16), out.view(np.uint16), err_msg=f"sections {sections}")
 
 
+# The persistent kernel's counter: zeroed by a memset node ("memset"), or, behind an append, by the append
+# kernel with the prefill kernel launched early behind it ("by append": KVATTN_SM90_COUNTER_BY_APPEND=1, an
+# A/B switch, not yet measured). "memset" with an append too: the case's q tokens appended first (rotary).
+COUNTERS = ["memset", "memset, append", "by append"]
+
+
+def _counter_case(monkeypatch, case, counter):
+    monkeypatch.setenv("KVATTN_SM90_COUNTER_BY_APPEND", "1" if counter == "by append" else "0")
+    if counter == "memset":
+        return case
+    return dataclasses.replace(case, new=(case.sq,) * len(case.seqlens), rotary="neox")
+
+
 @pytest.mark.parametrize("d", HEAD_DIMS)
-def test_prefill_sm90_persistent_twice_in_a_row(monkeypatch, d):
+@pytest.mark.parametrize("counter", COUNTERS)
+def test_prefill_sm90_persistent_twice_in_a_row(monkeypatch, d, counter):
     """The second call starts from a zeroed counter again (else its CTAs would find every unit claimed and
     leave the poisoned rows): both calls give the same bits, and the oracle's values."""
-    case = dataclasses.replace(MANY_UNITS[LENGTHS], d=d)
+    case = _counter_case(monkeypatch, dataclasses.replace(MANY_UNITS[LENGTHS], d=d), counter)
     results = []
     for _ in range(2):
         out, lse, _ = _call(case, monkeypatch, {"KVATTN_SM90_PERSISTENT": "1"})
@@ -528,11 +542,13 @@ def _graph_replays_give_eager_bits(case):
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
-def test_prefill_sm90_persistent_cuda_graph(monkeypatch, d):
-    """Captured in a CUDA graph (the counter's memset is a node of it), replayed twice into poisoned outputs:
-    the eager call's bits each time."""
+@pytest.mark.parametrize("counter", COUNTERS)
+def test_prefill_sm90_persistent_cuda_graph(monkeypatch, d, counter):
+    """Captured in a CUDA graph (the counter's memset, or the append that zeroes it, is a node of it),
+    replayed twice into poisoned outputs: the eager call's bits each time."""
     monkeypatch.setenv("KVATTN_SM90_PERSISTENT", "1")
-    _graph_replays_give_eager_bits(dataclasses.replace(MANY_UNITS[LENGTHS], d=d))
+    case = _counter_case(monkeypatch, dataclasses.replace(MANY_UNITS[LENGTHS], d=d), counter)
+    _graph_replays_give_eager_bits(case)
 
 
 # q rotated once ahead of the kernel (src/cuda/append/rotate_q.cu; KVATTN_SM90_QROT=1, not the default since

@@ -39,7 +39,8 @@ struct AppendParams {
   int64_t k_descale_strides[2];
   int64_t v_descale_strides[2];
   DeviceErrorRecord* errors;
-  bool line;  // varlen new tokens: a 1-D grid over the token-block line of the batch (find_on_line)
+  int32_t* zero_word;  // launch_append's: set to 0 by the first thread of the grid, or nullptr
+  bool line;           // varlen new tokens: a 1-D grid over the token-block line of the batch (find_on_line)
 };
 
 // Token blocks of sequence i on the line (1 when cu_seqlens_k_new is broken at i: its CTA records it).
@@ -154,6 +155,7 @@ __device__ __forceinline__ void append_chunks(const AppendParams& p, const Seque
 template <typename T, typename TCache>
 __global__ void __launch_bounds__(kAppendThreads) append_kernel(const __grid_constant__ AppendParams p) {
   allow_dependent_launch();  // the attention may be scheduled now; it waits for this grid before K/V
+  if (p.zero_word != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *p.zero_word = 0;
   int i = blockIdx.x;
   int64_t block = blockIdx.y, blocks_stride = gridDim.y;
   if (p.line) {
@@ -279,7 +281,8 @@ __global__ void __launch_bounds__(kAppendThreads)
 
 }  // namespace
 
-kvattn_status launch_append(const FwdProblem& p, DeviceErrorRecord* errors, cudaStream_t stream) {
+kvattn_status launch_append(const FwdProblem& p, DeviceErrorRecord* errors, cudaStream_t stream,
+                            int32_t* zero_word) {
   if (p.batch == 0 || p.max_seqlen_k_new == 0) return KVATTN_OK;
   AppendParams a{};
   a.seq = make_seq_params(p);
@@ -298,6 +301,7 @@ kvattn_status launch_append(const FwdProblem& p, DeviceErrorRecord* errors, cuda
     a.v_descale_strides[k] = p.v_descale_strides[k];
   }
   a.errors = errors;
+  a.zero_word = zero_word;
   TokenGrid tg;
   if (const kvattn_status st =
           token_grid(p.batch, p.max_seqlen_k_new, a.seq.cu_seqlens_k_new != nullptr, a.seq.total_k_new,

@@ -10,7 +10,10 @@
 
 namespace kvattn::cuda {
 
-kvattn_status launch_append(const FwdProblem& p, DeviceErrorRecord* errors, cudaStream_t stream);
+// zero_word (nullptr: none): a 32-bit word of the workspace the kernel sets to 0 (its first thread) for the
+// kernel after it, the persistent prefill kernel's unit counter (then no memset node between the two).
+kvattn_status launch_append(const FwdProblem& p, DeviceErrorRecord* errors, cudaStream_t stream,
+                            int32_t* zero_word = nullptr);
 
 // q (16-bit) rotated once into q_rot (rotate_q.cu): token t of sequence i at p_i (+ t when per token), the
 // channels past rotary_dim copied, rows past seqused_q and sequences with an index error left untouched

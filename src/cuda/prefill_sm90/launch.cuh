@@ -128,7 +128,8 @@ inline int64_t persistent_sections(const AttnParams& params, int head_dim) {
 }
 
 template <class Cfg>
-kvattn_status launch_config(const AttnParams& params, cudaStream_t stream, bool early_launch = false) {
+kvattn_status launch_config(const AttnParams& params, cudaStream_t stream, bool early_launch = false,
+                            bool counter_by_append = false) {
   const int64_t rows = static_cast<int64_t>(params.seq.max_seqlen_q) * params.group;
   PrefillArgs a{};
   a.p = params;
@@ -167,7 +168,9 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream, bool 
     if (const kvattn_status st = device_info(device, &info); st != KVATTN_OK) return st;
     ctas = std::min<int64_t>(ctas, std::max(1, info->shape.sm_count));
     a.sections = static_cast<int32_t>(persistent_sections(params, Cfg::kHeadDim));
-    if (const cudaError_t err = cudaMemsetAsync(params.unit_pieces, 0, sizeof(int32_t), stream);
+    // (Or the append kernel ahead of it zeroes it: counter_by_append, dispatch.cu.)
+    if (const cudaError_t err =
+            counter_by_append ? cudaSuccess : cudaMemsetAsync(params.unit_pieces, 0, sizeof(int32_t), stream);
         err != cudaSuccess) {
       return cuda_fail(err, "prefill_kernel unit counter");
     }
@@ -188,7 +191,7 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream, bool 
   // Early behind the append (PDL): the CTAs set up, load their sequence, check its pages and load Q
   // while the append ends; the producers wait for it before the first K/V copy (kernel.cuh).
   const LaunchShape shape{dim3(static_cast<unsigned>(ctas)), dim3(Cfg::kThreads), static_cast<size_t>(smem),
-                          stream, early_launch && !Cfg::kPersistent};
+                          stream, early_launch && (!Cfg::kPersistent || counter_by_append)};
   if (const kvattn_status st = launch_kernel("prefill_kernel (sm_90a)", prefill_kernel<Cfg>, shape, a);
       st != KVATTN_OK) {
     return st;
@@ -203,7 +206,8 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream, bool 
 }
 
 template <typename T, int kHeadDim>
-kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t stream, bool early_launch) {
+kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t stream, bool early_launch,
+                                    bool counter_by_append) {
   if constexpr (!prefill_built(dtype_of_storage<T>(), kHeadDim)) {
     return fail(KVATTN_ERROR_UNSUPPORTED, "the sm_90a prefill kernel for head_dim=" +
                                               std::to_string(kHeadDim) + " is not compiled in this build");
@@ -213,7 +217,8 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
     // waits (H200, W6 16k: d 64 full 5,858 -> 5,450 us, session 9; d 128 full / causal -1% / -3%, d 256
     // -4% / -3%, session 10; bench/NOTES.md).
     if (params.seq.cu_seqlens_q == nullptr && params.unit_pieces != nullptr) {
-      return launch_config<PrefillConfig<T, kHeadDim, false, false, true>>(params, stream);
+      return launch_config<PrefillConfig<T, kHeadDim, false, false, true>>(params, stream, early_launch,
+                                                                           counter_by_append);
     }
     // d = 128, q not varlen: the consumers issue their wgmma groups independently, 0-1.5% faster than
     // taking turns on every W3 / W6 case measured (bench/NOTES.md, session 6); KVATTN_SM90_PINGPONG=1 takes

@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "cuda/attention/schedule.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/common/sequence.cuh"
 #include "cuda/prefill_sm90/consumer.cuh"
 #include "cuda/prefill_sm90/cta.cuh"
@@ -112,6 +113,9 @@ __device__ __forceinline__ void produce_units(const PrefillArgs& a, uint32_t s_k
     }
     KVATTN_PTL(pu_stamp(kPuTiles + kPuProdDesc, n));
     __syncwarp();
+    // Launched early behind the append (PDL): its K/V and the unit counter it zeroes are in place past
+    // here (a no-op after the first unit and without the launch attribute).
+    wait_for_prior_grid();
     if (n_tiles > 0) {
       if (tma) {
         produce_tma<Cfg>(a, seq, cta.kv_head, seq.leftpad + first_key, n_tiles, s_k, s_v, full_bar, empty_bar,

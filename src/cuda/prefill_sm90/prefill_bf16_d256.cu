@@ -4,5 +4,5 @@
 
 namespace kvattn::cuda::sm90 {
 template bool prefill_kernel_loaded<__nv_bfloat16, 256>();
-template kvattn_status launch_prefill_kernel<__nv_bfloat16, 256>(const AttnParams&, cudaStream_t, bool);
+template kvattn_status launch_prefill_kernel<__nv_bfloat16, 256>(const AttnParams&, cudaStream_t, bool, bool);
 }  // namespace kvattn::cuda::sm90

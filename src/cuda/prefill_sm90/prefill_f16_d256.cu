@@ -4,5 +4,5 @@
 
 namespace kvattn::cuda::sm90 {
 template bool prefill_kernel_loaded<half, 256>();
-template kvattn_status launch_prefill_kernel<half, 256>(const AttnParams&, cudaStream_t, bool);
+template kvattn_status launch_prefill_kernel<half, 256>(const AttnParams&, cudaStream_t, bool, bool);
 }  // namespace kvattn::cuda::sm90
