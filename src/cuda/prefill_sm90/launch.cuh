@@ -191,7 +191,7 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream, bool 
   // Early behind the append (PDL): the CTAs set up, load their sequence, check its pages and load Q
   // while the append ends; the producers wait for it before the first K/V copy (kernel.cuh).
   const LaunchShape shape{dim3(static_cast<unsigned>(ctas)), dim3(Cfg::kThreads), static_cast<size_t>(smem),
-                          stream, early_launch && (!Cfg::kPersistent || counter_by_append)};
+                          stream, early_launch};
   if (const kvattn_status st = launch_kernel("prefill_kernel (sm_90a)", prefill_kernel<Cfg>, shape, a);
       st != KVATTN_OK) {
     return st;

@@ -93,20 +93,21 @@ inline AttentionPlan plan_prefill_sm90(const FwdProblem& p, const AttentionKerne
 }
 
 // One (dtype, head dim): the instantiation files define them. early_launch: programmatic dependent
-// launch behind the append kernel (the plan's early_launch), taken by the kernels without a unit counter,
-// and by the persistent kernel when the append zeroes its counter (counter_by_append; else a memset node
-// zeroes it, between the two kernels).
+// launch behind the append kernel (launch_prefill_row decides); counter_by_append: the append zeroed the
+// persistent kernel's unit counter (else a memset node does, between the two kernels).
 template <typename T, int kHeadDim>
 kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t stream, bool early_launch,
                                     bool counter_by_append);
 
-// The launcher of a row (the plan is read for early_launch only: see prefill_sm90_single_pass). Not
-// early behind q rotated ahead (KVATTN_SM90_QROT=1): the consumers read that q before the kernel's wait.
+// The launcher of a row (the plan is read for the early launch only: see prefill_sm90_single_pass). Early
+// behind the append (the plan's early_launch) except behind q rotated ahead (KVATTN_SM90_QROT=1: the
+// consumers read that q before the kernel's wait) and, for the persistent kernel (the plan's unit
+// counter), unless the append zeroes its counter (counter_by_append): a memset node sits between them.
 template <DType kDType, int kHeadDim>
 kvattn_status launch_prefill_row(const AttnParams& params, const AttentionPlan& plan, cudaStream_t stream) {
   using T = std::conditional_t<kDType == DType::bf16, __nv_bfloat16, half>;
-  return launch_prefill_kernel<T, kHeadDim>(params, stream, plan.early_launch && !plan.q_rotated,
-                                            plan.counter_by_append);
+  const bool early = plan.early_launch && !plan.q_rotated && (!plan.unit_counter || plan.counter_by_append);
+  return launch_prefill_kernel<T, kHeadDim>(params, stream, early, plan.counter_by_append);
 }
 template <typename T, int kHeadDim>
 bool prefill_kernel_loaded();  // the sm_90a binary of the kernel is the one the device runs
