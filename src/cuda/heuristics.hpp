@@ -141,9 +141,8 @@ struct AttentionPlan {
   // share the key tiles of all units evenly; splits stays 1.
   bool balanced = false;
   bool early_launch = false;  // after the append kernel on sm_90+: launched early, waits before K/V (PDL)
-  // The persistent sm_90a prefill kernel behind the append (KVATTN_SM90_COUNTER_BY_APPEND=1, A/B, not yet
-  // measured): the append kernel zeroes its unit counter (no memset node between them) and it is launched
-  // early too.
+  // The persistent sm_90a prefill kernel behind the append: the append kernel zeroes its unit counter (no
+  // memset node between them) and it is launched early too (KVATTN_SM90_COUNTER_BY_APPEND=0: the memset).
   bool counter_by_append = false;
   int64_t balanced_ctas = 0;                // the grid
   int64_t balanced_slots = 0;               // CTAs resident at once

@@ -480,8 +480,9 @@ def test_prefill_sm90_persistent_sections_same_bits(monkeypatch, d):
 
 
 # The persistent kernel's counter: zeroed by a memset node ("memset"), or, behind an append, by the append
-# kernel with the prefill kernel launched early behind it ("by append": KVATTN_SM90_COUNTER_BY_APPEND=1, an
-# A/B switch, not yet measured). "memset" with an append too: the case's q tokens appended first (rotary).
+# kernel with the prefill kernel launched early behind it ("by append": the default behind an append since
+# session 24; KVATTN_SM90_COUNTER_BY_APPEND=0 takes the memset there). "memset" with an append too: the
+# case's q tokens appended first (rotary).
 COUNTERS = ["memset", "memset, append", "by append"]
 
 
