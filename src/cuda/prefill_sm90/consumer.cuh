@@ -119,32 +119,6 @@ struct UnitTiles {
   int64_t tile0;
   bool q_loaded;
   const Last& last;
-  bool softmax_turns;  // kSoftmaxTurns (SoftmaxTurns)
-};
-
-// The two consumers' softmaxes in turn (kSoftmaxTurns, the persistent kernel's two consumers): left alone,
-// their softmaxes coincide on each SM sub-partition ~45% of the time (two warps on one MUFU and issue
-// slot, the tensor cores idle meanwhile: bench/NOTES.md, session 24). Consumer c waits on kTurnBarrier + c
-// before its softmax and lets the other go after it (256 threads: 128 arrive, 128 sync), so the order is
-// c0 c1 c0 c1 ... over all the CTA's tiles, across units. Consumer 1 hands the first turn over at the
-// start (open) and consumer 0 takes the last one at the end (close), so every barrier phase completes.
-template <class Cfg>
-struct SoftmaxTurns {
-  static_assert(Cfg::kConsumers == 2, "turns between two consumers");
-  bool on;
-  int consumer;
-  __device__ __forceinline__ void open() const {
-    if (on && consumer == 1) named_barrier_arrive(Cfg::kTurnBarrier, 256);
-  }
-  __device__ __forceinline__ void close() const {
-    if (on && consumer == 0) named_barrier_sync(Cfg::kTurnBarrier, 256);
-  }
-  __device__ __forceinline__ void mine() const {
-    if (on) named_barrier_sync(Cfg::kTurnBarrier + consumer, 256);
-  }
-  __device__ __forceinline__ void yours() const {
-    if (on) named_barrier_arrive(Cfg::kTurnBarrier + 1 - consumer, 256);
-  }
 };
 // consume's wait_full with the hook run_tiles calls under the last P V (Cfg::kPersistent).
 template <class W, class = void>
@@ -529,13 +503,11 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
       correction[0] = correction[1] = 1.f;
       return;
     }
-    if constexpr (kUnit && Cfg::kConsumers == 2) SoftmaxTurns<Cfg>{unit.softmax_turns, consumer}.mine();
     const int t = static_cast<int>(tile);
     const bool inside = t >= in_first && t <= in_last;
     WgmmaScoreTile<kBlockN> score_tile{s, row, kp_first + t * kBlockN + 2 * quad};
     apply_score_mods<true>(p, static_cast<int32_t>(kv_len), inside, score_tile);
     online_softmax<kBlockN>(s, factor, row_max, row_sum, correction);
-    if constexpr (kUnit && Cfg::kConsumers == 2) SoftmaxTurns<Cfg>{unit.softmax_turns, consumer}.yours();
   };
   auto wait_full = [&](int64_t tile) {
     const bool edge = tile == 0 || tile == n_tiles - 1;

@@ -27,8 +27,6 @@ enum PrefillFlags : uint32_t {
   // K/V by TMA (k_map / v_map valid): paged caches whose page size is a multiple of 8 and divides the key
   // tile or is a multiple of it, contiguous and packed caches of at least a tile (tma_geometry).
   kTma = 16,
-  // A/B (the persistent kernel with two consumers): the consumers take turns for the softmax (SoftmaxTurns).
-  kSoftmaxTurns = 32,
 };
 // Which stages the consumers fence (fence.proxy.async) after the full barrier, before wgmma reads them:
 // those written by cp.async (generic proxy). The TMA producer writes through the async proxy except its

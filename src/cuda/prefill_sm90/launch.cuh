@@ -142,9 +142,6 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream, bool 
   }
   if (const char* v = std::getenv("KVATTN_SM90_DIAG"); v != nullptr)
     a.flags |= std::atoi(v) & (kDiagNoLoad | kDiagNoSoftmax);
-  if (const char* v = std::getenv("KVATTN_SM90_SOFTMAX_TURNS"); v != nullptr && std::strcmp(v, "1") == 0) {
-    a.flags |= kSoftmaxTurns;
-  }
   if (make_kv_maps<Cfg>(params, a)) a.flags |= kTma;
   int64_t line = static_cast<int64_t>(a.m_blocks) * params.seq.batch;  // m-blocks a kv head
   if constexpr (Cfg::kVarlen) {

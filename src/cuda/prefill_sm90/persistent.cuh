@@ -155,10 +155,6 @@ __device__ __forceinline__ void consume_units(const PrefillArgs& a, unsigned cha
     mbar_wait(unit_full + 8 * (n % 2), static_cast<uint32_t>((n / 2) & 1));
     return ring[n % 2];
   };
-  // (kSoftmaxTurns skips the diagnostic without softmax, whose consumers take no turn)
-  constexpr bool kTwo = Cfg::kConsumers == 2;
-  const bool softmax_turns = kTwo && (a.flags & kSoftmaxTurns) != 0 && !diag_no_softmax;
-  if constexpr (kTwo) SoftmaxTurns<Cfg>{softmax_turns, consumer}.open();
   int at = 0;             // the stage ring's position
   bool q_loaded = false;  // this unit's Q is in s_q already (loaded under the last unit's last P V)
   bool q_used = false;    // s_q holds a previous unit's Q, maybe still read by its wgmma
@@ -167,10 +163,7 @@ __device__ __forceinline__ void consume_units(const PrefillArgs& a, unsigned cha
     KVATTN_PTL(pu_set_unit(n));
     KVATTN_PTL(pu_stamp(kPuTiles + kPuDesc));
     mbar_arrive(unit_empty + 8 * (n % 2));  // (the copy's loads before the arrival: "memory")
-    if (u.state == kUnitEnd) {
-      if constexpr (kTwo) SoftmaxTurns<Cfg>{softmax_turns, consumer}.close();
-      break;
-    }
+    if (u.state == kUnitEnd) break;
     bool next_q = false;
     if (u.state == kUnitNan) {
       const CtaRows mine{u.cta.i, u.cta.kv_head, u.cta.m0 + 64 * consumer};
@@ -191,7 +184,7 @@ __device__ __forceinline__ void consume_units(const PrefillArgs& a, unsigned cha
       KeyRange keys;
       keys.first = u.first_key;
       consume<Cfg>(p, u.seq, u.cta, keys, u.n_tiles, s_q_all, s_k, s_v, full_bar, empty_bar, fence,
-                   diag_no_softmax, UnitTiles<decltype(next_q_load)>{at, q_loaded, next_q_load, softmax_turns});
+                   diag_no_softmax, UnitTiles<decltype(next_q_load)>{at, q_loaded, next_q_load});
       at = ring_after<Cfg>(at, u.n_tiles);
       q_used = true;
     }
