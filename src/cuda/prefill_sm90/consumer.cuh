@@ -214,30 +214,56 @@ __device__ __forceinline__ void issue_pv_tile_smem(float (&o)[Cfg::kHeadDim / 2]
   wgmma_commit();
 }
 
+// The maximum of m[0, kN), a balanced tree of pairwise maxima (m is overwritten).
+template <int kN, int kLen>
+__device__ __forceinline__ float tree_max(float (&m)[kLen]) {
+  if constexpr (kN == 1) {
+    return m[0];
+  } else {
+    constexpr int kHalf = (kN + 1) / 2;
+#pragma unroll
+    for (int j = 0; j < kN / 2; ++j) m[j] = fmaxf(m[j], m[j + kHalf]);
+    return tree_max<kHalf>(m);
+  }
+}
+
 // The online softmax of a tile's modified scores (rows spread over the 4 threads of a quad; scores times
 // factor are log2 units, score_factor): s becomes P, the rows' (max, sum) move on, correction = how much
 // each row's running max moved (what O must be scaled by).
 template <int kBlockN>
 __device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float factor, float (&row_max)[2],
                                                float (&row_sum)[2], float (&correction)[2]) {
-  // Row max and row sum over 4 partial chains each (dependent FMNMX / FADD chains of kBlockN / 32
-  // instead of kBlockN / 4: the consumers are latency-bound, bench/NOTES.md).
+  // Both rows' maxima first, each a balanced tree over the thread's kBlockN / 4 scores of the row (depth
+  // log2 of that, 2 kBlockN / 8 - 1 FMNMX a row): then the two rows' quad shuffles together, so that their
+  // latencies overlap. The chains of 4 partial maxima this replaces left every FMNMX waiting on the one
+  // before it (ncu: 28% of the softmax's stall samples on the max, 11% on the shuffles; bench/NOTES.md,
+  // session 24).
+  constexpr int kPairs = kBlockN / 8;  // a row's score pairs in s
+  float mx[2];
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
-    float part[4] = {row_max[k], -INFINITY, -INFINITY, -INFINITY};
+    float m[kPairs];
 #pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j) {
-      part[j % 4] = fmaxf(part[j % 4], fmaxf(s[4 * j + 2 * k], s[4 * j + 2 * k + 1]));
-    }
-    float mx = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float base = safe_max_base(mx) * factor;  // log2 units
-    correction[k] = mx == row_max[k] ? 1.f : fast_exp2(row_max[k] * factor - base);
-    row_max[k] = mx;
+    for (int j = 0; j < kPairs; ++j) m[j] = fmaxf(s[4 * j + 2 * k], s[4 * j + 2 * k + 1]);
+    mx[k] = fmaxf(row_max[k], tree_max<kPairs>(m));
+  }
+#pragma unroll
+  for (int lanes = 1; lanes <= 2; lanes *= 2) {
+    const float other0 = __shfl_xor_sync(0xffffffffu, mx[0], lanes);
+    const float other1 = __shfl_xor_sync(0xffffffffu, mx[1], lanes);
+    mx[0] = fmaxf(mx[0], other0);
+    mx[1] = fmaxf(mx[1], other1);
+  }
+  // Row sum over 4 partial chains (dependent FADD chains of kBlockN / 32 instead of kBlockN / 4: the
+  // consumers are latency-bound, bench/NOTES.md).
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const float base = safe_max_base(mx[k]) * factor;  // log2 units
+    correction[k] = mx[k] == row_max[k] ? 1.f : fast_exp2(row_max[k] * factor - base);
+    row_max[k] = mx[k];
     float sum[4] = {row_sum[k] * correction[k], 0.f, 0.f, 0.f};
 #pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j) {
+    for (int j = 0; j < kPairs; ++j) {
       s[4 * j + 2 * k] = fast_exp2(fmaf(s[4 * j + 2 * k], factor, -base));
       s[4 * j + 2 * k + 1] = fast_exp2(fmaf(s[4 * j + 2 * k + 1], factor, -base));
       sum[j % 4] += s[4 * j + 2 * k] + s[4 * j + 2 * k + 1];
