@@ -234,10 +234,10 @@ template <int kBlockN>
 __device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float factor, float (&row_max)[2],
                                                float (&row_sum)[2], float (&correction)[2]) {
   // Both rows' maxima first, each a balanced tree over the thread's kBlockN / 4 scores of the row (depth
-  // log2 of that, 2 kBlockN / 8 - 1 FMNMX a row): then the two rows' quad shuffles together, so that their
-  // latencies overlap. The chains of 4 partial maxima this replaces left every FMNMX waiting on the one
-  // before it (ncu: 28% of the softmax's stall samples on the max, 11% on the shuffles; bench/NOTES.md,
-  // session 24).
+  // log2 of that, kBlockN / 4 - 1 FMNMX a row), then the two rows' quad shuffles (written together; ptxas
+  // still places row 1's after row 0's exp2). Against chains of 4 partial maxima (which began at -inf: 6
+  // more FMNMX) d 64 is 1.4% faster, d 128 level: with ~7 registers free at this point, ptxas serializes
+  // either form (ncu: the max 28% of the softmax's stall samples; bench/NOTES.md, session 24).
   constexpr int kPairs = kBlockN / 8;  // a row's score pairs in s
   float mx[2];
 #pragma unroll
