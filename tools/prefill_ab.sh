@@ -10,8 +10,9 @@
 # Knobs: KVATTN_AB_A, KVATTN_AB_B (libraries, .so or .xz), KVATTN_AB_DIMS ("128"; "64 128 256": the tests'
 # head dims, KVATTN_TEST_HEAD_DIMS), KVATTN_AB_CHECK (0: steps 1-3 skipped),
 # KVATTN_AB_K (a pytest -k expression for step 2), KVATTN_AB_TEST_TIMEOUT (200 s), KVATTN_AB_FILTER,
-# KVATTN_AB_SUITES (W6,W3), KVATTN_AB_ROUNDS (2), KVATTN_AB_ENV_B (variables set for B's timing only, e.g.
-# "KVATTN_SM90_PINGPONG=1"; then A and B may be the same library). Output under $OUT.
+# KVATTN_AB_SUITES (W6,W3), KVATTN_AB_ROUNDS (2), KVATTN_AB_ENV_B (variables set for B, its checks and its
+# timing, e.g. "KVATTN_SM90_PINGPONG=1"; then A and B may be the same library), KVATTN_AB_SMOKE_TIMEOUT (45 s;
+# a full build at d 256 needs ~60). Output under $OUT.
 set +e
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-/tmp/kvattn_ab}
@@ -19,6 +20,8 @@ mkdir -p "$OUT"
 source tools/device_env.sh
 A=$(device_lib "${KVATTN_AB_A:?library A}" a)
 B=$(device_lib "${KVATTN_AB_B:?library B}" b)
+read -r -a env_b <<< "${KVATTN_AB_ENV_B:-}"
+B_RUN=(env "${env_b[@]}" KVATTN_LIBRARY="$B")  # B's checks: its library and its variables
 t0=$(date +%s)
 say() { echo "[$(($(date +%s) - t0)) s] $*"; }
 export KVATTN_TEST_HEAD_DIMS=${KVATTN_AB_DIMS:-128}
@@ -29,7 +32,7 @@ smi=$!
 trap 'kill $smi 2> /dev/null' EXIT
 
 if [ "${KVATTN_AB_CHECK:-1}" != 0 ]; then  # 0: the timing only (a dry run without a GPU)
-KVATTN_LIBRARY=$B timeout -k 3 45 $PT -x -k "persistent_many_units" > "$OUT/smoke.log" 2>&1
+"${B_RUN[@]}" timeout -k 3 "${KVATTN_AB_SMOKE_TIMEOUT:-45}" $PT -x -k "persistent_many_units" > "$OUT/smoke.log" 2>&1
 rc=$?
 say "smoke rc=$rc $(tail -1 "$OUT/smoke.log")"
 if [ $rc -ne 0 ]; then  # (5: no test ran, which is a failure here too)
@@ -37,14 +40,14 @@ if [ $rc -ne 0 ]; then  # (5: no test ran, which is a failure here too)
   say "B failed its smoke test: nothing else runs"
   exit 1
 fi
-KVATTN_LIBRARY=$B timeout -k 5 "${KVATTN_AB_TEST_TIMEOUT:-200}" $PT ${KVATTN_AB_K:+-k "$KVATTN_AB_K"} \
+"${B_RUN[@]}" timeout -k 5 "${KVATTN_AB_TEST_TIMEOUT:-200}" $PT ${KVATTN_AB_K:+-k "$KVATTN_AB_K"} \
   > "$OUT/tests.log" 2>&1
 say "tests rc=$? $(tail -1 "$OUT/tests.log")"
 grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -8
-KVATTN_LIBRARY=$B timeout -k 5 45 compute-sanitizer --tool racecheck --report-api-errors no $PT \
+"${B_RUN[@]}" timeout -k 5 45 compute-sanitizer --tool racecheck --report-api-errors no $PT \
   -k persistent_cp_async_producer > "$OUT/racecheck.log" 2>&1
 say "racecheck rc=$? $(grep 'RACECHECK SUMMARY' "$OUT/racecheck.log" | tail -1)"
-KVATTN_LIBRARY=$B timeout -k 5 45 compute-sanitizer --tool memcheck --report-api-errors no $PT \
+"${B_RUN[@]}" timeout -k 5 45 compute-sanitizer --tool memcheck --report-api-errors no $PT \
   -k "persistent_nan_page" > "$OUT/memcheck.log" 2>&1
 say "memcheck rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 fi
