@@ -98,15 +98,26 @@ struct SplitInputs {
   bool deterministic;
 };
 
+// Deterministic mode's static splits: kDeterministicSplitKeys keys each (more when the capacity max_keys
+// would need more than `cap` of them), rounded up to whole block_n tiles: from the capacity alone.
+struct DeterministicSplits {
+  int splits;
+  int64_t chunk_keys;  // keys a split: a multiple of block_n, splits x chunk_keys >= max_keys
+};
+inline DeterministicSplits deterministic_splits(int64_t max_keys, int block_n, int64_t cap) {
+  const int64_t keys = std::max<int64_t>(1, max_keys);
+  const int splits = static_cast<int>(
+      std::clamp<int64_t>((keys + kDeterministicSplitKeys - 1) / kDeterministicSplitKeys, 1, cap));
+  const int64_t per_split = (keys + splits - 1) / splits;
+  return {splits, (per_split + block_n - 1) / block_n * block_n};
+}
+
 // How many key splits each (m-block, kv head) gets.
 inline int choose_splits(const SplitInputs& in) {
   if (in.num_splits == 1 || in.max_keys <= 0 || in.ctas <= 0) return 1;
   const int64_t cap = in.num_splits > 0 ? std::min(in.num_splits, kMaxSplits) : kMaxSplits;
   const int64_t tiles = (in.max_keys + in.block_n - 1) / in.block_n;
-  if (in.deterministic) {
-    return static_cast<int>(
-        std::clamp<int64_t>((in.max_keys + kDeterministicSplitKeys - 1) / kDeterministicSplitKeys, 1, cap));
-  }
+  if (in.deterministic) return deterministic_splits(in.max_keys, in.block_n, cap).splits;
   const int64_t by_length = std::max<int64_t>(1, tiles / kMinTilesPerSplit);
   const int64_t slots = std::max(1, in.sm_count * in.ctas_per_sm);
   if (in.ctas >= slots * 8 / 10) return 1;  // the grid already fills the GPU
@@ -180,6 +191,12 @@ inline bool plan_key_split(const FwdProblem& p, const TileShape& tile) {
 inline bool plan_balanced(const FwdProblem& p, bool key_split) {
   return key_split && p.num_splits == 0 && !p.deterministic && p.batch <= kBalancedMaxBatch;
 }
+// Deterministic mode on the balanced schedule (the sm_90a decode kernel under
+// KVATTN_DECODE_SM90_DETERMINISTIC=1, an A/B switch): the units' chunks of the static splits' keys are the
+// line's indivisible pieces (schedule.cuh), so a sequence's result depends on its chunks only.
+inline bool plan_balanced_deterministic(const FwdProblem& p, bool key_split) {
+  return key_split && p.num_splits == 0 && p.deterministic && p.batch <= kBalancedMaxBatch;
+}
 
 // The balanced schedule's grid and workspace (plan.balanced), for `slots` CTAs resident at once: whole waves
 // of CTAs of equal work: one wave when there are fewer units than resident CTAs, else about one CTA a unit
@@ -236,8 +253,8 @@ inline AttentionPlan plan_attention(const FwdProblem& p, int kernel_head_dim, in
   }
   plan.splits = choose_splits(in);
   if (plan.splits > 1 && p.deterministic) {
-    const int64_t per_split = (in.max_keys + plan.splits - 1) / plan.splits;
-    plan.chunk_keys = (per_split + in.block_n - 1) / in.block_n * in.block_n;
+    const int64_t cap = p.num_splits > 0 ? std::min(p.num_splits, kMaxSplits) : kMaxSplits;
+    plan.chunk_keys = deterministic_splits(in.max_keys, in.block_n, cap).chunk_keys;
   }
   if (plan.splits > 1) {
     const size_t rows = static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits;

@@ -184,4 +184,62 @@ TEST(Balance, UnitCostParameter) {
   }
 }
 
+// Deterministic mode (schedule.cuh, walk_unit_chunks, on owned_chunk_tiles): each CTA of g over the line
+// takes the whole chunks between its range's ends snapped to chunk boundaries. A model of the walk: the
+// pieces (unit, first tile, end tile) of every CTA; they must be each unit's chunks [c C, min((c + 1) C,
+// tiles)) exactly once (an empty unit: one empty piece), whatever g: the pieces, and so each sequence's
+// result, never depend on the grid or on the rest of the batch.
+std::map<std::pair<size_t, int64_t>, int64_t> chunk_pieces(const std::vector<int64_t>& tiles, int64_t g,
+                                                           int64_t unit_cost, int64_t chunk) {
+  std::vector<int64_t> start(tiles.size() + 1, 0);
+  for (size_t u = 0; u < tiles.size(); ++u) start[u + 1] = start[u] + unit_cost + tiles[u];
+  const int64_t w = start.back();
+  std::map<std::pair<size_t, int64_t>, int64_t> pieces;  // (unit, first tile) -> end tile
+  for (int64_t k = 0; k < g; ++k) {
+    const int64_t a = cta_begin(k, g, w), b = cta_begin(k + 1, g, w);
+    for (size_t u = 0; u < tiles.size(); ++u) {
+      if (start[u + 1] <= a || start[u] >= b) continue;  // the walk visits the units its range touches
+      if (tiles[u] == 0) {
+        if (a <= start[u])
+          EXPECT_TRUE(pieces.emplace(std::make_pair(u, int64_t{0}), 0).second) << "unit " << u;
+        continue;
+      }
+      const OwnedTiles own = owned_chunk_tiles(a, b, start[u], unit_cost, tiles[u], chunk);
+      EXPECT_TRUE(own.begin == tiles[u] || own.begin % chunk == 0) << "unit " << u;
+      for (int64_t c0 = own.begin; c0 < own.end; c0 += chunk) {
+        const int64_t c1 = std::min(tiles[u], c0 + chunk);
+        EXPECT_TRUE(pieces.emplace(std::make_pair(u, c0), c1).second)
+            << "unit " << u << " tile " << c0 << " twice";
+      }
+    }
+  }
+  return pieces;
+}
+
+void check_chunks(const std::vector<int64_t>& tiles, int64_t unit_cost, int64_t chunk) {
+  std::map<std::pair<size_t, int64_t>, int64_t> want;
+  for (size_t u = 0; u < tiles.size(); ++u) {
+    if (tiles[u] == 0) want[{u, 0}] = 0;
+    for (int64_t c0 = 0; c0 < tiles[u]; c0 += chunk) want[{u, c0}] = std::min(tiles[u], c0 + chunk);
+  }
+  for (int64_t g : {int64_t{1}, int64_t{2}, int64_t{7}, int64_t{132}, int64_t{1000}}) {
+    ASSERT_EQ(chunk_pieces(tiles, g, unit_cost, chunk), want) << "g " << g << " chunk " << chunk;
+  }
+}
+
+TEST(Balance, DeterministicChunksOwnedOnceWhateverTheGrid) {
+  for (int64_t chunk : {1, 3, 63, 64}) {
+    for (int64_t unit_cost : {1, 2, 8}) {
+      check_chunks({171, 5, 0, 63, 64, 65, 126, 127, 0, 1}, unit_cost, chunk);
+      std::mt19937_64 rng(static_cast<uint64_t>(100 * chunk + unit_cost));
+      for (int trial = 0; trial < 30; ++trial) {
+        std::vector<int64_t> tiles(1 + rng() % 80);
+        for (int64_t& t : tiles)
+          t = rng() % 6 == 0 ? 0 : static_cast<int64_t>(rng() % (rng() % 4 == 0 ? 600 : 70));
+        check_chunks(tiles, unit_cost, chunk);
+      }
+    }
+  }
+}
+
 }  // namespace

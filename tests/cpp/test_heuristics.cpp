@@ -83,6 +83,36 @@ TEST(Heuristics, StaticSplitsWhereTheBalancedScheduleDoesNotApply) {
   EXPECT_EQ(plan.chunk_keys, kDeterministicSplitKeys);
 }
 
+// Deterministic splits from the capacity alone: ~4096 keys each, whole tiles, at most `cap` (then longer).
+TEST(Heuristics, DeterministicSplitsFromTheCapacityAlone) {
+  const DeterministicSplits a = deterministic_splits(12000, 64, kMaxSplits);
+  EXPECT_EQ(a.splits, 3);
+  EXPECT_EQ(a.chunk_keys, 4032);  // ceil(12000 / 3) = 4000, rounded up to 64-key tiles
+  const DeterministicSplits b = deterministic_splits(4096, 64, kMaxSplits);
+  EXPECT_EQ(b.splits, 1);
+  EXPECT_EQ(b.chunk_keys, 4096);
+  const DeterministicSplits c = deterministic_splits(0, 64, kMaxSplits);  // an empty cache: one tile
+  EXPECT_EQ(c.splits, 1);
+  EXPECT_EQ(c.chunk_keys, 64);
+  const DeterministicSplits d = deterministic_splits(int64_t{1} << 21, 128, 128);  // 2M keys, capped
+  EXPECT_EQ(d.splits, 128);
+  EXPECT_EQ(d.chunk_keys, 16384);
+  for (int64_t keys : {1, 63, 4097, 100000, 1 << 20}) {
+    const DeterministicSplits e = deterministic_splits(keys, 64, kMaxSplits);
+    EXPECT_GE(static_cast<int64_t>(e.splits) * e.chunk_keys, keys);
+    EXPECT_EQ(e.chunk_keys % 64, 0);
+  }
+  // The balanced schedule is for the non-deterministic decode; its deterministic variant is a predicate of
+  // its own (the sm_90a decode kernel's A/B switch decides whether it runs).
+  FwdProblem p = decode(4, 8, 2, 1);
+  p.deterministic = true;
+  EXPECT_FALSE(plan_balanced(p, true));
+  EXPECT_TRUE(plan_balanced_deterministic(p, true));
+  EXPECT_FALSE(plan_balanced_deterministic(p, false));
+  p.num_splits = 4;
+  EXPECT_FALSE(plan_balanced_deterministic(p, true));
+}
+
 TEST(Heuristics, MoreThanSixteenPackedRowsTakeTheGeneralKernel) {
   const AttentionPlan plan = plan_of(decode(8, 32, 8, 8));  // g x q = 32 rows
   EXPECT_FALSE(plan.key_split);

@@ -186,7 +186,8 @@ sq = int(os.environ.get("SQ", "1"))
 q = torch.randn(2, sq, 8, 128, device="cuda", dtype=torch.bfloat16)
 k = torch.randn(2, 300, 2, 128, device="cuda", dtype=torch.bfloat16)
 v = torch.randn_like(k)
-kvattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=torch.tensor([300, 77], dtype=torch.int32, device="cuda"))
+kvattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=torch.tensor([300, 77], dtype=torch.int32, device="cuda"),
+                               deterministic=os.environ.get("DET") == "1")
 torch.cuda.synchronize()
 """
 
@@ -200,6 +201,8 @@ torch.cuda.synchronize()
     (dict(KVATTN_DECODE_SM90=None), "8 producer warps"),  # on by default
     (dict(KVATTN_DECODE_SM90=None, SQ="8"), "8 producer warps"),  # 32 packed rows: two row groups
     (dict(KVATTN_DECODE_SM90=None, SQ="9"), None),  # 36 packed rows: the portable kernel
+    (dict(KVATTN_DECODE_SM90=None, DET="1"), None),  # deterministic: the portable kernel's static splits
+    (dict(KVATTN_DECODE_SM90=None, DET="1", KVATTN_DECODE_SM90_DETERMINISTIC="1"), "8 producer warps"),
 ])
 def test_dispatch_on_sm90(switch, expected):
     """On sm_90 a supported decode runs on the Hopper kernel when asked for (and with the producer count
@@ -220,3 +223,57 @@ def test_dispatch_on_sm90(switch, expected):
         assert "decode_sm90" not in r.stderr, r.stderr
     else:
         assert f"decode_sm90 kernel, {expected}" in r.stderr, r.stderr
+
+
+# Deterministic mode on this kernel (KVATTN_DECODE_SM90_DETERMINISTIC=1, an A/B switch; WRITTEN WITHOUT A
+# GPU, session 24): the balanced schedule over whole chunks of the static splits' keys (schedule.cuh,
+# walk_unit_chunks). Capacity 12,000: 3 splits, chunks of 4,032 keys (63 tiles); lengths around the chunk
+# edges, an empty and a one-key sequence.
+_DET_CAPACITY = 12000
+_DET_LENGTHS = np.array([11000, 300, 7000, 4097, 0, 4032, 4033, 1, 8064, 8065], np.int32)
+
+
+@pytest.mark.parametrize("sq,hq,hk", [(1, 8, 2), (4, 8, 2), (4, 16, 2)])  # 4, 16, 32 packed rows
+def test_deterministic_chunks_batch_invariant(sq, hq, hk, monkeypatch):
+    """Each sequence's out and lse are bitwise the same alone, in other batches (repeats, other orders,
+    many short fillers that move every CTA boundary) and with another CTA count, and match the oracle."""
+    monkeypatch.setenv("KVATTN_DECODE_SM90_DETERMINISTIC", "1")
+    import kvattn
+    from inputs import DTYPES, randn
+    rng = np.random.default_rng(240 + sq)
+    dt = DTYPES["bf16"]
+    fillers = rng.integers(1, 3000, 16).astype(np.int32)
+    lengths = np.concatenate([_DET_LENGTHS, fillers])
+    n = len(lengths)
+    k_cache = randn(rng, (n, _DET_CAPACITY, hk, 128), dt)
+    v_cache = randn(rng, (n, _DET_CAPACITY, hk, 128), dt)
+    q = randn(rng, (n, sq, hq, 128), dt)
+    dev = lambda x: H.to_device(x, DEVICE)  # noqa: E731
+    kc, vc = dev(k_cache), dev(v_cache)
+
+    def run(rows):
+        rows = np.asarray(rows, np.int32)
+        out, lse = kvattn.flash_attn_with_kvcache(
+            dev(np.ascontiguousarray(q[rows])), kc, vc, cache_seqlens=dev(lengths[rows]),
+            cache_batch_idx=dev(rows), causal=True, deterministic=True, return_softmax_lse=True)
+        H.sync_device_errors(DEVICE)
+        return H.to_numpy(out), H.to_numpy(lse)
+
+    base = list(range(len(_DET_LENGTHS)))
+    full_out, full_lse = run(base)
+    ref = reference_attention(q[base], k_cache[base], v_cache[base], cache_seqlens=lengths[base], causal=True)
+    H.assert_close("out", full_out, ref["out"], H.TOL_OUT["bf16"])
+    H.assert_close("lse", full_lse, ref["lse"], H.TOL_LSE["bf16"])
+    batches = [[0], [2, 0], [3, 1, 0], [1, 1, 2], base[::-1], base + list(range(len(base), n)),
+               list(range(len(base), n)) + base]
+    for rows in batches:
+        out, lse = run(rows)
+        for j, i in enumerate(rows):
+            if i < len(base):
+                np.testing.assert_array_equal(H.f64(out[j]), H.f64(full_out[i]), err_msg=f"out of {i} in {rows}")
+                np.testing.assert_array_equal(lse[j], full_lse[i], err_msg=f"lse of {i} in {rows}")
+    monkeypatch.setenv("KVATTN_DECODE_MIN_CTA_COST", "200")  # fewer, longer CTAs: other boundaries
+    out, lse = run(base)
+    np.testing.assert_array_equal(H.f64(out), H.f64(full_out), err_msg="another CTA count")
+    np.testing.assert_array_equal(lse, full_lse, err_msg="another CTA count")
+

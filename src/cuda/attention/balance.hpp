@@ -50,4 +50,28 @@ KVATTN_HOST_DEVICE inline int64_t balanced_ctas(int64_t w, int64_t units, int64_
   return ctas > 1 ? ctas : 1;
 }
 
+// Deterministic mode (schedule.cuh, walk_unit_chunks): the tiles [begin, end) of a unit that the CTA of
+// line range [a, b) owns when the unit's tiles come in indivisible chunks of `chunk` tiles. The unit lies
+// on the line at [u_start, u_start + unit_cost + tiles); a position x inside it moves to the first chunk
+// boundary at or past it (its tile offset x - u_start - unit_cost rounded up to whole chunks, clamped to
+// the tiles). Two neighbouring CTAs snap their shared boundary alike, so every chunk is owned once.
+struct OwnedTiles {
+  int64_t begin, end;
+};
+KVATTN_HOST_DEVICE inline OwnedTiles owned_chunk_tiles(int64_t a, int64_t b, int64_t u_start,
+                                                       int64_t unit_cost, int64_t tiles, int64_t chunk) {
+  // (A unit's tile offsets fit 32 bits: its keys are an int32 length. 32-bit division: the decode kernel
+  // walks this in both of its roles, where a 64-bit one is ~80 instructions.)
+  auto snap = [&](int64_t x) -> int64_t {
+    const int64_t t = x - u_start - unit_cost;
+    if (t <= 0) return 0;
+    if (t >= tiles) return tiles;
+    const uint32_t c = static_cast<uint32_t>(chunk);
+    const int64_t up = static_cast<int64_t>((static_cast<uint32_t>(t) + c - 1) / c) * chunk;
+    return up < tiles ? up : tiles;
+  };
+  const int64_t u_end = u_start + unit_cost + tiles;
+  return {a <= u_start ? 0 : snap(a), b >= u_end ? tiles : snap(b)};
+}
+
 }  // namespace kvattn::cuda

@@ -56,7 +56,7 @@ struct AttnParams {
 
   int32_t m_blocks;
   int32_t num_splits;
-  int64_t chunk_keys;  // > 0: every split covers this many keys (deterministic); 0: balanced
+  int64_t chunk_keys;  // > 0: deterministic: every split covers this many keys (balanced: a unit's chunks)
   float* o_partial;    // splits > 1: (splits, total_q, hq, head_dim_v) fp32; balanced: (2, G, R, dv)
   float* lse_partial;  // splits > 1: (splits, total_q, hq) fp32, natural log, no sink; balanced: (2, G, R)
   // The balanced schedule (schedule.cuh; decode kernel): G = gridDim.x CTAs, R = rows_per_unit rows of a

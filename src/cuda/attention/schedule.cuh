@@ -241,6 +241,15 @@ __device__ __forceinline__ void record_unit_pieces(const AttnParams& p, const Pi
 // order; first_of_unit: the unit starts in this CTA (record_unit_pieces is then this CTA's to write);
 // unit_pieces: the CTAs the unit's pieces span. No barrier: every thread that walks sees the same pieces,
 // so warp-specialized kernels (decode_sm90: producers and consumers) agree on every piece without talking.
+//
+// Deterministic mode (AttnParams::chunk_keys > 0): a unit's tiles come in chunks of chunk_keys keys, each
+// chunk a piece of its own, so that a unit's result depends on its chunks alone (their partials merge in
+// chunk order in the combine), never on the batch or the grid. The CTA owns the chunks between its range's
+// ends snapped to chunk boundaries (owned_chunk_tiles, balance.hpp). A unit of one chunk is written
+// directly (split -1); of n chunks, chunk c goes to split c of the static partials (piece_partial_row). A
+// unit without tiles is one empty piece, the CTA's whose range holds the unit's start. The Q hint
+// next_kv_head names the same kv head for a unit's next chunk. (f has one call site: the decode kernel
+// inlines its whole piece there.)
 template <int kRows, int kBlockN, class F>
 __device__ __forceinline__ void walk_balanced_pieces(const AttnParams& p, const BalancedStart& st, F&& f) {
   const int64_t k = blockIdx.x, ctas = st.ctas;
@@ -251,6 +260,11 @@ __device__ __forceinline__ void walk_balanced_pieces(const AttnParams& p, const 
   int64_t tiles = st.seq_tiles;
   int h = first_kv_head(p, st, a);
   int64_t u_start = st.seq_start + h * (tiles + unit_cost);
+  // > 0: deterministic mode's chunks, in tiles. Its walk keeps one value across a piece (next_chunk: the
+  // decode kernel's 8 producer warps walk in 96 registers, and a loop counter and its bounds held across
+  // the inlined piece spilled there).
+  const int64_t chunk = p.chunk_keys / kBlockN;
+  int64_t next_chunk = -1;  // where this CTA's next chunk of the current unit starts, or -1
   while (i < p.seq.batch && u_start < b) {
     // The unit's line: unit_cost of fixed work, then its tiles.
     const int64_t u_end = u_start + tiles + unit_cost;
@@ -262,11 +276,28 @@ __device__ __forceinline__ void walk_balanced_pieces(const AttnParams& p, const 
             max(int64_t{0}, min(b, u_end) - u_start - unit_cost),
             -1,
             u_end < b && h + 1 < p.num_kv_heads ? h + 1 : -1};
-    if (u_start < a || u_end > b) {
-      const int slot = u_start < a ? 0 : 1;  // continues into this CTA, or starts here and goes on
-      w.partial = (static_cast<int64_t>(slot) * p.balanced_ctas + k) * p.rows_per_unit;
+    bool emit = true, first_of_unit = false;
+    int64_t unit_pieces = 0;
+    if (chunk > 0) {
+      const OwnedTiles own = owned_chunk_tiles(a, b, u_start, unit_cost, tiles, chunk);
+      w.tile_begin = next_chunk >= 0 ? next_chunk : own.begin;
+      w.tile_end = min(own.end, w.tile_begin + chunk);
+      emit = tiles == 0 ? a <= u_start : w.tile_begin < own.end;
+      if (tiles > chunk) {  // more than one chunk (32-bit: a unit's tile offsets fit, owned_chunk_tiles)
+        w.split = static_cast<int>(static_cast<uint32_t>(w.tile_begin) / static_cast<uint32_t>(chunk));
+      }
+      next_chunk = w.tile_end < own.end ? w.tile_end : -1;
+      if (next_chunk >= 0) w.next_kv_head = h;
+    } else {
+      if (u_start < a || u_end > b) {
+        const int slot = u_start < a ? 0 : 1;  // continues into this CTA, or starts here and goes on
+        w.partial = (static_cast<int64_t>(slot) * p.balanced_ctas + k) * p.rows_per_unit;
+      }
+      first_of_unit = u_start >= a;
+      unit_pieces = cta_of(u_end - 1, ctas, st.total) - k + 1;
     }
-    f(w, u_start >= a, cta_of(u_end - 1, ctas, st.total) - k + 1);
+    if (emit) f(w, first_of_unit, unit_pieces);
+    if (next_chunk >= 0) continue;  // the unit's next chunk
     u_start = u_end;
     if (++h == p.num_kv_heads) {
       h = 0;

@@ -4,6 +4,7 @@
 
 #include "api/backend.hpp"
 #include "cuda/attention/launch.hpp"
+#include "cuda/attention/schedule.cuh"
 #include "cuda/combine/merge.cuh"
 #include "cuda/common/host.hpp"
 #include "cuda/common/pdl.cuh"
@@ -38,7 +39,16 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   wait_for_prior_grid();  // the partials (and the unit's pieces) are complete only past this point
   PartialRow in;
   int n = p.num_splits;
-  if (p.balanced) {
+  if (p.balanced && p.chunk_keys > 0) {
+    // Deterministic mode on the balanced schedule (schedule.cuh, walk_unit_chunks): the unit's chunks of
+    // chunk_keys keys, in the static splits' layout; a unit of one chunk was written directly.
+    const KeyRange keys = key_range(p, seq, 0, p.rows_per_unit, 1);
+    n = static_cast<int>((keys.tiles + p.chunk_keys - 1) / p.chunk_keys);
+    if (n <= 1) return;
+    const int64_t prow = partial_row(p.seq, seq, i, t) * p.num_q_heads + h;
+    const int64_t split_rows = p.seq.total_q * p.num_q_heads;
+    in = {p.lse_partial + prow, split_rows, p.o_partial + prow * head_dim_v, split_rows * head_dim_v};
+  } else if (p.balanced) {
     // The pieces of unit (i, kv head): slot 1 of CTA k_a, then slot 0 of CTAs k_a + 1 ... (schedule.cuh).
     // A unit of one piece was written directly.
     const int64_t u = static_cast<int64_t>(i) * p.num_kv_heads + h / p.group;

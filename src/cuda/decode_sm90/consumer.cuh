@@ -507,9 +507,12 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
     float row_max[2] = {-INFINITY, -INFINITY};
     float row_sum[2] = {0.f, 0.f};
 
-    // This warp's stages of the piece: those whose CTA-wide index is sp mod kPhases.
+    // This warp's stages of the piece: those whose CTA-wide index is sp mod kPhases (the phases rotate
+    // over short pieces). Deterministic mode (chunk_keys > 0): the piece's stages sp, sp + kPhases, ...,
+    // so that which warp sums which keys, and so the merge's rounding, depends on the piece alone.
     const bool paged = p.seq.page_table != nullptr && p.seq.cu_seqlens_k == nullptr;
-    const int s_first = static_cast<int>((sp - first_stage % kPhases + kPhases) % kPhases);
+    const int s_first =
+        p.chunk_keys > 0 ? sp : static_cast<int>((sp - first_stage % kPhases + kPhases) % kPhases);
     for (int s = s_first; s < pk.stages; s += kPhases) {
       const uint32_t g = first_stage + s;
       const int slot = static_cast<int>(g % Cfg::kStages);

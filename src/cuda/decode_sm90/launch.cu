@@ -140,16 +140,26 @@ static int64_t decode_sm90_unit_tiles(int64_t units, int64_t ctas) {
   return units >= ctas ? env_tiles("KVATTN_DECODE_UNIT_COST", 8, 1) : kUnitCost;
 }
 
+// KVATTN_DECODE_SM90_DETERMINISTIC=1 (an A/B switch, off: not yet run on a device): deterministic mode on
+// this kernel, the balanced schedule over whole chunks of the static splits' keys (schedule.cuh,
+// walk_unit_chunks), instead of the portable kernel's static splits. Read on every call.
+static bool decode_sm90_deterministic() {
+  const char* e = std::getenv("KVATTN_DECODE_SM90_DETERMINISTIC");
+  return e != nullptr && std::strcmp(e, "1") == 0;
+}
+
 bool decode_sm90_supports(const FwdProblem& p) {
   using S = DecodeSm90Shape;
   if (p.head_dim != S::kHeadDim || p.head_dim_v != S::kHeadDim || p.qv.ptr != nullptr) return false;
-  // The balanced schedule (<= 32 packed rows a unit, num_splits = 0, not deterministic); static splits
-  // stay on the portable kernel. 17-32 rows are two row groups, a kernel that exists with 8 producer
-  // warps only (kernel_of: no kernel otherwise).
+  // The balanced schedule (<= 32 packed rows a unit, num_splits = 0, not deterministic unless the switch
+  // says so); static splits stay on the portable kernel. 17-32 rows are two row groups, a kernel that
+  // exists with 8 producer warps only (kernel_of: no kernel otherwise).
   const int producer_warps = decode_sm90_producer_warps();
   if (producer_warps == 0) return false;
   const int64_t rows = static_cast<int64_t>(p.max_seqlen_q) * (p.num_q_heads / std::max(1, p.num_kv_heads));
-  if (!plan_balanced(p, rows <= S::kMaxRows) || !kv_rows_vec16(p)) return false;
+  const bool balanced = plan_balanced(p, rows <= S::kMaxRows) ||
+                        (decode_sm90_deterministic() && plan_balanced_deterministic(p, rows <= S::kMaxRows));
+  if (!balanced || !kv_rows_vec16(p)) return false;
   const DType compute_dtype = p.q_dtype == DType::fp8_e4m3 ? DType::bf16 : p.q_dtype;
   const DecodeKernel kernel =
       pick_kernel(compute_dtype, p.kv_dtype, producer_warps, DecodeSm90Shape::row_groups(rows)).kernel;
@@ -157,6 +167,7 @@ bool decode_sm90_supports(const FwdProblem& p) {
 }
 
 AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, const DeviceShape& device) {
+  using S = DecodeSm90Shape;
   AttentionPlan plan = plan_portable(p, row, device);
   const int64_t sms = std::max(1, device.sm_count - std::max(0, p.sm_margin));
   // 17-32 packed rows: the portable plan has static splits (its key-split variant stops at 16 rows); the
@@ -168,6 +179,21 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
   plan.balanced_min_cost = decode_sm90_min_cta_tiles();
   plan.balanced_unit_cost =
       decode_sm90_unit_tiles(static_cast<int64_t>(p.batch) * p.num_kv_heads, plan.balanced_ctas);
+  if (p.deterministic) {
+    // Whole chunks of the static splits' keys (decode_sm90_deterministic): their partials in the static
+    // splits' layout (splits, total_q, hq, dv) and (splits, total_q, hq), then unit_pieces (unused).
+    const int64_t max_keys = p.cu_seqlens_k ? p.num_pages : p.capacity;
+    const DeterministicSplits d = deterministic_splits(max_keys, S::kBlockN, kMaxSplits);
+    plan.splits = d.splits;
+    plan.chunk_keys = d.chunk_keys;
+    const size_t rows = static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits;
+    plan.o_partial_offset = 0;
+    plan.lse_partial_offset = align_up(rows * p.head_dim_v * sizeof(float), kWorkspaceAlign);
+    plan.unit_pieces_offset = plan.lse_partial_offset + align_up(rows * sizeof(float), kWorkspaceAlign);
+    plan.workspace_bytes =
+        plan.unit_pieces_offset +
+        align_up(static_cast<size_t>(p.batch) * p.num_kv_heads * 2 * sizeof(int32_t), kWorkspaceAlign);
+  }
   plan.producer_warps = decode_sm90_producer_warps();
   plan.smem_bytes = DecodeSm90Shape::smem_bytes(p.kv_dtype == DType::fp8_e4m3, plan.producer_warps,
                                                 DecodeSm90Shape::row_groups(plan.rows_per_unit));
