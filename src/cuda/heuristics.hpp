@@ -104,12 +104,16 @@ struct DeterministicSplits {
   int splits;
   int64_t chunk_keys;  // keys a split: a multiple of block_n, splits x chunk_keys >= max_keys
 };
+// Keys a split when max_keys are cut into `splits` of whole block_n tiles.
+inline int64_t split_chunk_keys(int64_t max_keys, int splits, int block_n) {
+  const int64_t per_split = (std::max<int64_t>(1, max_keys) + splits - 1) / splits;
+  return (per_split + block_n - 1) / block_n * block_n;
+}
 inline DeterministicSplits deterministic_splits(int64_t max_keys, int block_n, int64_t cap) {
   const int64_t keys = std::max<int64_t>(1, max_keys);
   const int splits = static_cast<int>(
       std::clamp<int64_t>((keys + kDeterministicSplitKeys - 1) / kDeterministicSplitKeys, 1, cap));
-  const int64_t per_split = (keys + splits - 1) / splits;
-  return {splits, (per_split + block_n - 1) / block_n * block_n};
+  return {splits, split_chunk_keys(keys, splits, block_n)};
 }
 
 // How many key splits each (m-block, kv head) gets.
@@ -198,6 +202,19 @@ inline bool plan_balanced_deterministic(const FwdProblem& p, bool key_split) {
   return key_split && p.num_splits == 0 && p.deterministic && p.batch <= kBalancedMaxBatch;
 }
 
+// The workspace of split partials: O (rows, dv) and lse (rows), fp32, then with unit_pieces the balanced
+// schedule's (batch, kv heads, 2) int32.
+inline void plan_partials(AttentionPlan& plan, const FwdProblem& p, size_t rows, bool unit_pieces) {
+  plan.o_partial_offset = 0;
+  plan.lse_partial_offset = align_up(rows * p.head_dim_v * sizeof(float), kWorkspaceAlign);
+  plan.workspace_bytes = plan.lse_partial_offset + align_up(rows * sizeof(float), kWorkspaceAlign);
+  if (unit_pieces) {
+    plan.unit_pieces_offset = plan.workspace_bytes;
+    plan.workspace_bytes +=
+        align_up(static_cast<size_t>(p.batch) * p.num_kv_heads * 2 * sizeof(int32_t), kWorkspaceAlign);
+  }
+}
+
 // The balanced schedule's grid and workspace (plan.balanced), for `slots` CTAs resident at once: whole waves
 // of CTAs of equal work: one wave when there are fewer units than resident CTAs, else about one CTA a unit
 // (up to 4 waves), so that the prologues of units overlap across CTAs as they would without a schedule,
@@ -211,13 +228,7 @@ inline void plan_balanced_grid(AttentionPlan& plan, const FwdProblem& p, int64_t
   plan.balanced_slots = slots;
   plan.balanced_ctas = std::min(4 * slots, slots * std::max<int64_t>(1, (units + slots - 1) / slots));
   plan.rows_per_unit = static_cast<int>(std::max<int64_t>(1, static_cast<int64_t>(p.max_seqlen_q) * g));
-  const size_t partial_rows = 2 * static_cast<size_t>(plan.balanced_ctas) * plan.rows_per_unit;
-  plan.o_partial_offset = 0;
-  plan.lse_partial_offset = align_up(partial_rows * p.head_dim_v * sizeof(float), kWorkspaceAlign);
-  plan.unit_pieces_offset = plan.lse_partial_offset + align_up(partial_rows * sizeof(float), kWorkspaceAlign);
-  plan.workspace_bytes =
-      plan.unit_pieces_offset +
-      align_up(static_cast<size_t>(p.batch) * p.num_kv_heads * 2 * sizeof(int32_t), kWorkspaceAlign);
+  plan_partials(plan, p, 2 * static_cast<size_t>(plan.balanced_ctas) * plan.rows_per_unit, true);
 }
 
 // kernel_head_dim(_v): the dims of the kernel that runs p (>= p's own when padded, see dispatch.cu).
@@ -252,16 +263,10 @@ inline AttentionPlan plan_attention(const FwdProblem& p, int kernel_head_dim, in
     return plan;
   }
   plan.splits = choose_splits(in);
-  if (plan.splits > 1 && p.deterministic) {
-    const int64_t cap = p.num_splits > 0 ? std::min(p.num_splits, kMaxSplits) : kMaxSplits;
-    plan.chunk_keys = deterministic_splits(in.max_keys, in.block_n, cap).chunk_keys;
-  }
-  if (plan.splits > 1) {
-    const size_t rows = static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits;
-    plan.o_partial_offset = 0;
-    plan.lse_partial_offset = align_up(rows * p.head_dim_v * sizeof(float), kWorkspaceAlign);
-    plan.workspace_bytes = plan.lse_partial_offset + align_up(rows * sizeof(float), kWorkspaceAlign);
-  }
+  if (plan.splits > 1 && p.deterministic)
+    plan.chunk_keys = split_chunk_keys(in.max_keys, plan.splits, in.block_n);
+  if (plan.splits > 1)
+    plan_partials(plan, p, static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits, false);
   return plan;
 }
 

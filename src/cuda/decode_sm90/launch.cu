@@ -186,13 +186,7 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
     const DeterministicSplits d = deterministic_splits(max_keys, S::kBlockN, kMaxSplits);
     plan.splits = d.splits;
     plan.chunk_keys = d.chunk_keys;
-    const size_t rows = static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits;
-    plan.o_partial_offset = 0;
-    plan.lse_partial_offset = align_up(rows * p.head_dim_v * sizeof(float), kWorkspaceAlign);
-    plan.unit_pieces_offset = plan.lse_partial_offset + align_up(rows * sizeof(float), kWorkspaceAlign);
-    plan.workspace_bytes =
-        plan.unit_pieces_offset +
-        align_up(static_cast<size_t>(p.batch) * p.num_kv_heads * 2 * sizeof(int32_t), kWorkspaceAlign);
+    plan_partials(plan, p, static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits, true);
   }
   plan.producer_warps = decode_sm90_producer_warps();
   plan.smem_bytes = DecodeSm90Shape::smem_bytes(p.kv_dtype == DType::fp8_e4m3, plan.producer_warps,
