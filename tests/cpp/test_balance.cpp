@@ -184,7 +184,7 @@ TEST(Balance, UnitCostParameter) {
   }
 }
 
-// Deterministic mode (schedule.cuh, walk_unit_chunks, on owned_chunk_tiles): each CTA of g over the line
+// Deterministic mode (schedule.cuh, walk_balanced_pieces, on owned_chunk_tiles): each CTA of g over the line
 // takes the whole chunks between its range's ends snapped to chunk boundaries. A model of the walk: the
 // pieces (unit, first tile, end tile) of every CTA; they must be each unit's chunks [c C, min((c + 1) C,
 // tiles)) exactly once (an empty unit: one empty piece), whatever g: the pieces, and so each sequence's

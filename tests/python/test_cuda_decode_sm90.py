@@ -227,7 +227,7 @@ def test_dispatch_on_sm90(switch, expected):
 
 # Deterministic mode on this kernel (KVATTN_DECODE_SM90_DETERMINISTIC=1, an A/B switch; WRITTEN WITHOUT A
 # GPU, session 24): the balanced schedule over whole chunks of the static splits' keys (schedule.cuh,
-# walk_unit_chunks). Capacity 12,000: 3 splits, chunks of 4,032 keys (63 tiles); lengths around the chunk
+# walk_balanced_pieces). Capacity 12,000: 3 splits, chunks of 4,032 keys (63 tiles); lengths around the chunk
 # edges, an empty and a one-key sequence.
 _DET_CAPACITY = 12000
 _DET_LENGTHS = np.array([11000, 300, 7000, 4097, 0, 4032, 4033, 1, 8064, 8065], np.int32)

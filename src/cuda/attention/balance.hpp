@@ -50,7 +50,7 @@ KVATTN_HOST_DEVICE inline int64_t balanced_ctas(int64_t w, int64_t units, int64_
   return ctas > 1 ? ctas : 1;
 }
 
-// Deterministic mode (schedule.cuh, walk_unit_chunks): the tiles [begin, end) of a unit that the CTA of
+// Deterministic mode (schedule.cuh, walk_balanced_pieces): the tiles [begin, end) of a unit that the CTA of
 // line range [a, b) owns when the unit's tiles come in indivisible chunks of `chunk` tiles. The unit lies
 // on the line at [u_start, u_start + unit_cost + tiles); a position x inside it moves to the first chunk
 // boundary at or past it (its tile offset x - u_start - unit_cost rounded up to whole chunks, clamped to

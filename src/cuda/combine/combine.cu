@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
   PartialRow in;
   int n = p.num_splits;
   if (p.balanced && p.chunk_keys > 0) {
-    // Deterministic mode on the balanced schedule (schedule.cuh, walk_unit_chunks): the unit's chunks of
+    // Deterministic mode on the balanced schedule (schedule.cuh, walk_balanced_pieces): the unit's chunks of
     // chunk_keys keys, in the static splits' layout; a unit of one chunk was written directly.
     const KeyRange keys = key_range(p, seq, 0, p.rows_per_unit, 1);
     n = static_cast<int>((keys.tiles + p.chunk_keys - 1) / p.chunk_keys);

@@ -142,7 +142,7 @@ static int64_t decode_sm90_unit_tiles(int64_t units, int64_t ctas) {
 
 // KVATTN_DECODE_SM90_DETERMINISTIC=1 (an A/B switch, off: not yet run on a device): deterministic mode on
 // this kernel, the balanced schedule over whole chunks of the static splits' keys (schedule.cuh,
-// walk_unit_chunks), instead of the portable kernel's static splits. Read on every call.
+// walk_balanced_pieces), instead of the portable kernel's static splits. Read on every call.
 static bool decode_sm90_deterministic() {
   const char* e = std::getenv("KVATTN_DECODE_SM90_DETERMINISTIC");
   return e != nullptr && std::strcmp(e, "1") == 0;
