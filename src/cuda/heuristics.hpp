@@ -109,10 +109,10 @@ inline int64_t split_chunk_keys(int64_t max_keys, int splits, int block_n) {
   const int64_t per_split = (std::max<int64_t>(1, max_keys) + splits - 1) / splits;
   return (per_split + block_n - 1) / block_n * block_n;
 }
-inline DeterministicSplits deterministic_splits(int64_t max_keys, int block_n, int64_t cap) {
+inline DeterministicSplits deterministic_splits(int64_t max_keys, int block_n, int64_t cap,
+                                                int64_t split_keys = kDeterministicSplitKeys) {
   const int64_t keys = std::max<int64_t>(1, max_keys);
-  const int splits = static_cast<int>(
-      std::clamp<int64_t>((keys + kDeterministicSplitKeys - 1) / kDeterministicSplitKeys, 1, cap));
+  const int splits = static_cast<int>(std::clamp<int64_t>((keys + split_keys - 1) / split_keys, 1, cap));
   return {splits, split_chunk_keys(keys, splits, block_n)};
 }
 

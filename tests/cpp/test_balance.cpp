@@ -188,7 +188,9 @@ TEST(Balance, UnitCostParameter) {
 // takes the whole chunks between its range's ends snapped to chunk boundaries. A model of the walk: the
 // pieces (unit, first tile, end tile) of every CTA; they must be each unit's chunks [c C, min((c + 1) C,
 // tiles)) exactly once (an empty unit: one empty piece), whatever g: the pieces, and so each sequence's
-// result, never depend on the grid or on the rest of the batch.
+// result, never depend on the grid or on the rest of the batch. And a CTA's chunks cost its range's within
+// half a boundary gap (unit_cost + chunk at most) at each end, the snap being to the nearest boundary (an
+// empty unit, unit_cost on the line, goes to the CTA whose range holds its start: up to unit_cost).
 std::map<std::pair<size_t, int64_t>, int64_t> chunk_pieces(const std::vector<int64_t>& tiles, int64_t g,
                                                            int64_t unit_cost, int64_t chunk) {
   std::vector<int64_t> start(tiles.size() + 1, 0);
@@ -197,21 +199,27 @@ std::map<std::pair<size_t, int64_t>, int64_t> chunk_pieces(const std::vector<int
   std::map<std::pair<size_t, int64_t>, int64_t> pieces;  // (unit, first tile) -> end tile
   for (int64_t k = 0; k < g; ++k) {
     const int64_t a = cta_begin(k, g, w), b = cta_begin(k + 1, g, w);
+    int64_t owned_cost = 0;  // the line cost of the CTA's pieces: tiles, and unit_cost with a first chunk
     for (size_t u = 0; u < tiles.size(); ++u) {
       if (start[u + 1] <= a || start[u] >= b) continue;  // the walk visits the units its range touches
       if (tiles[u] == 0) {
-        if (a <= start[u])
+        if (a <= start[u]) {
           EXPECT_TRUE(pieces.emplace(std::make_pair(u, int64_t{0}), 0).second) << "unit " << u;
+          owned_cost += unit_cost;
+        }
         continue;
       }
       const OwnedTiles own = owned_chunk_tiles(a, b, start[u], unit_cost, tiles[u], chunk);
       EXPECT_TRUE(own.begin == tiles[u] || own.begin % chunk == 0) << "unit " << u;
+      if (own.end > own.begin) owned_cost += own.end - own.begin + (own.begin == 0 ? unit_cost : 0);
       for (int64_t c0 = own.begin; c0 < own.end; c0 += chunk) {
         const int64_t c1 = std::min(tiles[u], c0 + chunk);
         EXPECT_TRUE(pieces.emplace(std::make_pair(u, c0), c1).second)
             << "unit " << u << " tile " << c0 << " twice";
       }
     }
+    EXPECT_LE(std::abs(owned_cost - (b - a)), 2 * std::max(unit_cost, (unit_cost + chunk + 1) / 2))
+        << "CTA " << k << " of " << g;
   }
   return pieces;
 }

@@ -201,8 +201,9 @@ torch.cuda.synchronize()
     (dict(KVATTN_DECODE_SM90=None), "8 producer warps"),  # on by default
     (dict(KVATTN_DECODE_SM90=None, SQ="8"), "8 producer warps"),  # 32 packed rows: two row groups
     (dict(KVATTN_DECODE_SM90=None, SQ="9"), None),  # 36 packed rows: the portable kernel
-    (dict(KVATTN_DECODE_SM90=None, DET="1"), None),  # deterministic: the portable kernel's static splits
-    (dict(KVATTN_DECODE_SM90=None, DET="1", KVATTN_DECODE_SM90_DETERMINISTIC="1"), "8 producer warps"),
+    # deterministic: whole chunks on the balanced schedule; =0: the portable kernel's static splits
+    (dict(KVATTN_DECODE_SM90=None, DET="1", KVATTN_DECODE_SM90_DETERMINISTIC=None), "8 producer warps"),
+    (dict(KVATTN_DECODE_SM90=None, DET="1", KVATTN_DECODE_SM90_DETERMINISTIC="0"), None),
 ])
 def test_dispatch_on_sm90(switch, expected):
     """On sm_90 a supported decode runs on the Hopper kernel when asked for (and with the producer count
@@ -225,19 +226,25 @@ def test_dispatch_on_sm90(switch, expected):
         assert f"decode_sm90 kernel, {expected}" in r.stderr, r.stderr
 
 
-# Deterministic mode on this kernel (KVATTN_DECODE_SM90_DETERMINISTIC=1, an A/B switch; WRITTEN WITHOUT A
-# GPU, session 24): the balanced schedule over whole chunks of the static splits' keys (schedule.cuh,
-# walk_balanced_pieces). Capacity 12,000: 3 splits, chunks of 4,032 keys (63 tiles); lengths around the chunk
-# edges, an empty and a one-key sequence.
+# Deterministic mode on this kernel (the default since session 25; KVATTN_DECODE_SM90_DETERMINISTIC=0 leaves
+# it to the portable kernel's static splits): the balanced schedule over whole chunks of the static splits'
+# keys (schedule.cuh, walk_balanced_pieces). Capacity 12,000: 3 splits, chunks of 4,032 keys (63 tiles), or
+# with KVATTN_DECODE_SM90_DET_CHUNK=1024 12 chunks of 1,024; lengths around the chunk edges, an empty and a
+# one-key sequence.
 _DET_CAPACITY = 12000
 _DET_LENGTHS = np.array([11000, 300, 7000, 4097, 0, 4032, 4033, 1, 8064, 8065], np.int32)
 
 
-@pytest.mark.parametrize("sq,hq,hk", [(1, 8, 2), (4, 8, 2), (4, 16, 2)])  # 4, 16, 32 packed rows
-def test_deterministic_chunks_batch_invariant(sq, hq, hk, monkeypatch):
+@pytest.mark.parametrize("sq,hq,hk,chunk", [(1, 8, 2, None), (4, 8, 2, None), (4, 16, 2, None),
+                                            (4, 8, 2, "1024")])  # 4, 16, 32 packed rows
+def test_deterministic_chunks_batch_invariant(sq, hq, hk, chunk, monkeypatch):
     """Each sequence's out and lse are bitwise the same alone, in other batches (repeats, other orders,
     many short fillers that move every CTA boundary) and with another CTA count, and match the oracle."""
-    monkeypatch.setenv("KVATTN_DECODE_SM90_DETERMINISTIC", "1")
+    monkeypatch.delenv("KVATTN_DECODE_SM90_DETERMINISTIC", raising=False)  # the default
+    if chunk is None:
+        monkeypatch.delenv("KVATTN_DECODE_SM90_DET_CHUNK", raising=False)
+    else:
+        monkeypatch.setenv("KVATTN_DECODE_SM90_DET_CHUNK", chunk)
     import kvattn
     from inputs import DTYPES, randn
     rng = np.random.default_rng(240 + sq)

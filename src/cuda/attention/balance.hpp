@@ -52,9 +52,12 @@ KVATTN_HOST_DEVICE inline int64_t balanced_ctas(int64_t w, int64_t units, int64_
 
 // Deterministic mode (schedule.cuh, walk_balanced_pieces): the tiles [begin, end) of a unit that the CTA of
 // line range [a, b) owns when the unit's tiles come in indivisible chunks of `chunk` tiles. The unit lies
-// on the line at [u_start, u_start + unit_cost + tiles); a position x inside it moves to the first chunk
-// boundary at or past it (its tile offset x - u_start - unit_cost rounded up to whole chunks, clamped to
-// the tiles). Two neighbouring CTAs snap their shared boundary alike, so every chunk is owned once.
+// on the line at [u_start, u_start + unit_cost + tiles), its chunk j's boundary at u_start for j = 0 (the
+// unit's fixed cost goes with its first chunk), else at u_start + unit_cost + j chunk (the last at the
+// unit's end); a position x inside it moves to the nearest boundary (ties: the later), as a tile offset.
+// Two neighbouring CTAs snap their shared boundary alike, so every chunk is owned once; to the nearest
+// boundary, a CTA's share is off its range by at most half a chunk at each end (rounding up: up to a whole
+// chunk; H200, W2 b128 Zipf, one chunk a unit: 1.12x -> 1.10x the default schedule's time).
 struct OwnedTiles {
   int64_t begin, end;
 };
@@ -63,12 +66,17 @@ KVATTN_HOST_DEVICE inline OwnedTiles owned_chunk_tiles(int64_t a, int64_t b, int
   // (A unit's tile offsets fit 32 bits: its keys are an int32 length. 32-bit division: the decode kernel
   // walks this in both of its roles, where a 64-bit one is ~80 instructions.)
   auto snap = [&](int64_t x) -> int64_t {
-    const int64_t t = x - u_start - unit_cost;
+    const int64_t t = x - u_start;  // line offset inside the unit
     if (t <= 0) return 0;
-    if (t >= tiles) return tiles;
-    const uint32_t c = static_cast<uint32_t>(chunk);
-    const int64_t up = static_cast<int64_t>((static_cast<uint32_t>(t) + c - 1) / c) * chunk;
-    return up < tiles ? up : tiles;
+    if (t >= unit_cost + tiles) return tiles;
+    const int64_t in_tiles = t - unit_cost;
+    const int64_t lo =
+        in_tiles <= 0
+            ? 0
+            : static_cast<int64_t>(static_cast<uint32_t>(in_tiles) / static_cast<uint32_t>(chunk)) * chunk;
+    const int64_t hi = lo + chunk < tiles ? lo + chunk : tiles;
+    const int64_t lo_at = lo == 0 ? 0 : unit_cost + lo;  // boundaries' line offsets
+    return t - lo_at < unit_cost + hi - t ? lo : hi;
   };
   const int64_t u_end = u_start + unit_cost + tiles;
   return {a <= u_start ? 0 : snap(a), b >= u_end ? tiles : snap(b)};

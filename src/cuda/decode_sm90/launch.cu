@@ -140,12 +140,22 @@ static int64_t decode_sm90_unit_tiles(int64_t units, int64_t ctas) {
   return units >= ctas ? env_tiles("KVATTN_DECODE_UNIT_COST", 8, 1) : kUnitCost;
 }
 
-// KVATTN_DECODE_SM90_DETERMINISTIC=1 (an A/B switch, off: not yet run on a device): deterministic mode on
-// this kernel, the balanced schedule over whole chunks of the static splits' keys (schedule.cuh,
-// walk_balanced_pieces), instead of the portable kernel's static splits. Read on every call.
+// Deterministic mode on this kernel: the balanced schedule over whole chunks of the static splits' keys
+// (schedule.cuh, walk_balanced_pieces), instead of the portable kernel's static splits. H200 (bench/NOTES.md,
+// session 25), us, default schedule / portable static splits / this: W1 b4 32k p16 139.8 / 163.5 / 148.2,
+// b16 128k 1,904 / 2,071 / 1,980, W2 b128 Zipf 292.1 / 594.3 / 320.3. KVATTN_DECODE_SM90_DETERMINISTIC=0:
+// the portable kernel's static splits (another kernel: other bits). Read on every call.
 static bool decode_sm90_deterministic() {
   const char* e = std::getenv("KVATTN_DECODE_SM90_DETERMINISTIC");
-  return e != nullptr && std::strcmp(e, "1") == 0;
+  return e == nullptr || std::strcmp(e, "0") != 0;
+}
+
+// Keys a chunk of deterministic mode on this kernel, before the capacity scales it (deterministic_splits).
+// H200 (session 25), W1 b4 32k / b16 128k / W2 b128 Zipf against 4096: 2048 +4% / +1.5% / +1%, 1024 +17% /
+// +6% / +11%, 3072 level: a piece switch costs more than the finer balance gains.
+// KVATTN_DECODE_SM90_DET_CHUNK sets it (an A/B knob).
+static int64_t decode_sm90_det_chunk_keys() {
+  return env_tiles("KVATTN_DECODE_SM90_DET_CHUNK", kDeterministicSplitKeys, 64);
 }
 
 bool decode_sm90_supports(const FwdProblem& p) {
@@ -183,7 +193,8 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
     // Whole chunks of the static splits' keys (decode_sm90_deterministic): their partials in the static
     // splits' layout (splits, total_q, hq, dv) and (splits, total_q, hq), then unit_pieces (unused).
     const int64_t max_keys = p.cu_seqlens_k ? p.num_pages : p.capacity;
-    const DeterministicSplits d = deterministic_splits(max_keys, S::kBlockN, kMaxSplits);
+    const DeterministicSplits d =
+        deterministic_splits(max_keys, S::kBlockN, kMaxSplits, decode_sm90_det_chunk_keys());
     plan.splits = d.splits;
     plan.chunk_keys = d.chunk_keys;
     plan_partials(plan, p, static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits, true);
