@@ -20,7 +20,7 @@ def main(names):
     cases = {c.name: c for suite in S.SUITES.values() for c in suite()}
     for name in names:
         plan = L.make_plan(cases[name])
-        kw = L.materialize(plan, L.TorchBackend("cuda", "bf16", 0), 0)
+        kw = L.materialize(plan, L.TorchBackend("cuda", "bf16", 0, kv=cases[name].kv), 0)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):

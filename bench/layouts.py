@@ -2,7 +2,8 @@
 and the gathered contiguous copy that the peers run on.
 
 The structure of a case (lengths, tables) is made in numpy; the data (q, caches, new tokens) by a backend:
-numpy float32 for the CPU backend, torch (bf16 on CUDA) otherwise.
+numpy float32 for the CPU backend, torch (bf16 on CUDA) otherwise. An fp8 cache (case.kv == "fp8") holds the
+same normal draws rounded to e4m3 (divided by FP8_DESCALE first), under bf16 q on either backend.
 """
 import zlib
 from dataclasses import dataclass
@@ -11,6 +12,12 @@ import numpy as np
 
 ROTARY_INTERLEAVED = False  # GPT-NeoX / Llama pairs (m, m + rotary_dim / 2)
 MAX_LEFTPAD = 256
+# The per-tensor scale of an fp8 cache: K/V are stored as e4m3(x / FP8_DESCALE) and kvattn gets it as k_descale /
+# v_descale (b, hk), as an engine passes its per-tensor scales. Normal draws (|x| < 6) fit e4m3 (+-448, 3 mantissa
+# bits down to 2^-6) without scaling, so 1: a scale other than 1 would add a separate `out *= v_scale` kernel to
+# FlashInfer's decode (its run() applies v_scale after the kernel), a cost of the choice, not of fp8.
+FP8_DESCALE = 1.0
+FP8_NAN_BITS = 0x7F  # e4m3fn NaN (S.1111.111): what a poisoned fp8 slot holds
 
 
 def seed_of(name, salt=0):
@@ -66,7 +73,7 @@ class Plan:
 
 
 def make_plan(case):
-    rng = np.random.default_rng(seed_of(case.name))
+    rng = np.random.default_rng(seed_of(case.seed_name))
     if case.mixed:
         b = 1 + case.mixed
         cached = np.array([case.cached] + [case.mixed_cached] * case.mixed, np.int64)
@@ -110,7 +117,12 @@ def cu(lengths):
 # ---- counts
 
 def elem_size(dtype_name):
-    return {"bf16": 2, "fp16": 2, "fp32": 4}[dtype_name]
+    return {"fp8": 1, "bf16": 2, "fp16": 2, "fp32": 4}[dtype_name]
+
+
+def kv_elem_size(case, dtype_name):
+    """Bytes of one cached K/V element: 1 in an fp8 cache, else those of q's dtype `dtype_name`."""
+    return elem_size(case.kv) if case.kv else elem_size(dtype_name)
 
 
 def visible_keys(plan):
@@ -125,39 +137,56 @@ def visible_keys(plan):
     return total
 
 
-def count(plan, dtype_name):
-    """(bytes, flops): K/V of valid cached slots + new K/V read and written + Q (+qv) and O once;
-    FLOPs = 2 * heads * (d_qk + dv) * visible keys (= 4 * ... * d when d = dv)."""
+def byte_parts(plan, dtype_name):
+    """(K/V bytes, Q/O bytes) of one call, q in `dtype_name`: K/V of valid cached slots in the cache's dtype, new
+    K/V read in q's and written in the cache's; Q (+qv) and O once in q's."""
     c = plan.case
-    es = elem_size(dtype_name)
-    kv = c.hk * (c.d + c.dv) * (int(plan.cached.sum()) + 2 * int(plan.n_new.sum()))
-    qo = c.hq * int(plan.sq.sum()) * (c.d + c.dv + (c.dv if c.qv else 0))
+    es, es_kv = elem_size(dtype_name), kv_elem_size(c, dtype_name)
+    kv = c.hk * (c.d + c.dv) * (es_kv * int(plan.cached.sum()) + (es + es_kv) * int(plan.n_new.sum()))
+    qo = es * c.hq * int(plan.sq.sum()) * (c.d + c.dv + (c.dv if c.qv else 0))
+    return kv, qo
+
+
+def count(plan, dtype_name):
+    """(bytes, flops): byte_parts' K/V + Q/O; FLOPs = 2 * heads * (d_qk + dv) * visible keys (= 4 * ... * d
+    when d = dv)."""
+    c = plan.case
     d_qk = c.d + (c.dv if c.qv else 0)
-    return es * (kv + qo), 2 * c.hq * (d_qk + c.dv) * visible_keys(plan)
+    return sum(byte_parts(plan, dtype_name)), 2 * c.hq * (d_qk + c.dv) * visible_keys(plan)
 
 
 def set_bytes(plan, dtype_name):
-    """Memory of one input set (caches, q, new tokens, out)."""
+    """Memory of one input set (caches in their dtype; q, new tokens, out in q's)."""
     c = plan.case
-    es = elem_size(dtype_name)
+    es, es_kv = elem_size(dtype_name), kv_elem_size(c, dtype_name)
     slots = plan.num_pages * c.page if c.page else plan.n_rows * plan.capacity
     qtok = int(plan.sq.sum())
-    return es * (slots * c.hk * (c.d + c.dv) + int(plan.n_new.sum()) * c.hk * (c.d + c.dv)
-                 + qtok * c.hq * (c.d + 2 * c.dv + (c.dv if c.qv else 0)))
+    return (es_kv * slots * c.hk * (c.d + c.dv) + es * int(plan.n_new.sum()) * c.hk * (c.d + c.dv)
+            + es * qtok * c.hq * (c.d + 2 * c.dv + (c.dv if c.qv else 0)))
 
 
 # ---- backends: where the data lives
 
 class NumpyBackend:
-    """The CPU backend through numpy, float32."""
+    """The CPU backend through numpy: float32, or bf16 q over an fp8 e4m3 cache (kv="fp8"; the contract takes no
+    fp32 q over an fp8 cache). bf16 and e4m3 are ml_dtypes' numpy dtypes."""
     kind = "cpu"
-    dtype_name = "fp32"
 
-    def __init__(self, seed=0):
+    def __init__(self, seed=0, kv=""):
         self.rng = np.random.default_rng(seed)
+        self.kv = kv
+        self.dtype_name = "bf16" if kv else "fp32"
+        self.dtype = _ml_dtype("bfloat16") if kv else np.float32
 
     def randn(self, shape):
-        return self.rng.standard_normal(shape, dtype=np.float32)
+        return self.rng.standard_normal(shape, dtype=np.float32).astype(self.dtype, copy=False)
+
+    def cache_randn(self, shape):
+        """A K or V cache: normal draws in q's dtype, or rounded to e4m3 after / FP8_DESCALE in an fp8 cache."""
+        x = self.rng.standard_normal(shape, dtype=np.float32)
+        if not self.kv:
+            return x
+        return (x / np.float32(FP8_DESCALE)).astype(_ml_dtype("float8_e4m3fn"))
 
     def ints(self, a):
         return np.ascontiguousarray(np.asarray(a), np.int32)
@@ -166,23 +195,35 @@ class NumpyBackend:
         return np.ascontiguousarray(np.asarray(a), np.float32)
 
     def empty(self, shape):
-        return np.empty(shape, np.float32)
+        return np.empty(shape, self.dtype)
 
     def numpy(self, x):
-        return np.asarray(x)
+        """float32 (or int) numpy values (bf16 and e4m3 are exact in float32)."""
+        x = np.asarray(x)
+        return x.astype(np.float32) if x.dtype.name in _ML_NAMES else x
 
     def sync(self):
         pass
 
 
-class TorchBackend:
-    """torch tensors on `device` ("cuda", or "cpu" for a dry run), in `dtype` (bf16 on CUDA)."""
+def _ml_dtype(name):
+    import ml_dtypes
+    return np.dtype(getattr(ml_dtypes, name))
 
-    def __init__(self, device="cuda", dtype_name="bf16", seed=0):
+
+_ML_NAMES = ("bfloat16", "float8_e4m3fn")
+
+
+class TorchBackend:
+    """torch tensors on `device` ("cuda", or "cpu" for a dry run), in `dtype` (bf16 on CUDA); caches in e4m3 with
+    kv="fp8"."""
+
+    def __init__(self, device="cuda", dtype_name="bf16", seed=0, kv=""):
         import torch
         self.torch = torch
         self.device = torch.device(device)
         self.kind = self.device.type
+        self.kv = kv
         self.dtype_name = dtype_name
         self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
         self.gen = torch.Generator(device=self.device)
@@ -190,6 +231,16 @@ class TorchBackend:
 
     def randn(self, shape):
         return self.torch.randn(shape, dtype=self.dtype, device=self.device, generator=self.gen)
+
+    def cache_randn(self, shape):
+        """A K or V cache: randn in q's dtype (the same draws as a q-dtype cache), rounded to e4m3 after
+        / FP8_DESCALE in an fp8 cache."""
+        x = self.randn(shape)
+        if not self.kv:
+            return x
+        if FP8_DESCALE != 1.0:
+            x.div_(FP8_DESCALE)
+        return x.to(self.torch.float8_e4m3fn)
 
     def ints(self, a):
         return self.torch.from_numpy(np.ascontiguousarray(np.asarray(a), np.int32)).to(self.device)
@@ -230,8 +281,11 @@ def materialize(plan, be, set_index=0, poison=False):
         cache_shape = (plan.num_pages, c.page, c.hk)
     else:
         cache_shape = (plan.n_rows, plan.capacity, c.hk)
-    kw = dict(q=be.randn(q_shape), k_cache=be.randn(cache_shape + (c.d,)), v_cache=be.randn(cache_shape + (c.dv,)),
-              cache_seqlens=be.ints(plan.seqlens), causal=c.causal)
+    kw = dict(q=be.randn(q_shape), k_cache=be.cache_randn(cache_shape + (c.d,)),
+              v_cache=be.cache_randn(cache_shape + (c.dv,)), cache_seqlens=be.ints(plan.seqlens), causal=c.causal)
+    if c.kv:
+        descale = np.full((plan.b, c.hk), FP8_DESCALE, np.float32)  # one per-tensor scale, as (b, hk)
+        kw.update(k_descale=be.floats(descale), v_descale=be.floats(descale))
     if c.scattered:
         kw["cache_batch_idx"] = be.ints(plan.rows)
     if c.leftpad:
@@ -274,13 +328,14 @@ def _poison_invalid(plan, be, kw):
     for i in range(plan.b):
         valid[slot_index(plan, i)] = True
     bad = np.nonzero(~valid)
-    if be.kind == "cpu" and isinstance(kw["k_cache"], np.ndarray):
-        kw["k_cache"][bad] = np.nan
-        kw["v_cache"][bad] = np.nan
-    else:
-        idx = tuple(be.torch.from_numpy(x).to(be.device) for x in bad)
-        kw["k_cache"][idx] = float("nan")
-        kw["v_cache"][idx] = float("nan")
+    for name in ("k_cache", "v_cache"):
+        x = kw[name]
+        if isinstance(x, np.ndarray):
+            x[bad] = np.nan
+        elif x.dtype == be.torch.float8_e4m3fn:  # through the bytes: not every torch op takes e4m3
+            x.view(be.torch.uint8)[tuple(be.torch.from_numpy(i).to(be.device) for i in bad)] = FP8_NAN_BITS
+        else:
+            x[tuple(be.torch.from_numpy(i).to(be.device) for i in bad)] = float("nan")
 
 
 # ---- the peers' copy

@@ -25,7 +25,7 @@ def main(argv=None):
         print(f"profile_case: no case named {args.case!r}", file=sys.stderr)
         return 2
     plan = L.make_plan(match[0])
-    kw = L.materialize(plan, L.TorchBackend("cuda", "bf16", 0), 0)
+    kw = L.materialize(plan, L.TorchBackend("cuda", "bf16", 0, kv=match[0].kv), 0)
     for _ in range(args.calls):
         kvattn.flash_attn_with_kvcache(**kw)
     torch.cuda.synchronize()

@@ -61,8 +61,13 @@ def row(r):
     host = f"{_us(r.get('host_us_python'))} / {_us(r.get('host_us_c'))}"
     peers = " | ".join(_peer_cell(r.get("peers", {}).get(p)) for p in PEERS)
     extra = []
-    if r.get("vs_baseline") is not None:
+    if r.get("speedup") is not None:  # tokens/s over the baseline's, against a target (fp8 caches: issue #11)
+        extra.append(f"{r['speedup']:.2f}x the tokens/s of {r['baseline']} (target >= {r['speedup_target']:g}x: "
+                     f"{'met' if r['speedup_met'] else 'NOT met'})")
+    elif r.get("vs_baseline") is not None:
         extra.append(f"{r['vs_baseline']:.2f}x {r['baseline']}")
+    if r.get("check"):
+        extra.append("oracle check " + {True: "PASS", False: "FAIL", None: "not run"}[r["check"]["ok"]])
     if r.get("parts_us") is not None:
         extra.append(f"{r['mixed_vs_parts']:.2f}x the parts apart ({_us(r['parts_us'])} us)")
     if r.get("peer_note"):
@@ -86,10 +91,14 @@ def markdown(records, env):
              "FlashInfer and FA4 run on kvattn's own caches and page tables (a contiguous cache viewed as pages; "
              "q pre-rotated; no left padding in their APIs). The torch peers (cuDNN, FA2, flex) take no page "
              "table, batch index, left padding, append or rotary: they run on a gathered contiguous copy of the "
-             "valid keys (after kvattn's append), with q pre-rotated.\n"]
+             "valid keys (after kvattn's append), with q pre-rotated. fp8kv: an fp8 e4m3 K/V cache under bf16 q "
+             "(K/V bytes counted at 1 byte an element), on its bf16 baseline's inputs with K/V quantized; its note "
+             "gives baseline time / its time (tokens/s over the bf16 cache's) against the target.\n"]
     if any(r.get("shapes", {}).get("scaled_for_cpu") for r in records):
         lines.append("CPU backend: shapes scaled down (tokens / 64, batch <= 4, <= 2 KV heads); names keep the GPU "
-                     "shapes, `shapes` in results.jsonl has the real ones. Ceiling fractions are the GPU's.\n")
+                     "shapes, `shapes` in results.jsonl has the real ones. Ceiling fractions are the GPU's. q is fp32 "
+                     "there, bf16 over an fp8 cache (fp8kv): an fp8kv case's ratio to its baseline says nothing of "
+                     "the GPU's.\n")
     suite = None
     for r in records:
         if r["suite"] != suite:

@@ -5,7 +5,8 @@
     python3 -m bench.run --out DIR              # every suite (W1, W2, W4, W6, then W3, W5)
     python3 -m bench.run --list                 # the cases, their bytes, FLOPs and floor times
 
-Runs on the GPU with torch (bf16) or, without one, on the CPU backend with numpy (fp32, small shapes).
+Runs on the GPU with torch (bf16) or, without one, on the CPU backend with numpy (fp32, small shapes); the fp8kv
+cases take bf16 q over an fp8 e4m3 cache on both.
 """
 import argparse
 import dataclasses
@@ -113,21 +114,29 @@ class Ctx:
             self.flex_state["disabled"] = "skipped (--flex none)"
 
     def backend(self, seed, case=None):
+        kv = case.kv if case is not None else ""
         if self.device == "cuda":
-            return L.TorchBackend("cuda", self.dtype_of(case), seed)
+            return L.TorchBackend("cuda", self.dtype_of(case), seed, kv)
         if self.dry:
-            return L.TorchBackend("cpu", "fp32", seed)
-        return L.NumpyBackend(seed)
+            return L.TorchBackend("cpu", self.dtype_of(case), seed, kv)
+        return L.NumpyBackend(seed, kv)
 
     @property
     def dtype_name(self):
         return self.dtype_of(None)
 
     def dtype_of(self, case):
-        """The case's dtype on the GPU (bf16 unless it names fp16); fp32 on the CPU backend."""
-        if self.device != "cuda":
-            return "fp32"
-        return (case.dtype if case is not None and case.dtype else "bf16")
+        return q_dtype(case, self.device)
+
+
+def q_dtype(case, device):
+    """q's dtype for a case: bf16 over an fp8 cache (on the CPU backend too: the contract takes no fp32 q over an
+    fp8 cache); otherwise on the GPU bf16 unless the case names fp16, and fp32 on the CPU backend."""
+    if case is not None and case.kv:
+        return "bf16"
+    if device != "cuda":
+        return "fp32"
+    return case.dtype if case is not None and case.dtype else "bf16"
 
 
 # ---- one case
@@ -180,13 +189,15 @@ def run_case(case, ctx, env):
     plan = L.make_plan(case)
     nbytes, flops = L.count(plan, ctx.dtype_of(case))
     rec = dict(suite=case.suite, case=case.name, layout=case.layout, metric=case.metric, shapes=_shapes(case, plan),
-               dtype=ctx.dtype_of(case), bytes=nbytes, flops=flops,
+               dtype=ctx.dtype_of(case), kv_dtype=case.kv or ctx.dtype_of(case), bytes=nbytes, flops=flops,
                floor_us=max(nbytes / (R.READ_CEILING_TBPS * 1e12), flops / (R.FLOP_CEILING_TFLOPS * 1e12)) * 1e6,
                baseline=case.baseline or None, status="ok", peers={})
+    if case.speedup:
+        rec["speedup_target"] = case.speedup
     rec.update({k: env.get(k) for k in ("card", "driver", "torch", "git", "date", "device", "peer_kit")})
     KvattnError = ctx.kvattn.KvattnError
     try:
-        be, sets, fns, timing, est = measure_kvattn(plan, ctx, L.seed_of(case.name))
+        be, sets, fns, timing, est = measure_kvattn(plan, ctx, L.seed_of(case.seed_name))
     except KvattnError as exc:
         rec["status"] = f"rejected by kvattn: {exc}"
         return rec
@@ -323,17 +334,24 @@ def summarize(rec):
     k = rec["kvattn"]
     main = (f"{R._num(rec['tbps'])} TB/s ({100 * rec['bw_frac']:.0f}%)" if rec["metric"] == "bw"
             else f"{R._num(rec['tflops'])} TFLOP/s ({100 * rec['flop_frac']:.0f}%)")
-    peers = " ".join(f"{n}:{p['ratio']:.2f}x" if "ratio" in p else f"{n}:n/a"
-                     for n, p in rec.get("peers", {}).items())
-    return f"{k['median_us']:.1f} us  {main}  {peers}"
+    ran = rec.get("peers", {})
+    peers = " ".join(f"{n}:{ran[n]['ratio']:.2f}x" if "ratio" in ran[n] else f"{n}:n/a" for n in P.PEERS if n in ran)
+    check = {True: "  check PASS", False: "  check FAIL", None: "  not checked"}[rec["check"]["ok"]] \
+        if "check" in rec else ""
+    return f"{k['median_us']:.1f} us  {main}  {peers}{check}"
 
 
 def link_baselines(records):
+    """vs_baseline = time / the baseline's time; with a speedup target (fp8 caches), speedup = the inverse
+    (tokens/s over the baseline's) and whether it meets the target."""
     by_name = {r["case"]: r for r in records}
     for r in records:
         b = by_name.get(r.get("baseline") or "")
         if b and r["status"] == "ok" and b["status"] == "ok":
             r["vs_baseline"] = r["kvattn"]["median_us"] / b["kvattn"]["median_us"]
+            if r.get("speedup_target"):
+                r["speedup"] = b["kvattn"]["median_us"] / r["kvattn"]["median_us"]
+                r["speedup_met"] = r["speedup"] >= r["speedup_target"]
 
 
 def suite_summary(records):
@@ -353,6 +371,11 @@ def suite_summary(records):
                 ratios = [r["peers"][p]["ratio"] for r in ok if "ratio" in r.get("peers", {}).get(p, {})]
                 if ratios:
                     line += f", kvattn/{p} median {float(np.median(ratios)):.2f}x ({len(ratios)})"
+        targets = [r for r in ok if r.get("speedup") is not None]
+        if targets:
+            met = sum(r["speedup_met"] for r in targets)
+            line += (f", speedup over baseline {met}/{len(targets)} met (min "
+                     f"{min(r['speedup'] for r in targets):.2f}x)")
         bad = [r for r in rs if r["status"] != "ok"]
         if bad:
             line += f"; not ok: {len(bad)} (e.g. {bad[0]['case']}: {bad[0]['status'][:80]})"
@@ -540,9 +563,10 @@ def _without_peers(fn, case, ctx, env):
         ctx.args.no_peers = saved
 
 
-def list_cases(cases, dtype_name):
+def list_cases(cases, device):
     for c in cases:
         plan = L.make_plan(c)
+        dtype_name = q_dtype(c, device)
         nb, fl = L.count(plan, dtype_name)
         floor = max(nb / (R.READ_CEILING_TBPS * 1e12), fl / (R.FLOP_CEILING_TFLOPS * 1e12)) * 1e6
         print(f"{c.name:<58} {c.layout:<34} {nb / 1e6:10.1f} MB {fl / 1e9:12.1f} GFLOP  floor {floor:9.1f} us  "
@@ -571,7 +595,7 @@ def main(argv=None):
     if args.list:
         cpu = args.device == "cpu"
         cases = S.select(names, args.quick, cpu, args.filter)
-        list_cases(cases, "fp32" if cpu else "bf16")
+        list_cases(cases, "cpu" if cpu else "cuda")
         print(f"{len(cases)} cases")
         return 0
     device, torch, msg = pick_device(args.device)

@@ -8,6 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 
 K = 1024
+FP8_KV_SPEEDUP = 1.8  # issue #11: an fp8 e4m3 cache (bf16 q) reaches >= 1.8x the bf16 cache's tokens/s
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class Case:
     mixed_cached: int = 0
     baseline: str = ""  # a case of the same suite to compare the time with (W2 skewed/uniform, W4 q/q=1)
     dtype: str = ""  # "" = bf16 on the GPU; "fp16"
+    kv: str = ""  # the K/V cache's dtype: "" = q's; "fp8" = float8 e4m3 (q bf16 on every backend), descales given
+    speedup: float = 0.0  # target of baseline time / this case's time (tokens/s over the baseline's), 0 = none
     deterministic: bool = False  # fixed split points: the result is independent of the rest of the batch
     quick: bool = False  # part of --quick
     metric: str = "bw"  # the suite's headline metric: bw (TB/s) or flops (TFLOP/s)
@@ -55,7 +58,15 @@ class Case:
             parts.append(f"varlen+{self.mixed}dec")
         if self.deterministic:
             parts.append("deterministic")
+        if self.kv:
+            parts.append(f"{self.kv}kv")
         return "+".join(parts)
+
+    @property
+    def seed_name(self):
+        """The name its lengths, tables and values are drawn from: an fp8-cache case draws its bf16 baseline's,
+        so it runs on the same inputs, K/V quantized."""
+        return self.baseline if self.kv and self.baseline else self.name
 
     @property
     def needs_gather(self):
@@ -92,6 +103,12 @@ def w1():
     for b, L, page in ((4, 32 * K, 0), (16, 128 * K, 16)):
         name = f"W1 32/8 b{b} {_tok(L)} {_layout_tag(page)}"
         cases.append(Case("W1", name + " fp16", 32, 8, b, L, page=page, dtype="fp16", baseline=name))
+    # An fp8 e4m3 cache under bf16 q (issue #11: >= 1.8x the bf16 cache's tokens/s), each next to the bf16
+    # case of its shape as its baseline: the same lengths, tables and values (K/V quantized), half the K/V bytes.
+    for b, L in ((1, 128 * K), (4, 32 * K), (16, 32 * K), (16, 128 * K)):
+        name = f"W1 32/8 b{b} {_tok(L)} p16"
+        cases.append(Case("W1", name + " fp8kv", 32, 8, b, L, page=16, kv="fp8", speedup=FP8_KV_SPEEDUP,
+                          baseline=name, quick=(b, L) == (4, 32 * K)))
     # Deterministic mode (fixed 4096-key splits, batch-composition independent) against the default
     # schedule: what it costs (issue #5).
     for b, L, page in ((4, 32 * K, 16), (16, 128 * K, 16)):
@@ -121,6 +138,9 @@ def w2():
                 cases.append(Case("W2", f"W2 32/8 b{b} {dist} p{page}", 32, 8, b, 2176, dist=dist, lo=256,
                                   hi=4096, page=page, baseline=base if dist == "zipf" else "",
                                   quick=(b == 128 and page == 16)))
+    # fp8 e4m3 cache (bf16 q) on a ragged batch, against the bf16 cache (issue #11's 1.8x).
+    cases.append(Case("W2", "W2 32/8 b128 uniform p16 fp8kv", 32, 8, 128, 2176, dist="uniform", lo=256, hi=4096,
+                      page=16, kv="fp8", speedup=FP8_KV_SPEEDUP, baseline="W2 32/8 b128 uniform p16"))
     # Deterministic mode on a skewed batch: fixed splits instead of the balanced schedule.
     cases.append(Case("W2", "W2 32/8 b128 zipf p16 deterministic", 32, 8, 128, 2176, dist="zipf", lo=256,
                       hi=4096, page=16, deterministic=True, baseline="W2 32/8 b128 zipf p16"))

@@ -123,7 +123,7 @@ def host_time(fn, sync, est_us, batches=3):
 
 _TENSORS = ["q", "k_cache", "v_cache", "k", "v", "qv", "rotary_cos", "rotary_sin", "rotary_seqlens", "cache_seqlens",
             "cache_batch_idx", "cache_leftpad", "page_table", "cu_seqlens_q", "seqused_q", "cu_seqlens_k_new",
-            "cu_seqlens_k", "alibi_slopes", "sinks", "out"]
+            "cu_seqlens_k", "alibi_slopes", "sinks", "q_descale", "k_descale", "v_descale", "out"]
 
 
 class CParams:
