@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 
+from . import case_check as CC
 from . import layouts as L
 from . import paged_peers as PP
 from . import peerkit as PK
@@ -225,7 +226,21 @@ def run_case(case, ctx, env):
     if not ctx.args.no_peers:
         _run_peers(plan, ctx, be, sets, rec)
     del sets, fns
+    if case.kv:
+        _check(case, ctx, rec)
     return rec
+
+
+def _check(case, ctx, rec):
+    """The oracle check of a case (bench/case_check.py): a failure makes the record not ok."""
+    try:
+        ok, lines = CC.check_case(case, ctx, L.seed_of(case.seed_name, 99))
+    except Exception as exc:  # noqa: BLE001
+        first = str(exc).splitlines()[0][:150] if str(exc) else ""
+        ok, lines = False, [f"check raised {exc.__class__.__name__}: {first}"]
+    rec["check"] = {"ok": ok, "lines": lines}
+    if ok is False:
+        rec["status"] = "check FAILED: " + lines[-1]
 
 
 def _mixed_parts(case, ctx, rec):
@@ -410,17 +425,6 @@ def _storage_numpy(x, torch):
     return x.detach().cpu().numpy()
 
 
-def load_oracle():
-    import importlib.util
-    path = os.path.join(REPO, "tests", "python", "reference.py")
-    if not os.path.exists(path):  # installed (pip): the wheel carries a copy beside this file
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference.py")
-    spec = importlib.util.spec_from_file_location("kvattn_reference_oracle", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.reference_attention
-
-
 def check_main(case, ctx):
     """One call on poisoned inputs (NaN in every invalid slot) against the float64 oracle. Returns (ok, lines)."""
     plan = L.make_plan(case)
@@ -437,7 +441,7 @@ def check_main(case, ctx):
     be.sync()
     out = be.numpy(kw["out"]).astype(np.float64)
     try:
-        reference_attention = load_oracle()
+        reference_attention = CC.load_oracle()
     except Exception as exc:  # noqa: BLE001
         return None, [f"NOT CHECKED: the oracle tests/python/reference.py failed to import "
                       f"({exc.__class__.__name__}: {exc})"]
