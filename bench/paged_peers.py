@@ -1,6 +1,7 @@
 """The peers that serving engines run on Hopper, called on kvattn's own paged inputs: FlashInfer
-(BatchDecodeWithPagedKVCacheWrapper with tensor cores for one query token, BatchPrefillWithPagedKVCacheWrapper
-with the FA3 backend otherwise) and FlashAttention-4 (flash_attn.cute's varlen entry with page_table).
+(BatchDecodeWithPagedKVCacheWrapper with tensor cores for one query token, also over an fp8 e4m3 cache under
+bf16 q; BatchPrefillWithPagedKVCacheWrapper with the FA3 backend otherwise) and FlashAttention-4
+(flash_attn.cute's varlen entry with page_table).
 
 Same tensors as kvattn: the K/V caches of each input set (after kvattn's append), its page table rows (picked
 by cache_batch_idx: a small int copy, never K/V). A contiguous cache is the same memory viewed as pages of
@@ -14,6 +15,7 @@ import os
 
 import numpy as np
 
+from . import layouts
 from . import peerkit
 
 # Environment: KVATTN_FI_PREFILL (FlashInfer's prefill backends in the order tried, default "fa3,fa2"),
@@ -98,12 +100,13 @@ def _check(plan, torch):
 
 # ---- FlashInfer
 
-def _fi_module_ready(fi, backend, dtype, d, torch):
-    """True when the kit holds FlashInfer's prebuilt module for (backend, dtype, d) (or JIT is allowed)."""
+def _fi_module_ready(fi, backend, dtype, d, torch, kv_dtype=None):
+    """True when the kit holds FlashInfer's prebuilt module for (backend, q/o dtype, K/V dtype (default q's), d)
+    (or JIT is allowed)."""
     if os.environ.get("KVATTN_PEER_JIT") == "1":
         return True
     from flashinfer.jit.attention import modules as M
-    args = (dtype, dtype, dtype, torch.int32, d, d, 0, False, False, False)
+    args = (dtype, kv_dtype or dtype, dtype, torch.int32, d, d, 0, False, False, False)
     spec = (M._gen_batch_prefill_primary_module(backend, *args) if backend == "fa2"
             else M.gen_batch_prefill_module(backend, *args))
     return spec.aot_path.exists()
@@ -120,22 +123,30 @@ def make_flashinfer(plan, sets, qs, torch):
     dev = view.device
     ws = _workspace(torch, dev)
     decode = not plan.varlen and int(plan.sq.max()) == 1
+    fp8 = c.kv == "fp8"
+    kv_dtype = torch.float8_e4m3fn if fp8 else dtype
     fns = []
     if decode:
-        if not _fi_module_ready(fi, "fa2", dtype, c.d, torch):
-            raise Unavailable(f"FlashInfer's FA2 module for {c.dtype or 'bf16'} d{c.d} is not in the kit")
+        if not _fi_module_ready(fi, "fa2", dtype, c.d, torch, kv_dtype):
+            what = "bf16 q / fp8 e4m3 K/V (kit group fa2_fp8kv)" if fp8 else c.dtype or "bf16"
+            raise Unavailable(f"FlashInfer's FA2 module for {what} d{c.d} is not in the kit")
         # backend="fa2": the tensor-core kernel that "auto" picks for bf16/fp16, named so that no cuDNN
-        # auto-selection can stand in for it.
+        # auto-selection can stand in for it. An fp8 cache: the same kernel, K/V e4m3 (no fp8 MMA: q is bf16),
+        # with kvattn's per-tensor scale as k_scale / v_scale (floats in its API).
         w = fi.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=True, backend="fa2")
         w.plan(view.indptr, view.indices, view.last_len, c.hq, c.hk, c.d, view.page,
-               q_data_type=dtype, kv_data_type=dtype)
+               q_data_type=dtype, kv_data_type=kv_dtype)
+        scales = dict(k_scale=layouts.FP8_DESCALE, v_scale=layouts.FP8_DESCALE) if fp8 else {}
         for kw, q in zip(sets, qs):
             kv = view.caches(kw)
             qd = q.reshape(q.shape[0], c.hq, c.d)
             out = torch.empty_like(qd)
             fns.append(lambda w=w, qd=qd, kv=kv, out=out:
-                       w.run(qd, kv, out=out).view(out.shape[0], 1, *out.shape[1:]))
-        return fns, f"decode wrapper, tensor cores (fa2), page {view.page}"
+                       w.run(qd, kv, out=out, **scales).view(out.shape[0], 1, *out.shape[1:]))
+        note = f"decode wrapper, tensor cores (fa2), page {view.page}"
+        return fns, note + (f", fp8 e4m3 K/V (k_scale = v_scale = {layouts.FP8_DESCALE:g})" if fp8 else "")
+    if fp8:
+        raise Unavailable("fp8 cache: only FlashInfer's decode wrapper (one query token) is wired here")
     order = os.environ.get("KVATTN_FI_PREFILL", "fa3,fa2").split(",")  # e.g. "fa2": FA2 backend only
     backends = [b for b in order if b in ("fa3", "fa2") and _fi_module_ready(fi, b, dtype, c.d, torch)]
     if not backends:

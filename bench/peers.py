@@ -18,6 +18,22 @@ class Unavailable(Exception):
     pass
 
 
+# The peers that take no fp8 e4m3 KV cache under bf16 q (the W1/W2 fp8kv cases); FlashInfer's decode does.
+FP8_KV_NA = {
+    "fa4": "fp8 cache, bf16 q: FA4 takes q, k, v of one dtype (fp8: SM100 only)",
+    "cudnn": "fp8 cache, bf16 q: SDPA takes q, k, v of one dtype",
+    "flash": "fp8 cache, bf16 q: FA2 takes fp16 / bf16 only",
+    "flex": "fp8 cache, bf16 q: flex_attention takes q, k, v of one dtype",
+}
+
+
+def unsupported(name, plan):
+    """Why peer `name` cannot run this case at all, decided before any input is made for it ('' = it may try)."""
+    if plan.case.kv == "fp8":
+        return FP8_KV_NA.get(name, "")
+    return ""
+
+
 def _torch():
     try:
         import torch

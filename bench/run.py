@@ -287,6 +287,10 @@ def _run_peers(plan, ctx, be, sets, rec):
             rec["peers"][name] = {"na": "no CUDA device" if torch is not None else "torch not importable"}
         return
     ref_out = sets[0]["out"]
+    na = {n: P.unsupported(n, plan) for n in names}
+    for name in [n for n in names if na[n]]:
+        rec["peers"][name] = {"na": na[name]}
+    names = [n for n in names if not na[n]]
     # FlashInfer and FA4 first, on kvattn's own caches and page tables (q pre-rotated when rotary: neither
     # rotates), before the gathered copy that the other peers need takes its memory.
     paged = [n for n in names if n in P.PAGED]

@@ -28,7 +28,7 @@ KIT=${KVATTN_PEERKIT:-$REPO/.peerkit}
 WORK=${PEERKIT_WORK:-/tmp/kvattn-peerkit-build}
 JOBS=${PEERKIT_JOBS:-2}
 NICE=${PEERKIT_NICE:-15}
-FI_GROUPS=${FI_GROUPS:-fa2 fa3 fa2_fp16 fa3_d64 fa3_d256}
+FI_GROUPS=${FI_GROUPS:-fa2 fa3 fa2_fp16 fa2_fp8kv fa3_d64 fa3_d256}
 PART_MIB=${PEERKIT_PART_MIB:-32}
 BUILD_PY=${PEERKIT_BUILD_PYTHON:-python3}
 

@@ -22,26 +22,27 @@ from flashinfer.jit.attention import modules as M  # noqa: E402
 from flashinfer.jit.core import build_jit_specs  # noqa: E402
 
 # Arguments shared by every module the bench needs: (q, kv, o, index dtypes, head dims, no positional
-# encoding, no sliding window, no logits soft cap).
-def _args(dtype, d):
-    return (dtype, dtype, dtype, torch.int32, d, d, 0, False, False)
+# encoding, no sliding window, no logits soft cap). The K/V dtype is q's unless given (an fp8 cache).
+def _args(dtype, d, kv_dtype=None):
+    return (dtype, kv_dtype or dtype, dtype, torch.int32, d, d, 0, False, False)
 
 
-# group -> [(kind, dtype, head dim)]; kind "fa2" is the module that BatchDecodeWithPagedKVCacheWrapper
+# group -> [(kind, dtype, head dim[, K/V dtype])]; kind "fa2" is the module that BatchDecodeWithPagedKVCacheWrapper
 # (use_tensor_cores=True) and the FA2 prefill backend load; "fa3" the Hopper prefill backend.
 MODULES = {
     "fa2": [("fa2", torch.bfloat16, 128)],            # decode W1 W2 W4(q1)
     "fa3": [("fa3", torch.bfloat16, 128)],            # prefill W3 W4 W6 d128
     "fa2_fp16": [("fa2", torch.float16, 128)],        # the W1 fp16 cases
+    "fa2_fp8kv": [("fa2", torch.bfloat16, 128, torch.float8_e4m3fn)],  # decode W1 W2 fp8kv: bf16 q, e4m3 K/V
     "fa3_d64": [("fa3", torch.bfloat16, 64)],         # W6 d64
     "fa3_d256": [("fa3", torch.bfloat16, 256)],       # W6 d256
 }
 
 
-def spec_of(kind, dtype, d):
+def spec_of(kind, dtype, d, kv_dtype=None):
     if kind == "fa2":  # equal K/V strides (one cache tensor per K and V, as the bench passes them)
-        return M._gen_batch_prefill_primary_module("fa2", *_args(dtype, d), False)
-    return M.gen_batch_prefill_module("fa3", *_args(dtype, d), False)
+        return M._gen_batch_prefill_primary_module("fa2", *_args(dtype, d, kv_dtype), False)
+    return M.gen_batch_prefill_module("fa3", *_args(dtype, d, kv_dtype), False)
 
 
 def main(groups):
