@@ -62,3 +62,22 @@ def test_results_md_summary_block_is_replaced(tmp_path):
         assert "markers" in str(exc)
     else:
         raise AssertionError("a file without the markers was accepted")
+
+
+def test_speedup_target_row_states_tokens_per_second_over_the_baseline():
+    """An fp8-cache record: the note gives baseline time / its time against the target, met or not; a record
+    without a target keeps its time ratio."""
+    def full(case, kv_us, **extra):
+        r = rec("W1", case, "bw", kv_us, {"fa4": "fp8 cache, bf16 q: FA4 takes q, k, v of one dtype"})
+        r.update(layout="paged16+fp8kv", tbps=1.0, bw_frac=0.2, tflops=0.1, flop_frac=0.0, **extra)
+        r["kvattn"].update(p10_us=kv_us, p90_us=kv_us)
+        return r
+    met = full("W1 32/8 b4 32k p16 fp8kv", 50.0, baseline="W1 32/8 b4 32k p16", vs_baseline=0.5, speedup=2.0,
+               speedup_target=1.8, speedup_met=True, check={"ok": True, "lines": []})
+    missed = full("W1 32/8 b16 32k p16 fp8kv", 80.0, baseline="W1 32/8 b16 32k p16", vs_baseline=0.625,
+                  speedup=1.6, speedup_target=1.8, speedup_met=False)
+    plain = full("W2 32/8 b64 zipf p16", 90.0, baseline="W2 32/8 b64 uniform p16", vs_baseline=1.05)
+    assert "2.00x the tokens/s of W1 32/8 b4 32k p16 (target >= 1.8x: met); oracle check PASS" in R.row(met)
+    assert "1.60x the tokens/s of W1 32/8 b16 32k p16 (target >= 1.8x: NOT met)" in R.row(missed)
+    assert "n/a: fp8 cache, bf16 q: FA4 takes q, k, v of one dtype" in R.row(met)
+    assert "1.05x W2 32/8 b64 uniform p16" in R.row(plain) and "tokens/s" not in R.row(plain)
