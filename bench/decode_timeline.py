@@ -5,9 +5,10 @@ with -DKVATTN_DECODE_TIMELINE=1 (a developer build; the stamps cost a few global
         -DKVATTN_DEV_DTYPE=bf16 -DCMAKE_CUDA_FLAGS=-DKVATTN_DECODE_TIMELINE=1 && cmake --build build-tl
     PYTHONPATH=python:. KVATTN_LIBRARY=build-tl/libkvattn.so python3 -m bench.decode_timeline [--filter TEXT]
 
-For each case (bf16, 32/8 heads, d 128, page 16, random page permutation) it calls the kernel on input sets
-rotated past the L2, reads the stamps of the last call, and prints each phase's distribution over the CTAs
-(min / median / max, us from the earliest CTA entry) and the kernel's span (first entry to last exit).
+For each case (bf16; the "fp8kv" cases an e4m3 cache under bf16 q; 32/8 heads, d 128, page 16, random page
+permutation) it calls the kernel on input sets rotated past the L2, reads the stamps of the last call, and
+prints each phase's distribution over the CTAs (min / median / max, us from the earliest CTA entry) and the
+kernel's span (first entry to last exit).
 Cycles become ns at the rate the SM clock and %globaltimer show between each CTA's entry and exit (the
 median over the CTAs).
 
@@ -45,18 +46,26 @@ def w2_lengths(batch):
 
 CASES = [("W1 b1 1k p16", lambda: [1 * K]), ("W1 b1 4k p16", lambda: [4 * K]), ("W1 b4 4k p16", lambda: [4 * K] * 4), ("W1 b4 32k p16", lambda: [32 * K] * 4),
          ("W1 b1 128k p16", lambda: [128 * K]), ("W2 b128 2k p16", lambda: [2 * K] * 128),
-         ("W2 b128 uniform p16", lambda: w2_lengths(128)), ("W2 b64 uniform p16", lambda: w2_lengths(64))]
+         ("W2 b128 uniform p16", lambda: w2_lengths(128)), ("W2 b64 uniform p16", lambda: w2_lengths(64)),
+         # fp8 e4m3 caches under bf16 q (the fp8 kernel: 64-key stages), names ending in "fp8kv"
+         ("W1 b4 32k p16 fp8kv", lambda: [32 * K] * 4), ("W2 b128 uniform p16 fp8kv", lambda: w2_lengths(128))]
 
 
-def make_inputs(lens, gen, spread=1):
+def kv_elem_bytes(name):
+    return 1 if name.endswith("fp8kv") else 2
+
+
+def make_inputs(lens, gen, spread=1, fp8=False):
     """One input set; spread > 1 puts the pages in a pool that many times larger (a random subset of it),
-    so that the copies touch more distinct 2 MB translation pages."""
+    so that the copies touch more distinct 2 MB translation pages; fp8: the caches in e4m3."""
     b = len(lens)
     need = [-(-L // PAGE) for L in lens]
     pages = sum(need)
     q = torch.randn(b, 1, HQ, D, device="cuda", dtype=torch.bfloat16, generator=gen)
     k = torch.randn(pages * spread, PAGE, HK, D, device="cuda", dtype=torch.bfloat16, generator=gen)
     v = torch.randn_like(k)
+    if fp8:
+        k, v = k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)
     perm = torch.randperm(pages * spread, device="cuda", generator=gen)[:pages].to(torch.int32)
     table = torch.zeros(b, max(need), dtype=torch.int32, device="cuda")  # unused entries: page 0
     at = 0
@@ -222,9 +231,9 @@ def main():
         lens = lengths()
         gen = torch.Generator(device="cuda")
         gen.manual_seed(1)
-        kv_bytes = 2 * sum(lens) * HK * D * 2
+        kv_bytes = 2 * sum(lens) * HK * D * kv_elem_bytes(name)
         n_sets = 1 if args.warm else max(2, -(-(3 * 60 << 20) // kv_bytes))
-        sets = [make_inputs(lens, gen, args.spread) for _ in range(n_sets)]
+        sets = [make_inputs(lens, gen, args.spread, fp8=kv_elem_bytes(name) == 1) for _ in range(n_sets)]
         for rep in range(8):
             s = sets[rep % len(sets)]
             kvattn.flash_attn_with_kvcache(s[0], s[1], s[2], **s[3])
