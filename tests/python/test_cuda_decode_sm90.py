@@ -74,6 +74,32 @@ def test_features(features, kv_fp8):
     run_and_compare(Case(**kw), DEVICE)
 
 
+# fp8 caches on 8 consumer warps and 4 producer warps (KVATTN_DECODE_SM90_FP8_CONSUMERS=8, an A/B switch;
+# WRITTEN WITHOUT A GPU, session 25): the merge over 8 warps' states, 16 threads a row at the piece's end,
+# Q rows 8 channels a thread; layouts, features, skewed pages, speculative rows (<= 16: one group).
+_EIGHT = [
+    dict(seqlens=_EDGES, layout="contiguous"),
+    dict(seqlens=_EDGES, layout="paged", page_size=1),
+    dict(seqlens=_SKEW, layout="paged", page_size=16, batch_idx="scattered", dtype="fp16"),
+    dict(seqlens=(700, 1, 0, 333, 1300), layout="paged", page_size=16, sinks="fp32", leftpad=(3, 0, 17, 1, 40)),
+    dict(seqlens=(700, 1, 0, 333, 1300), layout="paged", page_size=64, window=(100, 0), causal=True,
+         softcap=15.0, alibi="bh"),
+    dict(seqlens=(1500, 65, 9, 2000), layout="paged", page_size=16, sq=4, new=(4,) * 4, causal=True,
+         rotary="neox"),
+    dict(seqlens=_SKEW, layout="paged", page_size=16, dtype="fp8"),
+]
+
+
+@pytest.mark.parametrize("k", range(len(_EIGHT)))
+def test_fp8_eight_consumer_warps(k, monkeypatch):
+    monkeypatch.setenv("KVATTN_DECODE_SM90_FP8_CONSUMERS", "8")
+    kw = dict(dtype="bf16", kv_fp8=True, d=128, hq=8, hk=2, sq=1, page_size=1, num_splits=0, seed=300 + k)
+    kw.update(_EIGHT[k])
+    if kw.get("leftpad"):
+        kw["seqlens"] = tuple(n + lp for n, lp in zip(kw["seqlens"], kw["leftpad"]))
+    run_and_compare(Case(**kw), DEVICE)
+
+
 @pytest.mark.parametrize("sq,hq,hk", [(2, 8, 2), (4, 8, 2), (8, 4, 2)])
 @pytest.mark.parametrize("kv_fp8", [False, True])
 def test_speculative(sq, hq, hk, kv_fp8):
@@ -186,6 +212,8 @@ sq = int(os.environ.get("SQ", "1"))
 q = torch.randn(2, sq, 8, 128, device="cuda", dtype=torch.bfloat16)
 k = torch.randn(2, 300, 2, 128, device="cuda", dtype=torch.bfloat16)
 v = torch.randn_like(k)
+if os.environ.get("KV") == "fp8":
+    k, v = k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)
 kvattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=torch.tensor([300, 77], dtype=torch.int32, device="cuda"),
                                deterministic=os.environ.get("DET") == "1")
 torch.cuda.synchronize()
@@ -198,6 +226,12 @@ torch.cuda.synchronize()
     (dict(KVATTN_DECODE_SM90="8"), "8 producer warps"),
     (dict(KVATTN_DECODE_SM90="4", KVATTN_FORCE_PORTABLE="1"), None),
     (dict(KVATTN_DECODE_SM90="0"), None),
+    (dict(KVATTN_DECODE_SM90=None, KV="fp8"), "8 producer warps, 4 consumer warps"),
+    (dict(KVATTN_DECODE_SM90=None, KV="fp8", KVATTN_DECODE_SM90_FP8_CONSUMERS="8"),
+     "4 producer warps, 8 consumer warps"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_SM90_FP8_CONSUMERS="8"), "8 producer warps, 4 consumer warps"),
+    (dict(KVATTN_DECODE_SM90=None, KV="fp8", SQ="8", KVATTN_DECODE_SM90_FP8_CONSUMERS="8"),
+     "8 producer warps, 4 consumer warps"),  # 32 packed rows: two groups stay on 4 consumer warps
     (dict(KVATTN_DECODE_SM90=None), "8 producer warps"),  # on by default
     (dict(KVATTN_DECODE_SM90=None, SQ="8"), "8 producer warps"),  # 32 packed rows: two row groups
     (dict(KVATTN_DECODE_SM90=None, SQ="9"), None),  # 36 packed rows: the portable kernel

@@ -58,7 +58,7 @@ __device__ inline bool row_unique(const SeqParams& p, int i, DeviceErrorRecord* 
 // from 16 (tid % 8). TQ: q's storage (T, or fp8 under an fp8 cache).
 template <class Cfg>
 struct QRows {
-  static constexpr int kPerThread = Cfg::kGroupRows * Cfg::kHeadDim / (32 * Cfg::kConsumerWarps);  // 16
+  static constexpr int kPerThread = Cfg::kGroupRows * Cfg::kHeadDim / (32 * Cfg::kConsumerWarps);  // 16, 8
   typename Cfg::T v[Cfg::kGroups][kPerThread];
 };
 template <class Cfg, typename TQ>
@@ -369,18 +369,21 @@ __device__ __forceinline__ void store_warp_state(float* s_state, const float (&o
 }
 
 // The piece's end, after the merge states are stored: the states of each row group's warps (its
-// kPhases = 4 / Cfg::kGroups stage phases) merge per row,
+// kPhases = kConsumerWarps / kGroups stage phases) merge per row, in warp order,
 //   m = max_w m_w;  l = sum_w l_w 2^(m_w - m);  O = sum_w O_w 2^(m_w - m),
-// and thread tid writes row tid / 8 of each row group, channels [16 (tid % 8), +16): a whole unit out =
-// O / l and lse, the sink counted here; a piece the normalized partial (O / l, m + log l) without the
-// sink; NaN when bad.
+// and the kRowThreads = 8 (4 consumer warps) or 16 (8) threads of a row write it, thread tid row
+// tid / kRowThreads of each row group, its kCols channels from kCols (tid % kRowThreads): a whole unit
+// out = O / l and lse, the sink counted here; a piece the normalized partial (O / l, m + log l) without
+// the sink; NaN when bad.
 template <class Cfg>
 __device__ __forceinline__ void write_piece(const AttnParams& p, const Piece& w, const Sequence& seq,
                                             const float* s_state, float o_descale, bool bad) {
   using T = typename Cfg::T;
-  constexpr int kCols = Cfg::kHeadDim / 8, kW = Cfg::kConsumerWarps, kS = Cfg::kStateFloats;
+  constexpr int kW = Cfg::kConsumerWarps, kS = Cfg::kStateFloats;
+  constexpr int kRowThreads = 32 * kW / Cfg::kGroupRows, kCols = Cfg::kHeadDim / kRowThreads;
+  static_assert(kCols % 4 == 0, "whole float4 stores of a partial row");
   constexpr int kMl = Cfg::kGroupRows * Cfg::kOStride;  // where a state's m and l start
-  const int tid = threadIdx.x, rr = tid / 8, c0 = tid % 8 * kCols;
+  const int tid = threadIdx.x, rr = tid / kRowThreads, c0 = tid % kRowThreads * kCols;
   constexpr int kGroups = Cfg::kGroups, kPhases = kW / kGroups;
   const int64_t q_rows = static_cast<int64_t>(seq.q_len) * p.group;
 #pragma unroll

@@ -33,8 +33,13 @@ struct DecodeSm90Shape {
   // (bench/NOTES.md, session 11); those stay on the portable kernel.
   static constexpr int kMaxRows = 32;
   static constexpr int kGroupRows = 16;  // one mma row block
+  // Consumer warps: 4, one a sub-partition; fp8 caches may take 8 with 4 producer warps
+  // (KVATTN_DECODE_SM90_FP8_CONSUMERS=8, an A/B switch: the fp8 consumers are latency-bound, one warp a
+  // sub-partition retiring ~0.45 instructions a clock; bench/NOTES.md, session 25).
   static constexpr int kConsumerWarps = 4;
-  static constexpr int threads(int producer_warps) { return 32 * (kConsumerWarps + producer_warps); }
+  static constexpr int threads(int producer_warps, int consumer_warps = kConsumerWarps) {
+    return 32 * (consumer_warps + producer_warps);
+  }
   // The ring: 10 stages (160 KB) with 2 producer warps; 8 with 4 or 8, so that every round of a slot is
   // filled by the same producer warp (stage g by warp g mod P, slot g mod stages): a warp waiting on a
   // slot's empty barrier can then never be a full round ahead of the slot (parity waits alias otherwise).
@@ -50,13 +55,14 @@ struct DecodeSm90Shape {
   static constexpr int stage_keys(bool fp8) { return fp8 ? 64 : 32; }
   static constexpr int row_stride(bool fp8) { return kHeadDim * (fp8 ? 1 : 2) + 16; }  // bytes, padded
   static constexpr size_t stage_bytes(bool fp8) { return size_t(stage_keys(fp8)) * row_stride(fp8) * 2; }
-  static constexpr size_t smem_bytes(bool fp8, int producer_warps, int groups = 1) {
+  static constexpr size_t smem_bytes(bool fp8, int producer_warps, int groups = 1,
+                                     int consumer_warps = kConsumerWarps) {
     const int kStages = stages(producer_warps);
     return kStages * stage_bytes(fp8)                    // the ring
-           + size_t(kConsumerWarps) * kStateFloats * 4   // the merge states
+           + size_t(consumer_warps) * kStateFloats * 4   // the merge states
            + size_t(groups) * kGroupRows * kQStride * 2  // Q
            + 2 * kStages * 8                             // full / empty mbarriers
-           + kConsumerWarps * 4;                         // max |q| of each consumer warp
+           + consumer_warps * 4;                         // max |q| of each consumer warp
   }
 };
 

@@ -1,6 +1,6 @@
-// The Hopper decode kernel (decode_sm90.hpp says what it is for). One CTA an SM, 4 consumer warps and
-// P = 2, 4 or 8 producer warps; a ring of 10 (P = 2) or 8 stages of 16 KB in shared memory, each with a full
-// and an empty mbarrier:
+// The Hopper decode kernel (decode_sm90.hpp says what it is for). One CTA an SM, 4 consumer warps (8 for
+// fp8 caches under KVATTN_DECODE_SM90_FP8_CONSUMERS=8, with P = 4) and P = 2, 4 or 8 producer warps; a ring
+// of 10 (P = 2) or 8 stages of 16 KB in shared memory, each with a full and an empty mbarrier:
 //   producers (warps 4.., producer.cuh): walk the CTA's pieces of the balanced schedule (pieces.cuh); warp
 //     4 + (s mod P) fills stage s: it waits for the ring slot to be free (empty mbarrier), issues 16-byte
 //     cp.async copies (through L1 where DecodeCfg::kCopyViaL1), one warp instruction per 2 (16-bit) or 4
@@ -52,15 +52,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_sm90_kernel(const __g
   KVATTN_TL(if (threadIdx.x == 0) tl_stamp(kTlStarted));
   wait_for_prior_grid();  // launched early after the append (PDL): the appended K/V are in place past here
   KVATTN_TL(if (threadIdx.x == 0) tl_stamp(kTlPdl));
-  // 8 producer warps (384 threads, 168 registers each at launch): the producers' warpgroups give registers
-  // back and the consumers' warpgroup takes them (8 x 32 x 96 + 4 x 32 x 240 < 64 K).
+  // 384 threads (168 registers each at launch: 8 producer warps, or 8 consumer warps with 4 producers): the
+  // producers' warpgroups give registers back and the consumers' take them (DecodeCfg's kProducerRegs,
+  // kConsumerRegs).
   if (threadIdx.x >= 32 * Cfg::kConsumerWarps) {
-    if constexpr (Cfg::kProducerWarps == 8)
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 96;\n" ::: "memory");
+    if constexpr (Cfg::kProducerRegs > 0)
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kProducerRegs) : "memory");
     produce<Cfg>(p, st, ring, full, empty);
   } else {
-    if constexpr (Cfg::kProducerWarps == 8)
-      asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+    if constexpr (Cfg::kConsumerRegs > 0)
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegs) : "memory");
     consume<Cfg>(p, st, ring, full, empty, s_state, s_q, reinterpret_cast<float*>(empty + Cfg::kStages));
     KVATTN_TL(if (threadIdx.x == 0) {
       tl_stamp(kTlExit);

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "cuda/attention/launch.hpp"
 #include "cuda/common/host.hpp"
@@ -23,9 +24,18 @@ struct DecodeVariant {
 };
 
 // groups: 16-row groups of a unit (DecodeCfg::kGroups); two only with 8 producer warps (the plan's rule).
+// consumer_warps 8: fp8 caches, one group, 4 producer warps (decode_sm90_consumer_warps).
 template <typename T, typename TKV, bool kFp8F16 = true>
-DecodeVariant kernel_of(int producer_warps, int groups) {
-  static std::atomic<uint64_t> opted_in[4] = {};  // per producer-warp count: 2, 4, 8; then 8 with 2 groups
+DecodeVariant kernel_of(int producer_warps, int groups, int consumer_warps) {
+  // per producer-warp count: 2, 4, 8; then 8 with 2 groups; then 8 consumer warps
+  static std::atomic<uint64_t> opted_in[5] = {};
+  if (consumer_warps == 8) {
+    if constexpr (std::is_same_v<TKV, __nv_fp8_e4m3>) {
+      if (producer_warps == 4 && groups == 1)
+        return {sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV, 4, kFp8F16, 1, 8>>, &opted_in[4]};
+    }
+    return {};
+  }
   if (groups == 2) {
     if (producer_warps != 8) return {};
     return {sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV, 8, kFp8F16, 2>>, &opted_in[3]};
@@ -47,9 +57,9 @@ bool fp8_in_bf16() {
   return e != nullptr && std::strcmp(e, "1") == 0;
 }
 
-// The kernel for (compute dtype, cache dtype, producer warps, row groups); its kernel is nullptr when this
-// build has none.
-DecodeVariant pick_kernel(DType compute, DType kv, int producer_warps, int groups) {
+// The kernel for (compute dtype, cache dtype, producer warps, row groups, consumer warps); its kernel is
+// nullptr when this build has none.
+DecodeVariant pick_kernel(DType compute, DType kv, int producer_warps, int groups, int consumer_warps) {
   if (!dtype_built(compute) || !head_dim_built(DecodeSm90Shape::kHeadDim)) return {};
   if (producer_warps != 2 && producer_warps != 4 && producer_warps != 8) return {};
   if (groups != 1 && groups != 2) return {};
@@ -57,15 +67,16 @@ DecodeVariant pick_kernel(DType compute, DType kv, int producer_warps, int group
   if (!fp8 && kv != compute) return {};
   if constexpr (dtype_built(DType::bf16)) {
     if (compute == DType::bf16) {
-      if (!fp8) return kernel_of<__nv_bfloat16, __nv_bfloat16>(producer_warps, groups);
-      return fp8_in_bf16() ? kernel_of<__nv_bfloat16, __nv_fp8_e4m3, false>(producer_warps, groups)
-                           : kernel_of<__nv_bfloat16, __nv_fp8_e4m3, true>(producer_warps, groups);
+      if (!fp8) return kernel_of<__nv_bfloat16, __nv_bfloat16>(producer_warps, groups, consumer_warps);
+      return fp8_in_bf16()
+                 ? kernel_of<__nv_bfloat16, __nv_fp8_e4m3, false>(producer_warps, groups, consumer_warps)
+                 : kernel_of<__nv_bfloat16, __nv_fp8_e4m3, true>(producer_warps, groups, consumer_warps);
     }
   }
   if constexpr (dtype_built(DType::f16)) {
     if (compute == DType::f16) {
-      return fp8 ? kernel_of<half, __nv_fp8_e4m3>(producer_warps, groups)
-                 : kernel_of<half, half>(producer_warps, groups);
+      return fp8 ? kernel_of<half, __nv_fp8_e4m3>(producer_warps, groups, consumer_warps)
+                 : kernel_of<half, half>(producer_warps, groups, consumer_warps);
     }
   }
   return {};
@@ -88,6 +99,27 @@ bool built_for_sm90(DecodeKernel kernel) {
 
 }  // namespace
 
+// KVATTN_DECODE_SM90_FP8_CONSUMERS=8 (an A/B switch, off; written without a GPU, session 25): fp8 caches
+// with one row group run 8 consumer warps (two a sub-partition, 208 registers each) and 4 producer warps,
+// whatever KVATTN_DECODE_SM90 asks (other than 0). Why: the fp8 kernel's stage loop is 32.7 instructions a
+// key against bf16's 27.6, yet it reaches only 1.4-1.7x the bf16 tokens/s: one consumer warp a
+// sub-partition retires ~0.45 instructions a clock (bench/NOTES.md, session 25).
+static bool fp8_eight_consumers() {
+  const char* e = std::getenv("KVATTN_DECODE_SM90_FP8_CONSUMERS");
+  return e != nullptr && std::strcmp(e, "8") == 0;
+}
+// The consumer warps (and the producer warps they imply) of a problem on this kernel.
+struct DecodeWarps {
+  int producers, consumers;
+};
+static DecodeWarps decode_warps(DType kv, int rows) {
+  const int producers = decode_sm90_producer_warps();
+  if (producers != 0 && kv == DType::fp8_e4m3 && DecodeSm90Shape::row_groups(rows) == 1 &&
+      fp8_eight_consumers())
+    return {4, 8};
+  return {producers, DecodeSm90Shape::kConsumerWarps};
+}
+
 int decode_sm90_producer_warps() {
   // Read on every call (a getenv): tests and bench/decode_ab.py switch it inside one process.
   const char* e = std::getenv("KVATTN_DECODE_SM90");
@@ -104,7 +136,8 @@ int decode_sm90_producer_warps() {
 static_assert(DecodeSm90Shape::smem_bytes(false, 2) + 1024 + 128 <= 227 * 1024 &&
                   DecodeSm90Shape::smem_bytes(true, 2) + 1024 + 128 <= 227 * 1024 &&
                   DecodeSm90Shape::smem_bytes(false, 8, 2) + 1024 + 128 <= 227 * 1024 &&
-                  DecodeSm90Shape::smem_bytes(true, 8, 2) + 1024 + 128 <= 227 * 1024,
+                  DecodeSm90Shape::smem_bytes(true, 8, 2) + 1024 + 128 <= 227 * 1024 &&
+                  DecodeSm90Shape::smem_bytes(true, 4, 1, 8) + 1024 + 128 <= 227 * 1024,
               "the decode ring fits an sm_90 CTA");
 
 // A tile count of the balanced schedule from the environment (read on every plan: A/B runs switch it
@@ -164,15 +197,15 @@ bool decode_sm90_supports(const FwdProblem& p) {
   // The balanced schedule (<= 32 packed rows a unit, num_splits = 0, not deterministic unless the switch
   // says so); static splits stay on the portable kernel. 17-32 rows are two row groups, a kernel that
   // exists with 8 producer warps only (kernel_of: no kernel otherwise).
-  const int producer_warps = decode_sm90_producer_warps();
-  if (producer_warps == 0) return false;
   const int64_t rows = static_cast<int64_t>(p.max_seqlen_q) * (p.num_q_heads / std::max(1, p.num_kv_heads));
+  const DecodeWarps warps = decode_warps(p.kv_dtype, static_cast<int>(std::min<int64_t>(rows, S::kMaxRows)));
+  if (warps.producers == 0) return false;
   const bool balanced = plan_balanced(p, rows <= S::kMaxRows) ||
                         (decode_sm90_deterministic() && plan_balanced_deterministic(p, rows <= S::kMaxRows));
   if (!balanced || !kv_rows_vec16(p)) return false;
   const DType compute_dtype = p.q_dtype == DType::fp8_e4m3 ? DType::bf16 : p.q_dtype;
   const DecodeKernel kernel =
-      pick_kernel(compute_dtype, p.kv_dtype, producer_warps, DecodeSm90Shape::row_groups(rows)).kernel;
+      pick_kernel(compute_dtype, p.kv_dtype, warps.producers, S::row_groups(rows), warps.consumers).kernel;
   return kernel != nullptr && built_for_sm90(kernel);
 }
 
@@ -199,9 +232,11 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
     plan.chunk_keys = d.chunk_keys;
     plan_partials(plan, p, static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits, true);
   }
-  plan.producer_warps = decode_sm90_producer_warps();
-  plan.smem_bytes = DecodeSm90Shape::smem_bytes(p.kv_dtype == DType::fp8_e4m3, plan.producer_warps,
-                                                DecodeSm90Shape::row_groups(plan.rows_per_unit));
+  const DecodeWarps warps = decode_warps(p.kv_dtype, plan.rows_per_unit);
+  plan.producer_warps = warps.producers;
+  plan.consumer_warps = warps.consumers;
+  plan.smem_bytes = S::smem_bytes(p.kv_dtype == DType::fp8_e4m3, plan.producer_warps,
+                                  S::row_groups(plan.rows_per_unit), plan.consumer_warps);
   plan.static_smem_bytes = 0;
   return plan;
 }
@@ -209,15 +244,17 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
 kvattn_status launch_decode_sm90(const AttnParams& params, const AttentionPlan& plan, DType compute_dtype,
                                  DType kv_dtype, cudaStream_t stream) {
   using S = DecodeSm90Shape;
-  const int producer_warps = plan.producer_warps;  // the plan's (its smem_bytes), not the environment's now
+  // The plan's warps (its smem_bytes), not the environment's now.
+  const int producer_warps = plan.producer_warps, consumer_warps = plan.consumer_warps;
   const DecodeVariant variant =
-      pick_kernel(compute_dtype, kv_dtype, producer_warps, S::row_groups(plan.rows_per_unit));
+      pick_kernel(compute_dtype, kv_dtype, producer_warps, S::row_groups(plan.rows_per_unit), consumer_warps);
   if (variant.kernel == nullptr) {
     return fail(KVATTN_ERROR_UNSUPPORTED, "decode_sm90: no kernel for this dtype pair and row count");
   }
   static const bool debug_dispatch = std::getenv("KVATTN_DEBUG_DISPATCH") != nullptr;  // read once
   if (debug_dispatch) {
-    std::fprintf(stderr, "kvattn: decode_sm90 kernel, %d producer warps\n", producer_warps);
+    std::fprintf(stderr, "kvattn: decode_sm90 kernel, %d producer warps, %d consumer warps\n", producer_warps,
+                 consumer_warps);
   }
   const size_t smem = plan.smem_bytes;
   int device = 0;
@@ -231,8 +268,9 @@ kvattn_status launch_decode_sm90(const AttnParams& params, const AttentionPlan& 
     return st;
   }
   const dim3 grid(static_cast<unsigned>(params.balanced_ctas));  // the plan's grid
-  return launch_kernel("decode_sm90_kernel", variant.kernel,
-                       {grid, dim3(S::threads(producer_warps)), smem, stream, plan.early_launch}, params);
+  return launch_kernel(
+      "decode_sm90_kernel", variant.kernel,
+      {grid, dim3(S::threads(producer_warps, consumer_warps)), smem, stream, plan.early_launch}, params);
 }
 
 }  // namespace kvattn::cuda

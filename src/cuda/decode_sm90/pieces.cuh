@@ -15,12 +15,22 @@ namespace kvattn::cuda::sm90 {
 // instruction a pair (e4m3x2 -> f16x2, exact), Q is scaled by a power of two into f16's range (its max
 // magnitude lands in [2^14, 2^15)) and the scores scaled back, P is f16; else (the first measured path)
 // K and V go on to bf16 (3 more instructions a pair).
-template <typename T_, typename TKV_, int kProducerWarps_, bool kFp8F16_ = true, int kGroups_ = 1>
+template <typename T_, typename TKV_, int kProducerWarps_, bool kFp8F16_ = true, int kGroups_ = 1,
+          int kConsumerWarps_ = DecodeSm90Shape::kConsumerWarps>
 struct DecodeCfg : DecodeSm90Shape {
   static constexpr int kProducerWarps = kProducerWarps_;  // stage s is filled by producer warp s mod this
+  static constexpr int kConsumerWarps = kConsumerWarps_;  // 4, or 8 (fp8 caches, one group, 4 producers)
   static constexpr int kGroups = kGroups_;                // row groups of 16 packed rows (1 or 2)
   static constexpr int kRows = kGroups * kGroupRows;      // the unit's rows this kernel takes
-  static constexpr int kThreads = threads(kProducerWarps);
+  static constexpr int kThreads = threads(kProducerWarps, kConsumerWarps);
+  // setmaxnreg (0: none): the producers' warpgroups give registers back and the consumers' take them,
+  // within the SM's 64 K: 8 producers x 32 x 96 + 4 consumers x 32 x 240, 4 x 32 x 96 + 8 x 32 x 208.
+  static constexpr int kProducerRegs = kProducerWarps == 8 || kConsumerWarps == 8 ? 96 : 0;
+  static constexpr int kConsumerRegs = kConsumerWarps == 8 ? 208 : kProducerWarps == 8 ? 240 : 0;
+  static_assert(kConsumerWarps == 4 || (kConsumerWarps == 8 && kProducerWarps == 4 && kGroups_ == 1),
+                "8 consumer warps: one row group, 4 producer warps (three warpgroups of 128 threads)");
+  static_assert(kProducerRegs * 32 * kProducerWarps + kConsumerRegs * 32 * kConsumerWarps <= 65536,
+                "the register file");
   static constexpr int kStages = stages(kProducerWarps);
   static_assert(kStages % kProducerWarps == 0, "each slot always filled by the same producer warp");
   using T = T_;
