@@ -13,6 +13,10 @@
 # KVATTN_AB_SUITES (W6,W3), KVATTN_AB_ROUNDS (2), KVATTN_AB_ENV_B (variables set for B, its checks and its
 # timing, e.g. "KVATTN_SM90_PINGPONG=1"; then A and B may be the same library), KVATTN_AB_SMOKE_TIMEOUT (45 s;
 # a full build at d 256 needs ~60). Output under $OUT.
+# For another kernel (the decode kernel: KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py
+# KVATTN_AB_SUITES=W1,W2 and the three -k below): KVATTN_AB_TESTS (the test file), KVATTN_AB_SMOKE_K
+# (persistent_many_units), KVATTN_AB_RACE_K (persistent_cp_async_producer), KVATTN_AB_MEM_K
+# (persistent_nan_page).
 set +e
 cd "$(dirname "$0")/.." || exit 2
 OUT=${OUT:-/tmp/kvattn_ab}
@@ -25,14 +29,15 @@ B_RUN=(env "${env_b[@]}" KVATTN_LIBRARY="$B")  # B's checks: its library and its
 t0=$(date +%s)
 say() { echo "[$(($(date +%s) - t0)) s] $*"; }
 export KVATTN_TEST_HEAD_DIMS=${KVATTN_AB_DIMS:-128}
-PT="python3 -m pytest -q -p no:cacheprovider tests/python/test_cuda_prefill_sm90.py"
+PT="python3 -m pytest -q -p no:cacheprovider ${KVATTN_AB_TESTS:-tests/python/test_cuda_prefill_sm90.py}"
 ( nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
     --format=csv,noheader -lms 250 > "$OUT/smi.csv" 2> /dev/null ) &
 smi=$!
 trap 'kill $smi 2> /dev/null' EXIT
 
 if [ "${KVATTN_AB_CHECK:-1}" != 0 ]; then  # 0: the timing only (a dry run without a GPU)
-"${B_RUN[@]}" timeout -k 3 "${KVATTN_AB_SMOKE_TIMEOUT:-45}" $PT -x -k "persistent_many_units" > "$OUT/smoke.log" 2>&1
+"${B_RUN[@]}" timeout -k 3 "${KVATTN_AB_SMOKE_TIMEOUT:-45}" $PT -x -k "${KVATTN_AB_SMOKE_K:-persistent_many_units}" \
+  > "$OUT/smoke.log" 2>&1
 rc=$?
 say "smoke rc=$rc $(tail -1 "$OUT/smoke.log")"
 if [ $rc -ne 0 ]; then  # (5: no test ran, which is a failure here too)
@@ -45,10 +50,10 @@ fi
 say "tests rc=$? $(tail -1 "$OUT/tests.log")"
 grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -8
 "${B_RUN[@]}" timeout -k 5 45 compute-sanitizer --tool racecheck --report-api-errors no $PT \
-  -k persistent_cp_async_producer > "$OUT/racecheck.log" 2>&1
+  -k "${KVATTN_AB_RACE_K:-persistent_cp_async_producer}" > "$OUT/racecheck.log" 2>&1
 say "racecheck rc=$? $(grep 'RACECHECK SUMMARY' "$OUT/racecheck.log" | tail -1)"
 "${B_RUN[@]}" timeout -k 5 45 compute-sanitizer --tool memcheck --report-api-errors no $PT \
-  -k "persistent_nan_page" > "$OUT/memcheck.log" 2>&1
+  -k "${KVATTN_AB_MEM_K:-persistent_nan_page}" > "$OUT/memcheck.log" 2>&1
 say "memcheck rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 fi
 
