@@ -24,7 +24,7 @@ struct DecodeVariant {
 };
 
 // groups: 16-row groups of a unit (DecodeCfg::kGroups); two only with 8 producer warps (the plan's rule).
-// consumer_warps 8: fp8 caches, one group, 4 producer warps (decode_sm90_consumer_warps).
+// consumer_warps 8: fp8 caches, one group, 4 producer warps (decode_warps).
 template <typename T, typename TKV, bool kFp8F16 = true>
 DecodeVariant kernel_of(int producer_warps, int groups, int consumer_warps) {
   // per producer-warp count: 2, 4, 8; then 8 with 2 groups; then 8 consumer warps
@@ -194,9 +194,9 @@ static int64_t decode_sm90_det_chunk_keys() {
 bool decode_sm90_supports(const FwdProblem& p) {
   using S = DecodeSm90Shape;
   if (p.head_dim != S::kHeadDim || p.head_dim_v != S::kHeadDim || p.qv.ptr != nullptr) return false;
-  // The balanced schedule (<= 32 packed rows a unit, num_splits = 0, not deterministic unless the switch
-  // says so); static splits stay on the portable kernel. 17-32 rows are two row groups, a kernel that
-  // exists with 8 producer warps only (kernel_of: no kernel otherwise).
+  // The balanced schedule (<= 32 packed rows a unit, num_splits = 0; deterministic mode as whole chunks
+  // unless KVATTN_DECODE_SM90_DETERMINISTIC=0); static splits stay on the portable kernel. 17-32 rows are two
+  // row groups, a kernel that exists with 8 producer warps only (kernel_of: no kernel otherwise).
   const int64_t rows = static_cast<int64_t>(p.max_seqlen_q) * (p.num_q_heads / std::max(1, p.num_kv_heads));
   const DecodeWarps warps = decode_warps(p.kv_dtype, static_cast<int>(std::min<int64_t>(rows, S::kMaxRows)));
   if (warps.producers == 0) return false;
