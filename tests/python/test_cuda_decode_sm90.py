@@ -90,11 +90,26 @@ _EIGHT = [
 ]
 
 
-@pytest.mark.parametrize("k", range(len(_EIGHT)))
+# (environment, case): fp8 in bf16 math; deterministic mode with 2-stage chunks (pieces shorter than the 8
+# warps' phases: some warps' states are empty in the merge). q far from f16's range: test_fp8_cache_q_magnitude.
+_EIGHT_MORE = [
+    (dict(KVATTN_DECODE_SM90_FP8_BF16="1"), dict(seqlens=_SKEW, layout="paged", page_size=16)),
+    (dict(KVATTN_DECODE_SM90_DET_CHUNK="128"), dict(seqlens=_EDGES, layout="paged", page_size=16,
+                                                    deterministic=True)),
+]
+
+
+@pytest.mark.parametrize("k", range(len(_EIGHT) + len(_EIGHT_MORE)))
 def test_fp8_eight_consumer_warps(k, monkeypatch):
     monkeypatch.setenv("KVATTN_DECODE_SM90_FP8_CONSUMERS", "8")
     kw = dict(dtype="bf16", kv_fp8=True, d=128, hq=8, hk=2, sq=1, page_size=1, num_splits=0, seed=300 + k)
-    kw.update(_EIGHT[k])
+    if k < len(_EIGHT):
+        kw.update(_EIGHT[k])
+    else:
+        env, case = _EIGHT_MORE[k - len(_EIGHT)]
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        kw.update(case)
     if kw.get("leftpad"):
         kw["seqlens"] = tuple(n + lp for n, lp in zip(kw["seqlens"], kw["leftpad"]))
     run_and_compare(Case(**kw), DEVICE)
@@ -148,10 +163,12 @@ def test_row_groups_skewed_page1():
     run_and_compare(case, DEVICE)
 
 
+@pytest.mark.parametrize("consumers", ["4", "8"])  # 8: KVATTN_DECODE_SM90_FP8_CONSUMERS (max |q| over 8 warps)
 @pytest.mark.parametrize("q_mult", [2.0 ** 17, 2.0 ** -20])
-def test_fp8_cache_q_magnitude(q_mult):
+def test_fp8_cache_q_magnitude(q_mult, consumers, monkeypatch):
     """bf16 q far outside f16's range (|q| ~ 2^19) or deep in its subnormals (~2^-18): the f16 math of fp8
     caches scales q by a power of two first, so the result matches the oracle as for ordinary q."""
+    monkeypatch.setenv("KVATTN_DECODE_SM90_FP8_CONSUMERS", consumers)
     d = 128
     case = Case(dtype="bf16", kv_fp8=True, d=d, hq=8, hk=2, seqlens=(900, 70, 5), sq=1, layout="paged",
                 page_size=16, num_splits=0, scale=1.0 / (q_mult * np.sqrt(d)), seed=5)
@@ -226,7 +243,8 @@ torch.cuda.synchronize()
     (dict(KVATTN_DECODE_SM90="8"), "8 producer warps"),
     (dict(KVATTN_DECODE_SM90="4", KVATTN_FORCE_PORTABLE="1"), None),
     (dict(KVATTN_DECODE_SM90="0"), None),
-    (dict(KVATTN_DECODE_SM90=None, KV="fp8"), "8 producer warps, 4 consumer warps"),
+    (dict(KVATTN_DECODE_SM90=None, KV="fp8", KVATTN_DECODE_SM90_FP8_CONSUMERS=None),
+     "8 producer warps, 4 consumer warps"),
     (dict(KVATTN_DECODE_SM90=None, KV="fp8", KVATTN_DECODE_SM90_FP8_CONSUMERS="8"),
      "4 producer warps, 8 consumer warps"),
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_SM90_FP8_CONSUMERS="8"), "8 producer warps, 4 consumer warps"),
@@ -269,9 +287,12 @@ _DET_CAPACITY = 12000
 _DET_LENGTHS = np.array([11000, 300, 7000, 4097, 0, 4032, 4033, 1, 8064, 8065], np.int32)
 
 
-@pytest.mark.parametrize("sq,hq,hk,chunk", [(1, 8, 2, None), (4, 8, 2, None), (4, 16, 2, None),
-                                            (4, 8, 2, "1024")])  # 4, 16, 32 packed rows
-def test_deterministic_chunks_batch_invariant(sq, hq, hk, chunk, monkeypatch):
+# fp8: an e4m3 cache on the 8-consumer variant (KVATTN_DECODE_SM90_FP8_CONSUMERS=8; 128-key chunks: pieces
+# of 2 stages, so that most of the 8 warps hold empty states in a piece's merge).
+@pytest.mark.parametrize("sq,hq,hk,chunk,kv", [(1, 8, 2, None, "bf16"), (4, 8, 2, None, "bf16"),
+                                               (4, 16, 2, None, "bf16"), (4, 8, 2, "1024", "bf16"),
+                                               (1, 8, 2, "128", "fp8")])  # 4, 16, 32 packed rows
+def test_deterministic_chunks_batch_invariant(sq, hq, hk, chunk, kv, monkeypatch):
     """Each sequence's out and lse are bitwise the same alone, in other batches (repeats, other orders,
     many short fillers that move every CTA boundary) and with another CTA count, and match the oracle."""
     monkeypatch.delenv("KVATTN_DECODE_SM90_DETERMINISTIC", raising=False)  # the default
@@ -279,6 +300,7 @@ def test_deterministic_chunks_batch_invariant(sq, hq, hk, chunk, monkeypatch):
         monkeypatch.delenv("KVATTN_DECODE_SM90_DET_CHUNK", raising=False)
     else:
         monkeypatch.setenv("KVATTN_DECODE_SM90_DET_CHUNK", chunk)
+    monkeypatch.setenv("KVATTN_DECODE_SM90_FP8_CONSUMERS", "8" if kv == "fp8" else "4")
     import kvattn
     from inputs import DTYPES, randn
     rng = np.random.default_rng(240 + sq)
@@ -286,8 +308,9 @@ def test_deterministic_chunks_batch_invariant(sq, hq, hk, chunk, monkeypatch):
     fillers = rng.integers(1, 3000, 16).astype(np.int32)
     lengths = np.concatenate([_DET_LENGTHS, fillers])
     n = len(lengths)
-    k_cache = randn(rng, (n, _DET_CAPACITY, hk, 128), dt)
-    v_cache = randn(rng, (n, _DET_CAPACITY, hk, 128), dt)
+    cache_dt = H.FP8 if kv == "fp8" else dt
+    k_cache = randn(rng, (n, _DET_CAPACITY, hk, 128), cache_dt)
+    v_cache = randn(rng, (n, _DET_CAPACITY, hk, 128), cache_dt)
     q = randn(rng, (n, sq, hq, 128), dt)
     dev = lambda x: H.to_device(x, DEVICE)  # noqa: E731
     kc, vc = dev(k_cache), dev(v_cache)

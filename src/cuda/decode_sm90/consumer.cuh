@@ -15,7 +15,7 @@
 
 namespace kvattn::cuda::sm90 {
 
-// Block-wide checks of the portable kernel, over the 128 consumer threads (tid 0..127).
+// Block-wide checks of the portable kernel, over the consumer threads (tid 0..threads-1).
 __device__ inline bool pages_ok(const SeqParams& p, const Sequence& seq, int64_t slot_begin, int64_t slot_end,
                                 DeviceErrorRecord* err, int tid, int threads) {
   bool bad = false;
@@ -54,8 +54,9 @@ __device__ inline bool row_unique(const SeqParams& p, int i, DeviceErrorRecord* 
 }
 
 // Q rows [0, 16 groups) of unit (i, kv_head) as this thread holds them for s_q (Cfg::kRows, kQStride): T,
-// rotary applied; rows that do not attend are zero. Thread tid: row tid / 8 of each row group, 16 channels
-// from 16 (tid % 8). TQ: q's storage (T, or fp8 under an fp8 cache).
+// rotary applied; rows that do not attend are zero. Thread tid: row tid / (128 / kPerThread) of each row
+// group, kPerThread channels from kPerThread (tid % (128 / kPerThread)) (16 with 4 consumer warps, 8 with
+// 8). TQ: q's storage (T, or fp8 under an fp8 cache).
 template <class Cfg>
 struct QRows {
   static constexpr int kPerThread = Cfg::kGroupRows * Cfg::kHeadDim / (32 * Cfg::kConsumerWarps);  // 16, 8
@@ -450,7 +451,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int group = lane / 4, quad = lane % 4;
   // Row group rg of the unit's rows, stage phase sp: this warp computes rows [16 rg, +16) of the stages
-  // whose CTA-wide index is sp mod kPhases (with one group, warp w takes stages w mod 4 of all 16 rows).
+  // whose CTA-wide index is sp mod kPhases (with one group, warp w takes stages w mod kConsumerWarps of all
+  // 16 rows).
   constexpr int kGroups = Cfg::kGroups, kPhases = kW / kGroups;
   const int rg = kGroups == 1 ? 0 : warp / kPhases, sp = kGroups == 1 ? warp : warp % kPhases;
   uint32_t stage_count = 0;

@@ -26,11 +26,11 @@ struct DecodeSm90Shape {
   static constexpr int kHeadDim = 128;  // d = dv = 128 only: the most common decode head
   // Packed rows (g x q) of a unit: up to 32 (speculative decode: 2-8 tokens under GQA groups of 4-8), in
   // mma row groups of 16. A consumer warp computes one row group; with G groups (row_groups) the four
-  // consumer warps form 4 / G stage phases of G warps, and every stage is read by the G warps of its phase.
-  // G is a kernel of its own (DecodeCfg's kGroups: the one-group kernel's code and layout stay as they
-  // were; a run-time G, or a second consumer in one kernel, cost W2 1.5-3.4%). Four groups, 64 rows, lost
-  // on the H200: each warp then computes every stage and the consumers fall behind the stream
-  // (bench/NOTES.md, session 11); those stay on the portable kernel.
+  // consumer warps (4; 8 in the fp8 variant, one group) form 4 / G stage phases of G warps, and every stage
+  // is read by the G warps of its phase. G is a kernel of its own (DecodeCfg's kGroups: the one-group
+  // kernel's code and layout stay as they were; a run-time G, or a second consumer in one kernel, cost
+  // W2 1.5-3.4%). Four groups, 64 rows, lost on the H200: each warp then computes every stage and the
+  // consumers fall behind the stream (bench/NOTES.md, session 11); those stay on the portable kernel.
   static constexpr int kMaxRows = 32;
   static constexpr int kGroupRows = 16;  // one mma row block
   // Consumer warps: 4, one a sub-partition; fp8 caches may take 8 with 4 producer warps

@@ -1,21 +1,21 @@
 // The Hopper decode kernel (decode_sm90.hpp says what it is for). One CTA an SM, 4 consumer warps (8 for
 // fp8 caches under KVATTN_DECODE_SM90_FP8_CONSUMERS=8, with P = 4) and P = 2, 4 or 8 producer warps; a ring
 // of 10 (P = 2) or 8 stages of 16 KB in shared memory, each with a full and an empty mbarrier:
-//   producers (warps 4.., producer.cuh): walk the CTA's pieces of the balanced schedule (pieces.cuh); warp
-//     4 + (s mod P) fills stage s: it waits for the ring slot to be free (empty mbarrier), issues 16-byte
-//     cp.async copies (through L1 where DecodeCfg::kCopyViaL1), one warp instruction per 2 (16-bit) or 4
-//     (fp8) whole rows, and arms the slot's full mbarrier with one cp.async.mbarrier.arrive a lane. Lane k
-//     owns key k (its page id is loaded kAhead of the warp's stages early) and hands its row offset to the
-//     lanes copying that row (shuffles). The producers never wait for the consumers except on a full ring, so
-//     the next piece's K/V stream in while the consumers finish the current one. (One cp.async.bulk a row was
-//     tried first: 4x slower.)
-//   consumers (warps 0-3, consumer.cuh): per piece, load the sequence, check the page ids outside the
+//   producers (warps C.., C the consumer warps, producer.cuh): walk the CTA's pieces of the balanced
+//     schedule (pieces.cuh); warp C + (s mod P) fills stage s: it waits for the ring slot to be free (empty
+//     mbarrier), issues 16-byte cp.async copies (through L1 where DecodeCfg::kCopyViaL1), one warp
+//     instruction per 2 (16-bit) or 4 (fp8) whole rows, and arms the slot's full mbarrier with one
+//     cp.async.mbarrier.arrive a lane. Lane k owns key k (its page id is loaded kAhead of the warp's stages
+//     early) and hands its row offset to the lanes copying that row (shuffles). The producers never wait for
+//     the consumers except on a full ring, so the next piece's K/V stream in while the consumers finish the
+//     current one. (One cp.async.bulk a row was tried first: 4x slower.)
+//   consumers (warps 0..C-1, consumer.cuh): per piece, load the sequence, check the page ids outside the
 //     piece's keys (those of its keys stage by stage), load Q; then, with G row groups of 16 packed rows
-//     (G = 1 or 2 for up to 16 or 32 rows), warp w computes row group w / (4 / G) of the stages
-//     w mod (4 / G), + 4 / G, ... of the piece (the stage's full mbarrier is the only wait) with the
+//     (G = 1 or 2 for up to 16 or 32 rows), warp w computes row group w / (C / G) of the stages
+//     w mod (C / G), + C / G, ... of the piece (the stage's full mbarrier is the only wait) with the
 //     portable decode kernel's key-split online softmax and score modifications (attention/score_mod.cuh);
-//     at the piece's end the (m, l, O) of each row group's warps merge through shared memory and 128
-//     threads write out / lse, or the partial.
+//     at the piece's end the (m, l, O) of each row group's warps merge through shared memory and the
+//     32 C consumer threads write out / lse, or the partial.
 // Invalid key slots of a stage (past the piece's keys) copy the piece's last valid row instead of a row
 // of zeros, so every stage moves the same bytes, and the mask sets their scores to -inf (P = 0 times a
 // finite row). fp8 caches: K and V are converted in registers (cvt e4m3x2 -> f16x2, [-> bf16x2]) from

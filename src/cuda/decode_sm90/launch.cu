@@ -100,9 +100,9 @@ bool built_for_sm90(DecodeKernel kernel) {
 }  // namespace
 
 // KVATTN_DECODE_SM90_FP8_CONSUMERS=8 (an A/B switch, off; written without a GPU, session 25): fp8 caches
-// with one row group run 8 consumer warps (two a sub-partition, 208 registers each) and 4 producer warps,
-// whatever KVATTN_DECODE_SM90 asks (other than 0). Why: the fp8 kernel's stage loop is 32.7 instructions a
-// key against bf16's 27.6, yet it reaches only 1.4-1.7x the bf16 tokens/s: one consumer warp a
+// with one row group run 8 consumer warps (two a sub-partition, 208 registers each) and 4 producer warps
+// (88), whatever KVATTN_DECODE_SM90 asks (other than 0). Why: the fp8 kernel's stage loop is 32.7
+// instructions a key against bf16's 27.6, yet it reaches only 1.4-1.7x the bf16 tokens/s: one consumer warp a
 // sub-partition retires ~0.45 instructions a clock (bench/NOTES.md, session 25).
 static bool fp8_eight_consumers() {
   const char* e = std::getenv("KVATTN_DECODE_SM90_FP8_CONSUMERS");
