@@ -193,14 +193,19 @@ inline bool plan_key_split(const FwdProblem& p, const TileShape& tile) {
   const int64_t g = p.num_q_heads / std::max(1, p.num_kv_heads);
   return tile.key_split_ok && static_cast<int64_t>(p.max_seqlen_q) * g <= kKeySplitRows;
 }
-inline bool plan_balanced(const FwdProblem& p, bool key_split) {
-  return key_split && p.num_splits == 0 && !p.deterministic && p.batch <= kBalancedMaxBatch;
+// The balanced schedule's shape: a key-split problem, no explicit num_splits, at most kBalancedMaxBatch
+// sequences (the scan's rounds).
+inline bool balanced_shape(const FwdProblem& p, bool key_split) {
+  return key_split && p.num_splits == 0 && p.batch <= kBalancedMaxBatch;
 }
-// Deterministic mode on the balanced schedule (the sm_90a decode kernel under
-// KVATTN_DECODE_SM90_DETERMINISTIC=1, an A/B switch): the units' chunks of the static splits' keys are the
+inline bool plan_balanced(const FwdProblem& p, bool key_split) {
+  return balanced_shape(p, key_split) && !p.deterministic;
+}
+// Deterministic mode on the balanced schedule (the sm_90a decode kernel by default,
+// KVATTN_DECODE_SM90_DETERMINISTIC=0 turns it off): the units' chunks of the static splits' keys are the
 // line's indivisible pieces (schedule.cuh), so a sequence's result depends on its chunks only.
 inline bool plan_balanced_deterministic(const FwdProblem& p, bool key_split) {
-  return key_split && p.num_splits == 0 && p.deterministic && p.batch <= kBalancedMaxBatch;
+  return balanced_shape(p, key_split) && p.deterministic;
 }
 
 // The workspace of split partials: O (rows, dv) and lse (rows), fp32, then with unit_pieces the balanced

@@ -143,6 +143,32 @@ def nan_like(x):
     return np.full(x.shape, np.nan, x.dtype)
 
 
+# ---- deterministic mode
+
+def deterministic_rows(q, k_cache, v_cache, lengths, device):
+    """run(rows): (out, lse) on the host of the causal deterministic call over sequences `rows` (q[rows], the
+    cache rows picked by cache_batch_idx), so that a sequence's bits can be compared across batches."""
+    kc, vc = to_device(k_cache, device), to_device(v_cache, device)
+
+    def run(rows):
+        rows = np.asarray(rows, np.int32)
+        out, lse = kvattn.flash_attn_with_kvcache(
+            to_device(np.ascontiguousarray(q[rows]), device), kc, vc,
+            cache_seqlens=to_device(lengths[rows], device), cache_batch_idx=to_device(rows, device),
+            causal=True, deterministic=True, return_softmax_lse=True)
+        sync_device_errors(device)
+        return to_numpy(out), to_numpy(lse)
+    return run
+
+
+def assert_rows_bitwise(out, lse, rows, full_out, full_lse, known):
+    """Each sequence i < known of `rows` has the bits it had in the full batch (full_out[i], full_lse[i])."""
+    for j, i in enumerate(rows):
+        if i < known:
+            np.testing.assert_array_equal(f64(out[j]), f64(full_out[i]), err_msg=f"out of sequence {i} in {rows}")
+            np.testing.assert_array_equal(lse[j], full_lse[i], err_msg=f"lse of sequence {i} in {rows}")
+
+
 # ---- comparison
 
 

@@ -301,7 +301,6 @@ def test_deterministic_chunks_batch_invariant(sq, hq, hk, chunk, kv, monkeypatch
     else:
         monkeypatch.setenv("KVATTN_DECODE_SM90_DET_CHUNK", chunk)
     monkeypatch.setenv("KVATTN_DECODE_SM90_FP8_CONSUMERS", "8" if kv == "fp8" else "4")
-    import kvattn
     from inputs import DTYPES, randn
     rng = np.random.default_rng(240 + sq)
     dt = DTYPES["bf16"]
@@ -312,17 +311,7 @@ def test_deterministic_chunks_batch_invariant(sq, hq, hk, chunk, kv, monkeypatch
     k_cache = randn(rng, (n, _DET_CAPACITY, hk, 128), cache_dt)
     v_cache = randn(rng, (n, _DET_CAPACITY, hk, 128), cache_dt)
     q = randn(rng, (n, sq, hq, 128), dt)
-    dev = lambda x: H.to_device(x, DEVICE)  # noqa: E731
-    kc, vc = dev(k_cache), dev(v_cache)
-
-    def run(rows):
-        rows = np.asarray(rows, np.int32)
-        out, lse = kvattn.flash_attn_with_kvcache(
-            dev(np.ascontiguousarray(q[rows])), kc, vc, cache_seqlens=dev(lengths[rows]),
-            cache_batch_idx=dev(rows), causal=True, deterministic=True, return_softmax_lse=True)
-        H.sync_device_errors(DEVICE)
-        return H.to_numpy(out), H.to_numpy(lse)
-
+    run = H.deterministic_rows(q, k_cache, v_cache, lengths, DEVICE)
     base = list(range(len(_DET_LENGTHS)))
     full_out, full_lse = run(base)
     ref = reference_attention(q[base], k_cache[base], v_cache[base], cache_seqlens=lengths[base], causal=True)
@@ -332,10 +321,7 @@ def test_deterministic_chunks_batch_invariant(sq, hq, hk, chunk, kv, monkeypatch
                list(range(len(base), n)) + base]
     for rows in batches:
         out, lse = run(rows)
-        for j, i in enumerate(rows):
-            if i < len(base):
-                np.testing.assert_array_equal(H.f64(out[j]), H.f64(full_out[i]), err_msg=f"out of {i} in {rows}")
-                np.testing.assert_array_equal(lse[j], full_lse[i], err_msg=f"lse of {i} in {rows}")
+        H.assert_rows_bitwise(out, lse, rows, full_out, full_lse, len(base))
     monkeypatch.setenv("KVATTN_DECODE_MIN_CTA_COST", "200")  # fewer, longer CTAs: other boundaries
     out, lse = run(base)
     np.testing.assert_array_equal(H.f64(out), H.f64(full_out), err_msg="another CTA count")

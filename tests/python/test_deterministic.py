@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 import harness as H
-import kvattn
 from inputs import DTYPES, randn
 from reference import reference_attention
 
@@ -23,23 +22,11 @@ def test_deterministic_is_independent_of_the_batch(device, dtype, sq):
     k_cache = randn(rng, (len(LENGTHS), CAPACITY, hk, d), dt)
     v_cache = randn(rng, (len(LENGTHS), CAPACITY, hk, d), dt)
     q = randn(rng, (len(LENGTHS), sq, hq, d), dt)
-    dev = lambda x: H.to_device(x, device)  # noqa: E731
-    kc, vc = dev(k_cache), dev(v_cache)
-
-    def run(rows):
-        rows = np.asarray(rows, np.int32)
-        out, lse = kvattn.flash_attn_with_kvcache(
-            dev(np.ascontiguousarray(q[rows])), kc, vc, cache_seqlens=dev(LENGTHS[rows]),
-            cache_batch_idx=dev(rows), causal=True, deterministic=True, return_softmax_lse=True)
-        H.sync_device_errors(device)
-        return H.to_numpy(out), H.to_numpy(lse)
-
+    run = H.deterministic_rows(q, k_cache, v_cache, LENGTHS, device)
     full_out, full_lse = run([0, 1, 2, 3])
     ref = reference_attention(q, k_cache, v_cache, cache_seqlens=LENGTHS, causal=True)
     H.assert_close("out", full_out, ref["out"], H.TOL_OUT[dtype])
     H.assert_close("lse", full_lse, ref["lse"], H.TOL_LSE[dtype])
     for rows in ([0], [2, 0], [3, 1, 0], [1, 1, 2]):
         out, lse = run(rows)
-        for j, i in enumerate(rows):
-            np.testing.assert_array_equal(H.f64(out[j]), H.f64(full_out[i]), err_msg=f"out of sequence {i} in {rows}")
-            np.testing.assert_array_equal(lse[j], full_lse[i], err_msg=f"lse of sequence {i} in {rows}")
+        H.assert_rows_bitwise(out, lse, rows, full_out, full_lse, len(LENGTHS))
