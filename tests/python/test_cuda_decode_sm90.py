@@ -74,9 +74,10 @@ def test_features(features, kv_fp8):
     run_and_compare(Case(**kw), DEVICE)
 
 
-# fp8 caches on 8 consumer warps and 4 producer warps (KVATTN_DECODE_SM90_FP8_CONSUMERS=8, an A/B switch;
-# WRITTEN WITHOUT A GPU, session 25): the merge over 8 warps' states, 16 threads a row at the piece's end,
-# Q rows 8 channels a thread; layouts, features, skewed pages, speculative rows (<= 16: one group).
+# fp8 caches on 8 consumer warps and 4 producer warps (the default for <= 16 packed rows since session 26)
+# and on the 4-consumer kernel (KVATTN_DECODE_SM90_FP8_CONSUMERS=4): the merge over 8 warps' states, 16
+# threads a row at the piece's end, Q rows 8 channels a thread; layouts, features, skewed pages, speculative
+# rows (<= 16: one group).
 _EIGHT = [
     dict(seqlens=_EDGES, layout="contiguous"),
     dict(seqlens=_EDGES, layout="paged", page_size=1),
@@ -99,9 +100,10 @@ _EIGHT_MORE = [
 ]
 
 
+@pytest.mark.parametrize("consumers", ["8", "4"])
 @pytest.mark.parametrize("k", range(len(_EIGHT) + len(_EIGHT_MORE)))
-def test_fp8_eight_consumer_warps(k, monkeypatch):
-    monkeypatch.setenv("KVATTN_DECODE_SM90_FP8_CONSUMERS", "8")
+def test_fp8_consumer_warps(k, consumers, monkeypatch):
+    monkeypatch.setenv("KVATTN_DECODE_SM90_FP8_CONSUMERS", consumers)
     kw = dict(dtype="bf16", kv_fp8=True, d=128, hq=8, hk=2, sq=1, page_size=1, num_splits=0, seed=300 + k)
     if k < len(_EIGHT):
         kw.update(_EIGHT[k])
@@ -163,7 +165,7 @@ def test_row_groups_skewed_page1():
     run_and_compare(case, DEVICE)
 
 
-@pytest.mark.parametrize("consumers", ["4", "8"])  # 8: KVATTN_DECODE_SM90_FP8_CONSUMERS (max |q| over 8 warps)
+@pytest.mark.parametrize("consumers", ["4", "8"])  # KVATTN_DECODE_SM90_FP8_CONSUMERS (8: max |q| over 8 warps)
 @pytest.mark.parametrize("q_mult", [2.0 ** 17, 2.0 ** -20])
 def test_fp8_cache_q_magnitude(q_mult, consumers, monkeypatch):
     """bf16 q far outside f16's range (|q| ~ 2^19) or deep in its subnormals (~2^-18): the f16 math of fp8
@@ -244,11 +246,13 @@ torch.cuda.synchronize()
     (dict(KVATTN_DECODE_SM90="4", KVATTN_FORCE_PORTABLE="1"), None),
     (dict(KVATTN_DECODE_SM90="0"), None),
     (dict(KVATTN_DECODE_SM90=None, KV="fp8", KVATTN_DECODE_SM90_FP8_CONSUMERS=None),
+     "4 producer warps, 8 consumer warps"),  # fp8 caches: 8 consumer warps by default
+    (dict(KVATTN_DECODE_SM90=None, KV="fp8", KVATTN_DECODE_SM90_FP8_CONSUMERS="4"),
      "8 producer warps, 4 consumer warps"),
-    (dict(KVATTN_DECODE_SM90=None, KV="fp8", KVATTN_DECODE_SM90_FP8_CONSUMERS="8"),
-     "4 producer warps, 8 consumer warps"),
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_SM90_FP8_CONSUMERS="8"), "8 producer warps, 4 consumer warps"),
-    (dict(KVATTN_DECODE_SM90=None, KV="fp8", SQ="8", KVATTN_DECODE_SM90_FP8_CONSUMERS="8"),
+    (dict(KVATTN_DECODE_SM90="2", KV="fp8", KVATTN_DECODE_SM90_FP8_CONSUMERS="4"),
+     "2 producer warps, 4 consumer warps"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_SM90_FP8_CONSUMERS=None), "8 producer warps, 4 consumer warps"),
+    (dict(KVATTN_DECODE_SM90=None, KV="fp8", SQ="8", KVATTN_DECODE_SM90_FP8_CONSUMERS=None),
      "8 producer warps, 4 consumer warps"),  # 32 packed rows: two groups stay on 4 consumer warps
     (dict(KVATTN_DECODE_SM90=None), "8 producer warps"),  # on by default
     (dict(KVATTN_DECODE_SM90=None, SQ="8"), "8 producer warps"),  # 32 packed rows: two row groups
@@ -287,7 +291,7 @@ _DET_CAPACITY = 12000
 _DET_LENGTHS = np.array([11000, 300, 7000, 4097, 0, 4032, 4033, 1, 8064, 8065], np.int32)
 
 
-# fp8: an e4m3 cache on the 8-consumer variant (KVATTN_DECODE_SM90_FP8_CONSUMERS=8; 128-key chunks: pieces
+# fp8: an e4m3 cache on the 8-consumer kernel (KVATTN_DECODE_SM90_FP8_CONSUMERS=8; 128-key chunks: pieces
 # of 2 stages, so that most of the 8 warps hold empty states in a piece's merge).
 @pytest.mark.parametrize("sq,hq,hk,chunk,kv", [(1, 8, 2, None, "bf16"), (4, 8, 2, None, "bf16"),
                                                (4, 16, 2, None, "bf16"), (4, 8, 2, "1024", "bf16"),

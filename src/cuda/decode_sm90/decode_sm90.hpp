@@ -33,9 +33,8 @@ struct DecodeSm90Shape {
   // consumers fall behind the stream (bench/NOTES.md, session 11); those stay on the portable kernel.
   static constexpr int kMaxRows = 32;
   static constexpr int kGroupRows = 16;  // one mma row block
-  // Consumer warps: 4, one a sub-partition; fp8 caches may take 8 with 4 producer warps
-  // (KVATTN_DECODE_SM90_FP8_CONSUMERS=8, an A/B switch: the fp8 consumers are latency-bound, one warp a
-  // sub-partition retiring ~0.45 instructions a clock; bench/NOTES.md, session 25).
+  // Consumer warps: 4, one a sub-partition; fp8 caches with one row group take 8 with 4 producer warps
+  // (KVATTN_DECODE_SM90_FP8_CONSUMERS=4: not; W2 b128 -12% on the H200, bench/NOTES.md, session 26).
   static constexpr int kConsumerWarps = 4;
   static constexpr int threads(int producer_warps, int consumer_warps = kConsumerWarps) {
     return 32 * (consumer_warps + producer_warps);

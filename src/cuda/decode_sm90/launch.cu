@@ -99,14 +99,13 @@ bool built_for_sm90(DecodeKernel kernel) {
 
 }  // namespace
 
-// KVATTN_DECODE_SM90_FP8_CONSUMERS=8 (an A/B switch, off; written without a GPU, session 25): fp8 caches
-// with one row group run 8 consumer warps (two a sub-partition, 208 registers each) and 4 producer warps
-// (88), whatever KVATTN_DECODE_SM90 asks (other than 0). Why: the fp8 kernel's stage loop is 32.7
-// instructions a key against bf16's 27.6, yet it reaches only 1.4-1.7x the bf16 tokens/s: one consumer warp a
-// sub-partition retires ~0.45 instructions a clock (bench/NOTES.md, session 25).
+// fp8 caches with one row group run 8 consumer warps (two a sub-partition, 208 registers each) and 4
+// producer warps (88), whatever KVATTN_DECODE_SM90 asks (other than 0); KVATTN_DECODE_SM90_FP8_CONSUMERS=4
+// keeps them on the 4-consumer kernel of KVATTN_DECODE_SM90's producer count. Measured (H200, session 26):
+// W2 b128 uniform -12%, W1 within 1% (bench/NOTES.md).
 static bool fp8_eight_consumers() {
   const char* e = std::getenv("KVATTN_DECODE_SM90_FP8_CONSUMERS");
-  return e != nullptr && std::strcmp(e, "8") == 0;
+  return e == nullptr || std::strcmp(e, "4") != 0;
 }
 // The consumer warps (and the producer warps they imply) of a problem on this kernel.
 struct DecodeWarps {
