@@ -82,7 +82,10 @@ def test_flashinfer_and_fa4_read_exactly_kvattns_keys():
 
 FP8_CASES = {"W1 32/8 b1 128k p16 fp8kv": "W1 32/8 b1 128k p16", "W1 32/8 b4 32k p16 fp8kv": "W1 32/8 b4 32k p16",
              "W1 32/8 b16 32k p16 fp8kv": "W1 32/8 b16 32k p16", "W1 32/8 b16 128k p16 fp8kv": "W1 32/8 b16 128k p16",
-             "W2 32/8 b128 uniform p16 fp8kv": "W2 32/8 b128 uniform p16"}
+             "W2 32/8 b64 uniform p16 fp8kv": "W2 32/8 b64 uniform p16",
+             "W2 32/8 b128 uniform p16 fp8kv": "W2 32/8 b128 uniform p16",
+             "W2 32/8 b128 zipf p16 fp8kv": "W2 32/8 b128 zipf p16",
+             "W2 32/8 b256 uniform p16 fp8kv": "W2 32/8 b256 uniform p16"}
 
 
 def test_fp8_cache_cases_count_fp8_bytes_and_draw_their_baselines_inputs():
