@@ -195,17 +195,19 @@ def test_many_sequences_page1():
 
 
 
+@pytest.mark.parametrize("kv_fp8", [False, True])  # fp8 (the 8-consumer kernel): L2-only either way
 @pytest.mark.parametrize("min_cta_tiles", [None, "512"])
 @pytest.mark.parametrize("sq,hq,hk", [(1, 8, 2), (2, 8, 2), (3, 8, 2), (4, 8, 2)])
-def test_copy_paths_long_shares(sq, hq, hk, min_cta_tiles, monkeypatch):
+def test_copy_paths_long_shares(sq, hq, hk, min_cta_tiles, kv_fp8, monkeypatch):
     """The producers copy through L1 or L2-only by the CTA's share and the packed rows (copy_via_l1 in
     decode_sm90/pieces.cuh: >= 64 tiles a CTA for <= 8 rows, >= 384 for 9-16): 4, 8, 12 and 16 rows over
     ~34k keys a KV head, spread over every SM (short shares: L2-only) or, with at least 512 64-key tiles a
     CTA, over two or three CTAs (long shares: through L1 for every row count here)."""
     if min_cta_tiles is not None:
         monkeypatch.setenv("KVATTN_DECODE_MIN_CTA_COST", min_cta_tiles)
-    case = Case(dtype="bf16", d=128, hq=hq, hk=hk, seqlens=(20000, 65, 0, 14000, 33), sq=sq, new=(sq,) * 5,
-                causal=True, layout="paged", page_size=16, num_splits=0, seed=sq * 10 + (min_cta_tiles is None))
+    case = Case(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=hq, hk=hk, seqlens=(20000, 65, 0, 14000, 33), sq=sq,
+                new=(sq,) * 5, causal=True, layout="paged", page_size=16, num_splits=0,
+                seed=sq * 10 + (min_cta_tiles is None))
     run_and_compare(case, DEVICE)
 
 
