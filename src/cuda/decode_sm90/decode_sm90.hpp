@@ -42,7 +42,13 @@ struct DecodeSm90Shape {
   // The ring: 10 stages (160 KB) with 2 producer warps; 8 with 4 or 8, so that every round of a slot is
   // filled by the same producer warp (stage g by warp g mod P, slot g mod stages): a warp waiting on a
   // slot's empty barrier can then never be a full round ahead of the slot (parity waits alias otherwise).
-  static constexpr int stages(int producer_warps) { return producer_warps == 2 ? 10 : 8; }
+  // fp8 caches on 8 consumer warps: 16 stages of 32 keys (the same bytes): each consumer warp holds the
+  // stage it computes, so with 8 stages of 64 keys the 8 warps held the whole ring and no copy was in
+  // flight while they computed (bench/NOTES.md, session 26).
+  static constexpr bool half_stages(bool fp8, int consumer_warps) { return fp8 && consumer_warps == 8; }
+  static constexpr int stages(int producer_warps, bool fp8 = false, int consumer_warps = kConsumerWarps) {
+    return half_stages(fp8, consumer_warps) ? 16 : producer_warps == 2 ? 10 : 8;
+  }
   static constexpr int kBlockN = 64;  // keys of a schedule tile (the balanced schedule's cost unit)
   static constexpr int kQStride = kHeadDim + 8;  // s_q row, elements (16-byte pad: no ldmatrix conflicts)
   static constexpr int kOStride = kHeadDim + 8;  // merge state row, floats (8 banks apart: float2 stores)
@@ -50,14 +56,18 @@ struct DecodeSm90Shape {
   // Row groups of a unit of `rows` packed rows (1 or 2: a divisor of the consumer warps).
   static constexpr int row_groups(int rows) { return rows <= kGroupRows ? 1 : 2; }
 
-  // Keys of a stage: 16 KB of K + V per stage whatever the cache dtype.
-  static constexpr int stage_keys(bool fp8) { return fp8 ? 64 : 32; }
+  // Keys of a stage: 16 KB of K + V per stage whatever the cache dtype (8 KB: half_stages).
+  static constexpr int stage_keys(bool fp8, int consumer_warps = kConsumerWarps) {
+    return fp8 && !half_stages(fp8, consumer_warps) ? 64 : 32;
+  }
   static constexpr int row_stride(bool fp8) { return kHeadDim * (fp8 ? 1 : 2) + 16; }  // bytes, padded
-  static constexpr size_t stage_bytes(bool fp8) { return size_t(stage_keys(fp8)) * row_stride(fp8) * 2; }
+  static constexpr size_t stage_bytes(bool fp8, int consumer_warps = kConsumerWarps) {
+    return size_t(stage_keys(fp8, consumer_warps)) * row_stride(fp8) * 2;
+  }
   static constexpr size_t smem_bytes(bool fp8, int producer_warps, int groups = 1,
                                      int consumer_warps = kConsumerWarps) {
-    const int kStages = stages(producer_warps);
-    return kStages * stage_bytes(fp8)                    // the ring
+    const int kStages = stages(producer_warps, fp8, consumer_warps);
+    return kStages * stage_bytes(fp8, consumer_warps)    // the ring
            + size_t(consumer_warps) * kStateFloats * 4   // the merge states
            + size_t(groups) * kGroupRows * kQStride * 2  // Q
            + 2 * kStages * 8                             // full / empty mbarriers

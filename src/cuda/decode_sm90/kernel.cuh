@@ -1,6 +1,7 @@
 // The Hopper decode kernel (decode_sm90.hpp says what it is for). One CTA an SM, 4 consumer warps (8 for
 // fp8 caches with one row group, with P = 4) and P = 2, 4 or 8 producer warps; a ring
-// of 10 (P = 2) or 8 stages of 16 KB in shared memory, each with a full and an empty mbarrier:
+// of 10 (P = 2) or 8 stages of 16 KB (16 of 8 KB for fp8 on 8 consumer warps) in shared memory, each with
+// a full and an empty mbarrier:
 //   producers (warps C.., C the consumer warps, producer.cuh): walk the CTA's pieces of the balanced
 //     schedule (pieces.cuh); warp C + (s mod P) fills stage s: it waits for the ring slot to be free (empty
 //     mbarrier), issues 16-byte cp.async copies (through L1 where DecodeCfg::kCopyViaL1), one warp

@@ -34,18 +34,18 @@ struct DecodeCfg : DecodeSm90Shape {
   static_assert(kProducerRegs * 32 * kProducerWarps + kConsumerRegs * 32 * kConsumerWarps <=
                     kThreads * (65536 / kThreads / 8 * 8),
                 "setmaxnreg within the CTA's register pool (its launch allocation)");
-  static constexpr int kStages = stages(kProducerWarps);
-  static_assert(kStages % kProducerWarps == 0, "each slot always filled by the same producer warp");
   using T = T_;
   using TKV = TKV_;
   static constexpr bool kFp8 = std::is_same_v<TKV, __nv_fp8_e4m3>;
+  static constexpr int kStages = stages(kProducerWarps, kFp8, kConsumerWarps);
+  static_assert(kStages % kProducerWarps == 0, "each slot always filled by the same producer warp");
   using TM = std::conditional_t<kFp8 && kFp8F16_, half, T>;  // the tensor cores' operands
   static constexpr bool kScaleQ = !std::is_same_v<TM, T>;    // bf16 q into f16 math
-  static constexpr int kStageKeys = stage_keys(kFp8);
+  static constexpr int kStageKeys = stage_keys(kFp8, kConsumerWarps);
   static constexpr int kKeysPerLane = kStageKeys / 32;
   static constexpr int kRowBytes = kHeadDim * static_cast<int>(sizeof(TKV));  // one cache row of a head
   static constexpr int kRowStride = row_stride(kFp8);
-  static constexpr int kStageBytes = static_cast<int>(stage_bytes(kFp8));
+  static constexpr int kStageBytes = static_cast<int>(stage_bytes(kFp8, kConsumerWarps));
   static constexpr uint32_t kTxBytes = 2u * kStageKeys * kRowBytes;  // K + V rows of a stage
   static constexpr int kNTilesS = kStageKeys / 8;                    // 8-key column tiles of S
   static constexpr int kNTilesO = kHeadDim / 8;                      // 8-column tiles of O
