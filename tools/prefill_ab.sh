@@ -6,7 +6,8 @@
 #   2. B's prefill tests (tests/python/test_cuda_prefill_sm90.py at the head dims of KVATTN_AB_DIMS);
 #   3. racecheck and memcheck of B on small persistent cases;
 #   4. bench.run (no peers) of the cases of KVATTN_AB_FILTER, A B A B ..., and tools/gpu_ab.py's table with
-#      the samples in time order; nvidia-smi's clock, power and throttle reasons every 250 ms meanwhile.
+#      the samples in time order; nvidia-smi's clocks (SM, memory), power, temperatures (GPU, memory) and
+#      throttle reasons every 250 ms meanwhile.
 # Knobs: KVATTN_AB_A, KVATTN_AB_B (libraries, .so or .xz), KVATTN_AB_DIMS ("128"; "64 128 256": the tests'
 # head dims, KVATTN_TEST_HEAD_DIMS), KVATTN_AB_CHECK (0: steps 1-3 skipped),
 # KVATTN_AB_K (a pytest -k expression for step 2), KVATTN_AB_TEST_TIMEOUT (200 s), KVATTN_AB_FILTER,
@@ -30,7 +31,8 @@ t0=$(date +%s)
 say() { echo "[$(($(date +%s) - t0)) s] $*"; }
 export KVATTN_TEST_HEAD_DIMS=${KVATTN_AB_DIMS:-128}
 PT="python3 -m pytest -q -p no:cacheprovider ${KVATTN_AB_TESTS:-tests/python/test_cuda_prefill_sm90.py}"
-( nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
+q=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active,clocks.mem,temperature.memory
+( nvidia-smi --query-gpu=$q \
     --format=csv,noheader -lms 250 > "$OUT/smi.csv" 2> /dev/null ) &
 smi=$!
 trap 'kill $smi 2> /dev/null' EXIT
@@ -78,4 +80,9 @@ rows = [[x.strip() for x in line.split(",")] for line in open(sys.argv[1]) if li
 clocks = collections.Counter((r[1], r[4]) for r in rows if len(r) > 4)
 print("SM clock, throttle reasons (0x4: SW power cap), samples:",
       ", ".join(f"{c} {w}: {n}" for (c, w), n in clocks.most_common(8)))
+# The memory's clock and temperature (session 26: long fp8 streams drift in steps at a steady SM clock).
+mem = collections.Counter(r[5] for r in rows if len(r) > 6)
+temps = [float(r[6].split()[0]) for r in rows if len(r) > 6 and r[6].split()[0].replace(".", "").isdigit()]
+print("memory clock, samples:", ", ".join(f"{c}: {n}" for c, n in mem.most_common(4)),
+      f"; memory temperature {min(temps):.0f}-{max(temps):.0f} C" if temps else "; memory temperature n/a")
 EOF
