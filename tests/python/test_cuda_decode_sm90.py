@@ -91,8 +91,9 @@ _EIGHT = [
 ]
 
 
-# (environment, case): fp8 in bf16 math; deterministic mode with 2-stage chunks (pieces shorter than the 8
-# warps' phases: some warps' states are empty in the merge). q far from f16's range: test_fp8_cache_q_magnitude.
+# (environment, case): fp8 in bf16 math; deterministic mode with 128-key chunks (pieces of 2 stages on the
+# 4-consumer kernel, 4 on the 8-consumer one: shorter than the warps' phases, so some warps' states are empty
+# in the merge). q far from f16's range: test_fp8_cache_q_magnitude.
 _EIGHT_MORE = [
     (dict(KVATTN_DECODE_SM90_FP8_BF16="1"), dict(seqlens=_SKEW, layout="paged", page_size=16)),
     (dict(KVATTN_DECODE_SM90_DET_CHUNK="128"), dict(seqlens=_EDGES, layout="paged", page_size=16,

@@ -56,7 +56,8 @@ struct DecodeSm90Shape {
   // Row groups of a unit of `rows` packed rows (1 or 2: a divisor of the consumer warps).
   static constexpr int row_groups(int rows) { return rows <= kGroupRows ? 1 : 2; }
 
-  // Keys of a stage: 16 KB of K + V per stage whatever the cache dtype (8 KB: half_stages).
+  // Keys of a stage: 16 KB of K + V data per stage whatever the cache dtype (8 KB: half_stages), plus a
+  // 16-byte pad a row.
   static constexpr int stage_keys(bool fp8, int consumer_warps = kConsumerWarps) {
     return fp8 && !half_stages(fp8, consumer_warps) ? 64 : 32;
   }
