@@ -104,8 +104,7 @@ __device__ __forceinline__ void produce(const AttnParams& p, const BalancedStart
           const int64_t vo = __shfl_sync(0xffffffffu, v_off[c / kCopiesPerSet], owner);
           const uint32_t row_bytes = c * kRowsPerCopy * Cfg::kRowStride;
           // (The "8th" stamp: the stage's last copy where it has 8, the fp8 kernel of 16 stages.)
-          constexpr int kEighth = kCopies > 8 ? 8 : kCopies - 1;
-          KVATTN_TL(if (g == 0 && lane == 0 && (c == 1 || c == kEighth))
+          KVATTN_TL(if (g == 0 && lane == 0 && (c == 1 || c == (kCopies > 8 ? 8 : kCopies - 1)))
                         tl_stamp(c == 1 ? kTlFirstCopy : kTlEighthCopy));
           if constexpr (decltype(via_l1_tag)::value) {
             cp_async_16_l1(k_dst + row_bytes, ko < 0 ? zero : k_base + ko * sizeof(TKV));
