@@ -147,7 +147,8 @@ static_assert(DecodeSm90Shape::smem_bytes(false, 2) + 1024 + 128 <= 227 * 1024 &
                   DecodeSm90Shape::smem_bytes(true, 2) + 1024 + 128 <= 227 * 1024 &&
                   DecodeSm90Shape::smem_bytes(false, 8, 2) + 1024 + 128 <= 227 * 1024 &&
                   DecodeSm90Shape::smem_bytes(true, 8, 2) + 1024 + 128 <= 227 * 1024 &&
-                  DecodeSm90Shape::smem_bytes(true, 4, 1, 8) + 1024 + 128 <= 227 * 1024,
+                  DecodeSm90Shape::smem_bytes(true, 4, 1, 8) + 1024 + 128 <= 227 * 1024 &&
+                  DecodeSm90Shape::smem_bytes(true, 8, 1, 8) + 1024 + 128 <= 227 * 1024,
               "the decode ring fits an sm_90 CTA");
 
 // A tile count of the balanced schedule from the environment (read on every plan: A/B runs switch it
