@@ -101,14 +101,10 @@ _EIGHT_MORE = [
 ]
 
 
-@pytest.mark.parametrize("consumers", ["8", "4", "8p8"])  # 8p8: 8 consumer and 8 producer warps (A/B switch)
+@pytest.mark.parametrize("consumers", ["8", "4"])
 @pytest.mark.parametrize("k", range(len(_EIGHT) + len(_EIGHT_MORE)))
 def test_fp8_consumer_warps(k, consumers, monkeypatch):
-    monkeypatch.setenv("KVATTN_DECODE_SM90_FP8_CONSUMERS", consumers[0])
-    if consumers == "8p8":
-        monkeypatch.setenv("KVATTN_DECODE_SM90_FP8_PRODUCERS", "8")
-    else:
-        monkeypatch.delenv("KVATTN_DECODE_SM90_FP8_PRODUCERS", raising=False)
+    monkeypatch.setenv("KVATTN_DECODE_SM90_FP8_CONSUMERS", consumers)
     kw = dict(dtype="bf16", kv_fp8=True, d=128, hq=8, hk=2, sq=1, page_size=1, num_splits=0, seed=300 + k)
     if k < len(_EIGHT):
         kw.update(_EIGHT[k])
@@ -216,26 +212,20 @@ def test_copy_paths_long_shares(sq, hq, hk, min_cta_tiles, kv_fp8, monkeypatch):
     run_and_compare(case, DEVICE)
 
 
-@pytest.mark.parametrize("switch", ["8", "4", "2", "0", "fp8p8"])
+@pytest.mark.parametrize("switch", ["8", "4", "2", "0"])
 @pytest.mark.parametrize("batch", [129, 385, 512])
 def test_scan_rounds(batch, switch, monkeypatch):
     """The balanced scan takes a round of sequences a thread per kThreads (384, 256 or 192 threads in
-    this kernel with 8, 4 or 2 producer warps, 128 in the portable kernel, "0"; 512 with an fp8 cache on
-    8 consumer and 8 producer warps, "fp8p8"): batches that need 1-4 rounds, with empty sequences at the
-    round edges, so that a position carried wrongly over a round moves every later unit."""
-    fp8 = switch == "fp8p8"
-    if fp8:
-        monkeypatch.delenv("KVATTN_DECODE_SM90", raising=False)
-        monkeypatch.delenv("KVATTN_DECODE_SM90_FP8_CONSUMERS", raising=False)
-        monkeypatch.setenv("KVATTN_DECODE_SM90_FP8_PRODUCERS", "8")
-    else:
-        monkeypatch.setenv("KVATTN_DECODE_SM90", switch)
+    this kernel with 8, 4 or 2 producer warps, 128 in the portable kernel, "0"): batches that need 2-4
+    rounds, with empty sequences at the round edges, so that a position carried wrongly over a round moves
+    every later unit."""
+    monkeypatch.setenv("KVATTN_DECODE_SM90", switch)
     lens = np.random.default_rng(batch).integers(0, 90, batch)
     for edge in (127, 128, 191, 192, 255, 256, 383, 384, 511):
         if edge < batch:
             lens[edge] = 0
-    case = Case(dtype="bf16", kv_fp8=fp8, d=128, hq=4, hk=1, seqlens=tuple(int(x) for x in lens), sq=1,
-                layout="paged", page_size=16, num_splits=0, seed=batch)
+    case = Case(dtype="bf16", d=128, hq=4, hk=1, seqlens=tuple(int(x) for x in lens), sq=1, layout="paged",
+                page_size=16, num_splits=0, seed=batch)
     run_and_compare(case, DEVICE)
 
 _DISPATCH_SCRIPT = r"""
@@ -264,8 +254,6 @@ torch.cuda.synchronize()
      "8 producer warps, 4 consumer warps"),
     (dict(KVATTN_DECODE_SM90="2", KV="fp8", KVATTN_DECODE_SM90_FP8_CONSUMERS="4"),
      "2 producer warps, 4 consumer warps"),
-    (dict(KVATTN_DECODE_SM90=None, KV="fp8", KVATTN_DECODE_SM90_FP8_CONSUMERS=None,
-          KVATTN_DECODE_SM90_FP8_PRODUCERS="8"), "8 producer warps, 8 consumer warps"),
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_SM90_FP8_CONSUMERS=None), "8 producer warps, 4 consumer warps"),
     (dict(KVATTN_DECODE_SM90=None, KV="fp8", SQ="8", KVATTN_DECODE_SM90_FP8_CONSUMERS=None),
      "8 producer warps, 4 consumer warps"),  # 32 packed rows: two groups stay on 4 consumer warps
@@ -283,7 +271,6 @@ def test_dispatch_on_sm90(switch, expected):
     if not _sm90():
         pytest.skip("the Hopper decode kernel runs on sm_90 only")
     env = dict(os.environ, KVATTN_DEBUG_DISPATCH="1", KVATTN_FORCE_PORTABLE="0")
-    env.pop("KVATTN_DECODE_SM90_FP8_PRODUCERS", None)  # (an A/B switch: only the case that names it)
     for k, v in switch.items():
         if v is None:
             env.pop(k, None)
@@ -308,7 +295,7 @@ _DET_LENGTHS = np.array([11000, 300, 7000, 4097, 0, 4032, 4033, 1, 8064, 8065], 
 
 
 # fp8: an e4m3 cache on the 8-consumer kernel (KVATTN_DECODE_SM90_FP8_CONSUMERS=8; 128-key chunks: pieces
-# of 2 stages, so that most of the 8 warps hold empty states in a piece's merge).
+# of 4 of its 32-key stages, so that half of the 8 warps hold empty states in a piece's merge).
 @pytest.mark.parametrize("sq,hq,hk,chunk,kv", [(1, 8, 2, None, "bf16"), (4, 8, 2, None, "bf16"),
                                                (4, 16, 2, None, "bf16"), (4, 8, 2, "1024", "bf16"),
                                                (1, 8, 2, "128", "fp8")])  # 4, 16, 32 packed rows

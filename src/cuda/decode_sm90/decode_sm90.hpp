@@ -25,8 +25,8 @@ namespace kvattn::cuda {
 struct DecodeSm90Shape {
   static constexpr int kHeadDim = 128;  // d = dv = 128 only: the most common decode head
   // Packed rows (g x q) of a unit: up to 32 (speculative decode: 2-8 tokens under GQA groups of 4-8), in
-  // mma row groups of 16. A consumer warp computes one row group; with G groups (row_groups) the four
-  // consumer warps (4; 8 in the fp8 variant, one group) form 4 / G stage phases of G warps, and every stage
+  // mma row groups of 16. A consumer warp computes one row group; with G groups (row_groups) the C
+  // consumer warps (4; 8 for fp8 caches with one group) form C / G stage phases of G warps, and every stage
   // is read by the G warps of its phase. G is a kernel of its own (DecodeCfg's kGroups: the one-group
   // kernel's code and layout stay as they were; a run-time G, or a second consumer in one kernel, cost
   // W2 1.5-3.4%). Four groups, 64 rows, lost on the H200: each warp then computes every stage and the

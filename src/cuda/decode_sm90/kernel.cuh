@@ -67,9 +67,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_sm90_kernel(const __g
   KVATTN_TL(if (threadIdx.x == 0) tl_stamp(kTlStarted));
   wait_for_prior_grid();  // launched early after the append (PDL): the appended K/V are in place past here
   KVATTN_TL(if (threadIdx.x == 0) tl_stamp(kTlPdl));
-  // 384 threads (168 registers each at launch: 8 producer warps, or 8 consumer warps with 4 producers), or
-  // 512 (128: 8 and 8, KVATTN_DECODE_SM90_FP8_PRODUCERS): the producers' warpgroups give registers back and
-  // the consumers' take them (DecodeCfg's kProducerRegs, kConsumerRegs).
+  // 384 threads (168 registers each at launch: 8 producer warps, or 8 consumer warps with 4 producers): the
+  // producers' warpgroups give registers back and the consumers' take them (DecodeCfg's kProducerRegs,
+  // kConsumerRegs).
   if (threadIdx.x >= 32 * Cfg::kConsumerWarps) {
     if constexpr (Cfg::kProducerRegs > 0)
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kProducerRegs) : "memory");

@@ -24,18 +24,15 @@ struct DecodeVariant {
 };
 
 // groups: 16-row groups of a unit (DecodeCfg::kGroups); two only with 8 producer warps (the plan's rule).
-// consumer_warps 8: fp8 caches, one group, 4 producer warps (8: KVATTN_DECODE_SM90_FP8_PRODUCERS;
-// decode_warps).
+// consumer_warps 8: fp8 caches, one group, 4 producer warps (decode_warps).
 template <typename T, typename TKV, bool kFp8F16 = true>
 DecodeVariant kernel_of(int producer_warps, int groups, int consumer_warps) {
-  // per producer-warp count: 2, 4, 8; then 8 with 2 groups; then 8 consumer warps with 4, 8 producer warps
-  static std::atomic<uint64_t> opted_in[6] = {};
+  // per producer-warp count: 2, 4, 8; then 8 with 2 groups; then 8 consumer warps
+  static std::atomic<uint64_t> opted_in[5] = {};
   if (consumer_warps == 8) {
     if constexpr (std::is_same_v<TKV, __nv_fp8_e4m3>) {
       if (producer_warps == 4 && groups == 1)
         return {sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV, 4, kFp8F16, 1, 8>>, &opted_in[4]};
-      if (producer_warps == 8 && groups == 1)
-        return {sm90::decode_sm90_kernel<sm90::DecodeCfg<T, TKV, 8, kFp8F16, 1, 8>>, &opted_in[5]};
     }
     return {};
   }
@@ -114,19 +111,11 @@ static bool fp8_eight_consumers() {
 struct DecodeWarps {
   int producers, consumers;
 };
-// KVATTN_DECODE_SM90_FP8_PRODUCERS=8 (an A/B switch, off; written without a GPU, session 26): the 8-consumer
-// fp8 kernel with 8 producer warps (512 threads, setmaxnreg 56 / 200) instead of 4. Why: with 4 consumer
-// warps fp8 ran best on 8 producer warps (4: W1 +8-10%, session 25), and the 8-consumer kernel's W1 stream
-// (~3.85 TB/s against bf16's 4.5) moved with neither its consumers nor its ring (bench/NOTES.md).
-static bool fp8_eight_producers() {
-  const char* e = std::getenv("KVATTN_DECODE_SM90_FP8_PRODUCERS");
-  return e != nullptr && std::strcmp(e, "8") == 0;
-}
 static DecodeWarps decode_warps(DType kv, int rows) {
   const int producers = decode_sm90_producer_warps();
   if (producers != 0 && kv == DType::fp8_e4m3 && DecodeSm90Shape::row_groups(rows) == 1 &&
       fp8_eight_consumers())
-    return {fp8_eight_producers() ? 8 : 4, 8};
+    return {4, 8};
   return {producers, DecodeSm90Shape::kConsumerWarps};
 }
 
@@ -147,8 +136,7 @@ static_assert(DecodeSm90Shape::smem_bytes(false, 2) + 1024 + 128 <= 227 * 1024 &
                   DecodeSm90Shape::smem_bytes(true, 2) + 1024 + 128 <= 227 * 1024 &&
                   DecodeSm90Shape::smem_bytes(false, 8, 2) + 1024 + 128 <= 227 * 1024 &&
                   DecodeSm90Shape::smem_bytes(true, 8, 2) + 1024 + 128 <= 227 * 1024 &&
-                  DecodeSm90Shape::smem_bytes(true, 4, 1, 8) + 1024 + 128 <= 227 * 1024 &&
-                  DecodeSm90Shape::smem_bytes(true, 8, 1, 8) + 1024 + 128 <= 227 * 1024,
+                  DecodeSm90Shape::smem_bytes(true, 4, 1, 8) + 1024 + 128 <= 227 * 1024,
               "the decode ring fits an sm_90 CTA");
 
 // A tile count of the balanced schedule from the environment (read on every plan: A/B runs switch it

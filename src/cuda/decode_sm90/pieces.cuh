@@ -19,24 +19,18 @@ template <typename T_, typename TKV_, int kProducerWarps_, bool kFp8F16_ = true,
           int kConsumerWarps_ = DecodeSm90Shape::kConsumerWarps>
 struct DecodeCfg : DecodeSm90Shape {
   static constexpr int kProducerWarps = kProducerWarps_;  // stage s is filled by producer warp s mod this
-  static constexpr int kConsumerWarps = kConsumerWarps_;  // 4, or 8 (fp8 caches, one group, 4 or 8 producers)
+  static constexpr int kConsumerWarps = kConsumerWarps_;  // 4, or 8 (fp8 caches, one group, 4 producers)
   static constexpr int kGroups = kGroups_;                // row groups of 16 packed rows (1 or 2)
   static constexpr int kRows = kGroups * kGroupRows;      // the unit's rows this kernel takes
   static constexpr int kThreads = threads(kProducerWarps, kConsumerWarps);
   // setmaxnreg (0: none): the producers' warpgroups give registers back and the consumers' take them, from
   // the CTA's pool, what it got at launch (384 threads x 168): 8 producers x 32 x 96 + 4 consumers x 32 x
   // 240 = 55,296; 4 x 32 x 88 + 8 x 32 x 208 = 64,512 (the whole pool; 96 for the producers there would
-  // leave a consumer warp waiting in setmaxnreg.inc forever); 8 x 32 x 56 + 8 x 32 x 200 = 65,536 (512
-  // threads x 128: the A/B variant of 8 producer and 8 consumer warps).
-  static constexpr bool kWide = kConsumerWarps == 8 && kProducerWarps == 8;  // four warpgroups
-  static constexpr int kProducerRegs = kWide ? 56 : kConsumerWarps == 8 ? 88 : kProducerWarps == 8 ? 96 : 0;
-  static constexpr int kConsumerRegs = kWide                 ? 200
-                                       : kConsumerWarps == 8 ? 208
-                                       : kProducerWarps == 8 ? 240
-                                                             : 0;
-  static_assert(kConsumerWarps == 4 ||
-                    (kConsumerWarps == 8 && (kProducerWarps == 4 || kProducerWarps == 8) && kGroups_ == 1),
-                "8 consumer warps: one row group, 4 or 8 producer warps (whole warpgroups)");
+  // leave a consumer warp waiting in setmaxnreg.inc forever).
+  static constexpr int kProducerRegs = kConsumerWarps == 8 ? 88 : kProducerWarps == 8 ? 96 : 0;
+  static constexpr int kConsumerRegs = kConsumerWarps == 8 ? 208 : kProducerWarps == 8 ? 240 : 0;
+  static_assert(kConsumerWarps == 4 || (kConsumerWarps == 8 && kProducerWarps == 4 && kGroups_ == 1),
+                "8 consumer warps: one row group, 4 producer warps (three warpgroups of 128 threads)");
   static_assert(kProducerRegs * 32 * kProducerWarps + kConsumerRegs * 32 * kConsumerWarps <=
                     kThreads * (65536 / kThreads / 8 * 8),
                 "setmaxnreg within the CTA's register pool (its launch allocation)");
