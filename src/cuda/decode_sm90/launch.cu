@@ -167,11 +167,12 @@ static int64_t decode_sm90_min_cta_tiles() {
 // ~5.5 us on the H200, ~6 tiles on top of kUnitCost's 2 (bench/NOTES.md, session 13: W2 b128 uniform
 // 390 -> 328 us at 8). With fewer units than CTAs every CTA computes one piece and pays one start, so the
 // line keeps kUnitCost (a larger charge there only shortens the first CTA of each unit: W4 b8 4k q8 +2%
-// at 8). An fp8 cache's tile is half the bytes, so half the time, while its switch costs as much or
-// more (~7.8 us, session 26's timeline): 16 (W2 b64 / b128 uniform / b128 Zipf / b256 -3.5 / -6 / -8 / -3%
-// against 8 on the H200; 12 and 24 within 1% of 16). KVATTN_DECODE_UNIT_COST=n sets the many-unit charge.
-static int64_t decode_sm90_unit_tiles(int64_t units, int64_t ctas, bool fp8) {
-  return units >= ctas ? env_tiles("KVATTN_DECODE_UNIT_COST", fp8 ? 16 : 8, 1) : kUnitCost;
+// at 8). fp8 caches take the same charge: 16 tiles paid while their consumers held 8 stages of 64 keys, but
+// with 16 stages of 32 keys 8 wins again (W2 fp8 b64 / b128 uniform / b128 Zipf / b256 -5 / -7 / -14 / -5%
+// against 16 on the H200, session 27; 7 and 6 within 2% of 8 for both caches). KVATTN_DECODE_UNIT_COST=n
+// sets the many-unit charge.
+static int64_t decode_sm90_unit_tiles(int64_t units, int64_t ctas) {
+  return units >= ctas ? env_tiles("KVATTN_DECODE_UNIT_COST", 8, 1) : kUnitCost;
 }
 
 // Deterministic mode on this kernel: the balanced schedule over whole chunks of the static splits' keys
@@ -221,8 +222,8 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
   plan.balanced_slots = plan.balanced_ctas;
   plan.balanced_whole_grid = decode_sm90_whole_grid_tiles();
   plan.balanced_min_cost = decode_sm90_min_cta_tiles();
-  plan.balanced_unit_cost = decode_sm90_unit_tiles(static_cast<int64_t>(p.batch) * p.num_kv_heads,
-                                                   plan.balanced_ctas, p.kv_dtype == DType::fp8_e4m3);
+  plan.balanced_unit_cost =
+      decode_sm90_unit_tiles(static_cast<int64_t>(p.batch) * p.num_kv_heads, plan.balanced_ctas);
   if (p.deterministic) {
     // Whole chunks of the static splits' keys (decode_sm90_deterministic): their partials in the static
     // splits' layout (splits, total_q, hq, dv) and (splits, total_q, hq), then unit_pieces (unused).
