@@ -93,7 +93,7 @@ struct Piece {
 };
 
 // The kernel's walk for CTA k (attention_decode_kernel), unit costs = tiles + unit_cost laid end to end
-// (AttnParams::balanced_unit_cost: kUnitCost on the portable kernel, 8 or 16 (fp8 caches) on the sm_90a one
+// (AttnParams::balanced_unit_cost: kUnitCost on the portable kernel, 8 on the sm_90a one
 // for many units).
 std::vector<Piece> walk(const std::vector<int64_t>& tiles, int64_t k, int64_t g, int64_t total,
                         std::map<int64_t, std::pair<int64_t, int64_t>>* unit_pieces, int64_t unit_cost) {
