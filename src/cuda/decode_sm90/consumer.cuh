@@ -227,7 +227,8 @@ __device__ __forceinline__ void stage_scores(float (&s_acc)[Cfg::kNTilesS][4],
                                  (2 * kk2 + (m >> 1)) * 16));
 #pragma unroll
         for (int m2 = 0; m2 < 4; ++m2) {
-          uint32_t lo = e4m3x2_to_f16x2(r[m2] & 0xffff), hi = e4m3x2_to_f16x2(r[m2] >> 16);
+          uint32_t lo, hi;
+          e4m3x4_to_f16x2x2(r[m2], lo, hi);
           if constexpr (std::is_same_v<TM, __nv_bfloat16>) lo = f16x2_to_bf16x2(lo), hi = f16x2_to_bf16x2(hi);
           mma_m16n8k16<TM>(s_acc[2 * nb + (m2 & 1)], q_frag[2 * kk2 + (m2 >> 1)], lo, hi);
         }
@@ -314,9 +315,10 @@ __device__ __forceinline__ void stage_pv(float (&o_acc)[Cfg::kNTilesO][4],
           const uint32_t lo_keys = r[2 * half_chunk], hi_keys = r[2 * half_chunk + 1];
 #pragma unroll
           for (int parity = 0; parity < 2; ++parity) {
-            const uint32_t sel = parity ? 0x3131u : 0x2020u;  // bytes (1, 3) or (0, 2) into the low half
-            uint32_t b0 = e4m3x2_to_f16x2(byte_perm(lo_keys, sel) & 0xffff);
-            uint32_t b1 = e4m3x2_to_f16x2(byte_perm(hi_keys, sel) & 0xffff);
+            // bytes (0, 2) or (1, 3) of lo_keys into the low half, of hi_keys into the high half: one
+            // permute for both of the mma's B registers.
+            uint32_t b0, b1;
+            e4m3x4_to_f16x2x2(byte_perm(lo_keys, hi_keys, parity ? 0x7531u : 0x6420u), b0, b1);
             if constexpr (std::is_same_v<TM, __nv_bfloat16>)
               b0 = f16x2_to_bf16x2(b0), b1 = f16x2_to_bf16x2(b1);
             mma_m16n8k16<TM>(o_acc[2 * (2 * cp + half_chunk) + parity], a, b0, b1);
