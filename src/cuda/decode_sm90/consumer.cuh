@@ -2,6 +2,7 @@
 // of the ring with the key-split online softmax, and the merge / epilogue of the piece.
 #pragma once
 
+#include <cfloat>
 #include <cmath>
 
 #include "cuda/attention/epilogue.cuh"
@@ -203,12 +204,12 @@ __device__ __forceinline__ float load_q_fragments(const QRows<Cfg>& q, typename 
   return q_unscale;
 }
 
-// S = Q K^T of one stage (16 rows, kStageKeys keys) into s_acc; fp8 caches: K converted in registers and
-// the scores times qk_descale.
+// S = Q K^T of one stage (16 rows, kStageKeys keys) into s_acc, not yet descaled or scaled (ScoreScale);
+// fp8 caches: K converted in registers.
 template <class Cfg>
 __device__ __forceinline__ void stage_scores(float (&s_acc)[Cfg::kNTilesS][4],
                                              const uint32_t (&q_frag)[Cfg::kHeadDim / 16][4],
-                                             const unsigned char* s_k, float qk_descale) {
+                                             const unsigned char* s_k) {
   using TM = typename Cfg::TM;
   constexpr int kNTilesS = Cfg::kNTilesS;
   const int lane = threadIdx.x % 32;
@@ -234,11 +235,6 @@ __device__ __forceinline__ void stage_scores(float (&s_acc)[Cfg::kNTilesS][4],
         }
       }
     }
-#pragma unroll
-    for (int n = 0; n < kNTilesS; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s_acc[n][e] *= qk_descale;
-    }
   } else {
 #pragma unroll
     for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk) {
@@ -254,27 +250,52 @@ __device__ __forceinline__ void stage_scores(float (&s_acc)[Cfg::kNTilesS][4],
   }
 }
 
-// The online softmax of a stage's scores (log2 units): s_acc becomes P, the rows' (max, sum) move on, and O
-// is rescaled only when some row of the warp needs it.
+// How a piece's dot products become log2 units. Without softcap and ALiBi both the fp8 descale and the
+// softmax scale fold into the softmax's exp2 argument (factor; one FFMA a score, as the prefill kernel):
+// the max is taken on the dot products, which needs factor > 0 (softmax_scale is a positive normal float;
+// a descale that is not positive and finite, or a product that is not a normal float, takes the
+// multiply instead). With softcap or ALiBi the mods take descaled scores and scale them (factor 1).
+struct ScoreScale {
+  float pre;     // multiplied in before the score mods (1: nothing to do)
+  float factor;  // the softmax's factor: scores times factor are log2 units
+  __device__ __forceinline__ ScoreScale(const AttnParams& p, float qk_descale) {
+    const bool mods_scale = p.softcap > 0.f || p.alibi_slopes;
+    const float folded = p.scale_log2 * qk_descale;
+    const bool fold = !mods_scale && qk_descale > 0.f && folded >= FLT_MIN && folded < INFINITY;
+    pre = fold ? 1.f : qk_descale;
+    factor = mods_scale ? 1.f : fold ? folded : p.scale_log2;
+  }
+};
+
+// The online softmax of a stage's scores (times factor: log2 units; row_max stays in the scores' units):
+// s_acc becomes P, the rows' (max, sum) move on, and O is rescaled only when some row of the warp needs it.
+// upper == false: rows group + 8 do not attend (<= 8 packed rows in the warp's row group, the common
+// decode: g x q of 4-8): their softmax is skipped and their P is 0.
 template <class Cfg>
-__device__ __forceinline__ void stage_softmax(float (&s_acc)[Cfg::kNTilesS][4], float (&row_max)[2],
-                                              float (&row_sum)[2], float (&o_acc)[Cfg::kNTilesO][4]) {
-  float correction[2];
+__device__ __forceinline__ void stage_softmax(float (&s_acc)[Cfg::kNTilesS][4], float factor, bool upper,
+                                              float (&row_max)[2], float (&row_sum)[2],
+                                              float (&o_acc)[Cfg::kNTilesO][4]) {
+  float correction[2] = {1.f, 1.f};
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
+    if (k == 1 && !upper) {  // P = 0 there: O stays 0 (finite) for rows written as not attending
+#pragma unroll
+      for (int n = 0; n < Cfg::kNTilesS; ++n) s_acc[n][2] = s_acc[n][3] = 0.f;
+      break;
+    }
     float mx = row_max[k];
 #pragma unroll
     for (int n = 0; n < Cfg::kNTilesS; ++n) mx = fmaxf(mx, fmaxf(s_acc[n][2 * k], s_acc[n][2 * k + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float base = safe_max_base(mx);
-    correction[k] = mx == row_max[k] ? 1.f : fast_exp2(row_max[k] - base);
+    const float base = safe_max_base(mx) * factor;
+    correction[k] = mx == row_max[k] ? 1.f : fast_exp2(row_max[k] * factor - base);
     row_max[k] = mx;
     row_sum[k] *= correction[k];
 #pragma unroll
     for (int n = 0; n < Cfg::kNTilesS; ++n) {
-      s_acc[n][2 * k] = fast_exp2(s_acc[n][2 * k] - base);
-      s_acc[n][2 * k + 1] = fast_exp2(s_acc[n][2 * k + 1] - base);
+      s_acc[n][2 * k] = fast_exp2(fmaf(s_acc[n][2 * k], factor, -base));
+      s_acc[n][2 * k + 1] = fast_exp2(fmaf(s_acc[n][2 * k + 1], factor, -base));
       row_sum[k] += s_acc[n][2 * k] + s_acc[n][2 * k + 1];
     }
   }
@@ -504,6 +525,9 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
                    descale_at(p.k_descale, p.k_descale_strides, i, kv_head) * q_unscale;
       o_descale = descale_at(p.v_descale, p.v_descale_strides, i, kv_head);
     }
+    const ScoreScale scale(p, qk_descale);
+    // Rows group + 8 of the warp's row group attend (else their softmax is skipped: stage_softmax).
+    const bool upper = static_cast<int64_t>(seq.q_used) * p.group > rg * Cfg::kGroupRows + 8;
     // This thread's two rows of the mma C layout, as the score modifications see them.
     const int row0 = rg * Cfg::kGroupRows + group;
     const QueryRow rows_of_thread[2] = {query_row(p, seq, i, kv_head, row0),
@@ -545,13 +569,20 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
       continue;
 #endif
       float s_acc[kNTilesS][4];
-      stage_scores<Cfg>(s_acc, q_frag, s_k, qk_descale);
+      stage_scores<Cfg>(s_acc, q_frag, s_k);
+      if (scale.pre != 1.f) {
+#pragma unroll
+        for (int n = 0; n < kNTilesS; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s_acc[n][e] *= scale.pre;
+        }
+      }
       // Score modifications (attention/score_mod.cuh), in log2 units. Keys past the piece's (rows copied to
       // fill the stage) are masked as keys past the sequence: the bound is kp_end (<= kv_len).
       const bool inside = kp0 >= pk.keys.all_first && kp0 + Cfg::kStageKeys - 1 <= pk.keys.all_last;
       MmaScoreTile<kNTilesS> score_tile{s_acc, rows_of_thread, kp0 + 2 * quad};
-      apply_score_mods(p, pk.kp_end, inside, score_tile);
-      stage_softmax<Cfg>(s_acc, row_max, row_sum, o_acc);
+      apply_score_mods<true>(p, pk.kp_end, inside, score_tile);
+      stage_softmax<Cfg>(s_acc, scale.factor, upper, row_max, row_sum, o_acc);
       stage_pv<Cfg>(o_acc, s_acc, s_k + Cfg::kStageKeys * Cfg::kRowStride);
       mbar_arrive(&empty[slot]);  // every lane: its reads of the stage are done
       KVATTN_TL(if (lane == 0 && s == pk.stages - 1) tl_stamp_piece(piece_index, kTlpLastConsumed));
@@ -564,7 +595,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
         }
       }
     }
-    store_warp_state<Cfg>(s_state, o_acc, row_max, row_sum);
+    const float state_max[2] = {row_max[0] * scale.factor, row_max[1] * scale.factor};  // log2 units
+    store_warp_state<Cfg>(s_state, o_acc, state_max, row_sum);
     write_piece<Cfg>(p, w, seq, s_state, o_descale, consumers_or<32 * kW>(!ok));
     KVATTN_TL(if (tid == 0) tl_stamp_piece(piece_index, kTlpEnd));
   });
