@@ -43,20 +43,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) decode_sm90_kernel(const __g
   uint64_t* empty = full + Cfg::kStages;
   allow_dependent_launch();  // the split combine may be scheduled now; it waits for this grid's end
   KVATTN_TL(tl_enter());
-#if KVATTN_DECODE_WARM_PARAMS
-  // Developer build only (bench/NOTES.md, session 26): the scan reads its optional parameters in a chain of
-  // branches, each on a constant-bank read of the launch's new parameter block. Warp 0 reads one word of
-  // every 64-byte line of the block first (uniform constant loads that no branch waits on; the sum goes to
-  // shared memory so that ptxas keeps them), so that the chain's reads hit the constant cache.
-  if (threadIdx.x < 32) {
-    __shared__ volatile int s_param_sink;
-    const int* words = reinterpret_cast<const int*>(&p);
-    int sink = 0;
-#pragma unroll
-    for (int w = 0; w < static_cast<int>(sizeof(AttnParams) / 4); w += 16) sink += words[w];
-    if (threadIdx.x == 0) s_param_sink = sink;
-  }
-#endif
   if (threadIdx.x < Cfg::kStages) {
     mbar_init(&full[threadIdx.x], 32);                  // the 32 lanes of the stage's producer warp
     mbar_init(&empty[threadIdx.x], 32 * Cfg::kGroups);  // the lanes of its consumer warps
