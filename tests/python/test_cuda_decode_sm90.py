@@ -187,6 +187,27 @@ def test_fp8_cache_q_magnitude(q_mult, consumers, monkeypatch):
     H.assert_close("lse", H.to_numpy(lse), ref["lse"], H.TOL_LSE["bf16"])
 
 
+@pytest.mark.parametrize("consumers", ["4", "8"])  # KVATTN_DECODE_SM90_FP8_CONSUMERS
+def test_fp8_descale_not_folded(consumers, monkeypatch):
+    """k_descale values the softmax cannot fold into its exp2 factor (ScoreScale: it takes the max on the
+    dot products, which needs a positive normal factor): negative, zero, and 1e-38 (its product with the
+    scale is subnormal), beside ordinary ones; those sequences take the multiply before the max."""
+    monkeypatch.setenv("KVATTN_DECODE_SM90_FP8_CONSUMERS", consumers)
+    case = Case(dtype="bf16", kv_fp8=True, d=128, hq=8, hk=2, seqlens=(900, 70, 5, 333), sq=1, layout="paged",
+                page_size=16, num_splits=0, seed=9)
+    q, k_cache, v_cache, kw, ref_kw, _ = build(case)
+    k_descale = np.array([[-1.25, 0.75], [0.0, 1.5], [1e-38, 2.0], [-0.5, 1e-38]], dtype=np.float32)
+    kw["k_descale"] = ref_kw["k_descale"] = k_descale
+    ref = reference_attention(q, k_cache, v_cache, **ref_kw)
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    with H.poisoned_outputs():
+        out, lse = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
+                                                    H.to_device(v_cache, DEVICE), return_softmax_lse=True, **dev)
+    H.sync_device_errors(DEVICE)
+    H.assert_close("out", H.to_numpy(out), ref["out"], H.TOL_OUT["bf16"])
+    H.assert_close("lse", H.to_numpy(lse), ref["lse"], H.TOL_LSE["bf16"])
+
+
 def test_many_sequences_page1():
     """Many short units per CTA: the producer streams the next pieces while the consumers merge."""
     lens = tuple(int(x) for x in np.random.default_rng(3).integers(0, 200, 120))
