@@ -46,8 +46,11 @@ __device__ __forceinline__ QueryRow query_row(const AttnParams& p, const Sequenc
 // What takes the scores that apply_score_mods<true> leaves to log2 units: scale * log2(e) when neither
 // softcap nor ALiBi is on (the mods then leave the raw dot products alone and the softmax folds the scale
 // into its exp2 argument, one FFMA a score), else 1. Uniform over a call.
+__device__ __forceinline__ bool score_mods_scale(const AttnParams& p) {  // softcap or ALiBi: the mods scale
+  return p.softcap > 0.f || p.alibi_slopes;
+}
 __device__ __forceinline__ float score_factor(const AttnParams& p) {
-  return p.softcap > 0.f || p.alibi_slopes ? 1.f : p.scale_log2;
+  return score_mods_scale(p) ? 1.f : p.scale_log2;
 }
 
 // S (the dot products, descaled) -> logits in log2 units, -inf where the key is invisible:

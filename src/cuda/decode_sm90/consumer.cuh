@@ -259,7 +259,7 @@ struct ScoreScale {
   float pre;     // multiplied in before the score mods (1: nothing to do)
   float factor;  // the softmax's factor: scores times factor are log2 units
   __device__ __forceinline__ ScoreScale(const AttnParams& p, float qk_descale) {
-    const bool mods_scale = p.softcap > 0.f || p.alibi_slopes;
+    const bool mods_scale = score_mods_scale(p);
     const float folded = p.scale_log2 * qk_descale;
     const bool fold = !mods_scale && qk_descale > 0.f && folded >= FLT_MIN && folded < INFINITY;
     pre = fold ? 1.f : qk_descale;
