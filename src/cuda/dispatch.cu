@@ -13,7 +13,7 @@
 //
 // Plugging in an architecture (docs/DESIGN.md): add rows with its arch, the launcher of the new kernel,
 // its plan (or plan_portable) and a supports(problem) predicate for what it covers, as the two sm_90a
-// kernels do (KVATTN_PREFILL_SM90, KVATTN_DECODE_SM90 below).
+// kernels do (KVATTN_PREFILL_SM90, KVATTN_DECODE_SM90, KVATTN_MLA_SM90 below).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +27,7 @@
 #include "cuda/decode_sm90/decode_sm90.hpp"
 #include "cuda/heuristics.hpp"
 #include "cuda/kernel_table.hpp"
+#include "cuda/mla_sm90/mla_sm90.hpp"
 #include "cuda/prefill_sm90/launch.hpp"
 
 namespace kvattn::cuda {
@@ -58,6 +59,12 @@ namespace {
         dtype_built(DType::compute) && head_dim_built(128), &decode_sm90_supports, &plan_decode_sm90, \
         &launch_decode_sm90_row<DType::compute, DType::kv>                                            \
   }
+// MLA decode at (d, dv) = (64, 512) with qv (mla_sm90: many query heads on one kv head, wgmma).
+#define KVATTN_MLA_SM90(dt)                                                                   \
+  AttentionKernel {                                                                           \
+    kArchSm90, DType::dt, DType::dt, DType::dt, 64, 512, sm90::mla_built(DType::dt),          \
+        &sm90::mla_sm90_supports, &sm90::plan_mla_sm90, &sm90::launch_mla_sm90_row<DType::dt> \
+  }
 constexpr AttentionKernel kAttentionTable[] = {
     KVATTN_PAIRS(KVATTN_PORTABLE, f16, f16, f16),
     KVATTN_PAIRS(KVATTN_PORTABLE, bf16, bf16, bf16),
@@ -75,7 +82,10 @@ constexpr AttentionKernel kAttentionTable[] = {
     KVATTN_DECODE_SM90(f16, fp8_e4m3, f16),
     KVATTN_DECODE_SM90(bf16, fp8_e4m3, bf16),
     KVATTN_DECODE_SM90(fp8_e4m3, fp8_e4m3, bf16),
+    KVATTN_MLA_SM90(f16),
+    KVATTN_MLA_SM90(bf16),
 };
+#undef KVATTN_MLA_SM90
 #undef KVATTN_DECODE_SM90
 #undef KVATTN_PREFILL_SM90
 #undef KVATTN_PORTABLE

@@ -1,0 +1,58 @@
+// Shape of the sm_90a MLA decode kernel (q . k over 64 channels + qv . v over 512, out over v's 512), shared
+// by the host launcher and the kernel.
+#pragma once
+
+#include <cstddef>
+
+#include "api/problem.hpp"
+
+namespace kvattn::cuda::sm90 {
+
+// One CTA: 64 packed query rows (MLA's many query heads on one kv head: 128 heads are two CTAs) against the
+// keys of one sequence, in 64-key stages. Warpgroup 0 copies the stages, warpgroup 1 computes S over all
+// 576 channels, the softmax and O's first 256 channels, warpgroup 2 O's last 256 channels from P in shared
+// memory: O (64 x 512 fp32) is 256 registers a thread in one warpgroup, 128 in two, and S is computed once
+// (the portable kernel's two dv halves each computed it: 1,664 multiply-adds a row and key for 1,088).
+struct MlaTile {
+  static constexpr int kDimK = 64;   // q, k: the rotary channels
+  static constexpr int kDimV = 512;  // qv, v, out: the latent channels
+  static constexpr int kBlockM = 64;
+  static constexpr int kBlockN = 64;
+  static constexpr int kStages = 2;
+  static constexpr int kPanelBytes = 64 * 128;                   // 64 rows (keys) of one 64-channel panel
+  static constexpr int kPanels = (kDimK + kDimV) / 64;           // panel 0: q / k; 1-8: qv / v
+  static constexpr int kQBytes = kPanels * kPanelBytes;          // 72 KiB
+  static constexpr int kStageBytes = kPanels * kPanelBytes;      // 72 KiB: k and v of 64 keys
+  static constexpr int kPBytes = kPanelBytes;                    // P: 64 rows x 64 keys, K-major
+  static constexpr int kVecBytes = 64 * 4;                       // a float a row
+  static constexpr int kBarriers = 2 * kStages + 2;              // full / empty a stage, P full / free
+  static constexpr int kRegsProducer = 40, kRegsConsumer = 232;  // 40 + 2 x 232 = 3 x 168
+};
+
+// Dynamic shared memory: 1024 bytes of alignment slack, Q, the stages, P, the rows' corrections and final
+// (m, l), the mbarriers. Two stages, not three: Q takes 72 KiB (227 KiB is the most a CTA can have).
+constexpr size_t mla_smem_bytes() {
+  return 1024 + size_t(MlaTile::kQBytes) + size_t(MlaTile::kStages) * MlaTile::kStageBytes +
+         MlaTile::kPBytes + 3 * MlaTile::kVecBytes + 8 * MlaTile::kBarriers;
+}
+static_assert(mla_smem_bytes() <= 227 * 1024, "the opt-in shared memory of a CTA on sm_90");
+
+// The compiled kernels: (f16 | bf16) with a 90a target, minus what a developer build leaves out (a
+// developer build of one head dim has this kernel at KVATTN_DEV_HEAD_DIM=64, as the portable (64, 512) row).
+constexpr bool mla_built(DType dt) {
+#if !defined(KVATTN_HAVE_SM90A)
+  return false && dt == dt;
+#else
+#if defined(KVATTN_DEV_DTYPE_f16)
+  if (dt != DType::f16) return false;
+#elif defined(KVATTN_DEV_DTYPE_bf16)
+  if (dt != DType::bf16) return false;
+#endif
+#if defined(KVATTN_DEV_HEAD_DIM)
+  if (KVATTN_DEV_HEAD_DIM != 64) return false;
+#endif
+  return dt == DType::f16 || dt == DType::bf16;
+#endif
+}
+
+}  // namespace kvattn::cuda::sm90
