@@ -227,24 +227,7 @@ def test_prefill_sm90_nan_page_is_contained(d):
     H.assert_close("out", out[1:], ref["out"][1:], H.TOL_OUT["bf16"])
 
 
-def _kernel_names(case):
-    """The names of the CUDA kernels one eager call of the case ran (sm_90 devices only: elsewhere the
-    sm_90a kernels do not run; skips where the profiler sees no kernel)."""
-    import torch
-    from cases import build
-
-    if torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("not an sm_90 device")
-    q, k_cache, v_cache, kw, _, _ = build(case)
-    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
-    args = (H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE), H.to_device(v_cache, DEVICE))
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        H.kvattn.flash_attn_with_kvcache(*args, **dev)
-        torch.cuda.synchronize()
-    names = [e.name for e in prof.events()]
-    if not names:
-        pytest.skip("the profiler saw no kernels here")
-    return names
+_kernel_names = H.kernel_names
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)

@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "api/problem.hpp"
+#include "cuda/prefill_sm90/config.hpp"
 
 namespace kvattn::cuda::sm90 {
 
@@ -37,22 +38,10 @@ constexpr size_t mla_smem_bytes() {
 }
 static_assert(mla_smem_bytes() <= 227 * 1024, "the opt-in shared memory of a CTA on sm_90");
 
-// The compiled kernels: (f16 | bf16) with a 90a target, minus what a developer build leaves out (a
-// developer build of one head dim has this kernel at KVATTN_DEV_HEAD_DIM=64, as the portable (64, 512) row).
+// The compiled kernels: those of the sm_90a prefill kernel at d 64 (the same dtypes, the same developer-build
+// rule: a build of one head dim has this kernel at KVATTN_DEV_HEAD_DIM=64, as the portable (64, 512) row).
 constexpr bool mla_built(DType dt) {
-#if !defined(KVATTN_HAVE_SM90A)
-  return false && dt == dt;
-#else
-#if defined(KVATTN_DEV_DTYPE_f16)
-  if (dt != DType::f16) return false;
-#elif defined(KVATTN_DEV_DTYPE_bf16)
-  if (dt != DType::bf16) return false;
-#endif
-#if defined(KVATTN_DEV_HEAD_DIM)
-  if (KVATTN_DEV_HEAD_DIM != 64) return false;
-#endif
-  return dt == DType::f16 || dt == DType::bf16;
-#endif
+  return prefill_built(dt, 64);
 }
 
 }  // namespace kvattn::cuda::sm90

@@ -29,6 +29,7 @@
 #include "cuda/mla_sm90/config.hpp"
 #include "cuda/prefill_sm90/consumer.cuh"
 #include "cuda/prefill_sm90/cta.cuh"
+#include "cuda/prefill_sm90/producer.cuh"
 #include "cuda/prefill_sm90/ptx.cuh"
 #include "cuda/prefill_sm90/wgmma.cuh"
 
@@ -84,7 +85,6 @@ template <class Cfg>
 __device__ __forceinline__ void mla_produce(const AttnParams& p, const Sequence& seq, int kv_head,
                                             int64_t slot0, int64_t n_tiles, const MlaSmem& sm) {
   constexpr int kRowsPerWarp = Cfg::kBlockN / 4;  // 16: lane < 16 addresses key row 16 warp + lane
-  constexpr uint32_t kNoRow = 0xffffffffu;        // zero-filled
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const bool owns_row = lane < kRowsPerWarp;
   const int key_row = warp * kRowsPerWarp + lane;
@@ -99,17 +99,11 @@ __device__ __forceinline__ void mla_produce(const AttnParams& p, const Sequence&
   for (int64_t tile = 0; tile < n_tiles; ++tile) {
     const int stage = static_cast<int>(tile % Cfg::kStages);
     const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
-    uint32_t k_off = kNoRow, v_off = kNoRow;  // the row's start in 16-byte units (caches < 64 GiB)
+    uint32_t k_off = kNoRow, v_off = kNoRow;  // (kv_row_units)
     if (owns_row && s < seq.end) {
-      const SlotAddress a = slot_address_at(p.seq, seq, s, entry);
-      if (a.page >= 0) {
-        k_off = static_cast<uint32_t>((a.page * p.k_cache.page_stride + a.in_page * p.k_cache.slot_stride +
-                                       kv_head * p.k_cache.head_stride) /
-                                      8);
-        v_off = static_cast<uint32_t>((a.page * p.v_cache.page_stride + a.in_page * p.v_cache.slot_stride +
-                                       kv_head * p.v_cache.head_stride) /
-                                      8);
-      }
+      const KvRowUnits row = kv_row_units(p, slot_address_at(p.seq, seq, s, entry), kv_head);
+      k_off = row.k;
+      v_off = row.v;
     }
     entry = entry_of(tile + 1);
     mbar_wait(sm.empty + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1) ^ 1u);
@@ -140,34 +134,11 @@ __device__ __forceinline__ void mla_produce(const AttnParams& p, const Sequence&
 
 // ---- consumers
 
-// The 64 rows' [q qv] into Q's 9 panels: q's 8 chunks rotated (q_chunk: positions already checked), qv's 64
-// copied; rows that do not attend are zero.
+// The 64 rows' [q qv] into Q's 9 panels (load_q_rows: q's 8 chunks rotated, qv's 64 copied).
 template <class Cfg>
 __device__ __forceinline__ void mla_load_q(const AttnParams& p, const Sequence& seq, int i, int kv_head,
                                            int64_t m0, unsigned char* s_q) {
-  using T = typename Cfg::T;
-  const int ctid = threadIdx.x % 128;
-  const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
-  for (int idx = ctid; idx < 64 * Cfg::kChunks; idx += 128) {
-    const int row = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
-    const int64_t r = m0 + row;
-    alignas(16) T vals[8];
-    if (r < used_rows) {
-      const RowSplit split = split_row(r, p.group);
-      const int h = kv_head * p.group + split.g;
-      if (c < Cfg::kChunksK) {
-        const T* src = token_row<const T>(p.q, seq, i, split.t, h);
-        q_chunk(src, c, seq.rotary_pos + (p.seq.rotary_q_per_token ? split.t : 0), p.rotary, vals);
-      } else {
-        load8(token_row<const T>(p.qv, seq, i, split.t, h) + (c - Cfg::kChunksK) * 8, vals);
-      }
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) vals[e] = from_float<T>(0.f);
-    }
-    *reinterpret_cast<uint4*>(s_q + swizzled(row, c, Cfg::kPanelBytes)) =
-        *reinterpret_cast<const uint4*>(vals);
-  }
+  load_q_rows<typename Cfg::T, Cfg::kChunksK, Cfg::kChunks>(p, seq, i, kv_head, m0, s_q, Cfg::kPanelBytes);
 }
 
 // A consumer's half of out (channels [col0, col0 + 256)) for this thread's two rows, and (write_lse) the
@@ -395,6 +366,8 @@ __device__ __forceinline__ void mla_cta(const PrefillArgs& a) {
   const MlaSmem sm = mla_smem<Cfg>(smem_raw + ((1024 - raw % 1024) % 1024));
 
   const CtaRows cta = cta_rows<Cfg>(a);
+  // (The prefill kernel's set-up, prefill_cta: to become one helper once a device can time the prefill
+  // kernel with it; as a function its sm_90a code changed.)
   const Sequence seq = load_sequence(p.seq, cta.i, p.errors, threadIdx.x == 0);
   if (!seq.rows_known) return;  // cu_seqlens_q is broken: no row of out is known to be ours
   if (cta.m0 >= static_cast<int64_t>(seq.q_len) * p.group) return;

@@ -49,31 +49,46 @@ __device__ __forceinline__ void q_chunk(const T* src, int c, int64_t pos, const 
   }
 }
 
-// The consumer's 64 Q rows into s_q (panels of 64 rows): rotary (positions already checked) by q_chunk;
-// rows that do not attend are zero.
-template <class Cfg>
-__device__ __forceinline__ void load_q(const AttnParams& p, const Sequence& seq, int i, int kv_head,
-                                       int64_t m0, unsigned char* s_q) {
-  using T = typename Cfg::T;
-  const int ctid = threadIdx.x % 128;
-  const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
-  for (int idx = ctid; idx < 64 * Cfg::kChunks; idx += 128) {
-    const int row = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
-    const int64_t r = m0 + row;
-    alignas(16) T vals[8];
-    if (r < used_rows) {
-      const RowSplit split = split_row(r, p.group);
-      const int64_t t = split.t;
-      const int h = kv_head * p.group + split.g;
+// Chunk c of packed row r (of used_rows attending rows) as the attention reads it: q's chunks [0, kQChunks)
+// by q_chunk (rotary, positions already checked), the chunks after them from qv (MLA: the sm_90a MLA
+// kernel; kQChunks = every chunk elsewhere), zeros for a row that does not attend.
+template <typename T, int kQChunks, int kChunks>
+__device__ __forceinline__ void packed_q_chunk(const AttnParams& p, const Sequence& seq, int i, int kv_head,
+                                               int64_t r, int c, int64_t used_rows, T (&vals)[8]) {
+  if (r < used_rows) {
+    const RowSplit split = split_row(r, p.group);
+    const int64_t t = split.t;
+    const int h = kv_head * p.group + split.g;
+    if (kQChunks == kChunks || c < kQChunks) {
       const T* src = token_row<const T>(p.q, seq, i, t, h);
       q_chunk(src, c, seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0), p.rotary, vals);
     } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) vals[e] = from_float<T>(0.f);
+      load8(token_row<const T>(p.qv, seq, i, t, h) + (c - kQChunks) * 8, vals);
     }
-    *reinterpret_cast<uint4*>(s_q + swizzled(row, c, Cfg::kQPanelBytes)) =
-        *reinterpret_cast<const uint4*>(vals);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) vals[e] = from_float<T>(0.f);
   }
+}
+
+// The consumer's 64 Q rows into s_q (panels of 64 rows, panel_bytes apart): packed_q_chunk's chunks, q's
+// kQChunks of them first.
+template <typename T, int kQChunks, int kChunks>
+__device__ __forceinline__ void load_q_rows(const AttnParams& p, const Sequence& seq, int i, int kv_head,
+                                            int64_t m0, unsigned char* s_q, int panel_bytes) {
+  const int ctid = threadIdx.x % 128;
+  const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
+  for (int idx = ctid; idx < 64 * kChunks; idx += 128) {
+    const int row = idx / kChunks, c = idx % kChunks;
+    alignas(16) T vals[8];
+    packed_q_chunk<T, kQChunks, kChunks>(p, seq, i, kv_head, m0 + row, c, used_rows, vals);
+    *reinterpret_cast<uint4*>(s_q + swizzled(row, c, panel_bytes)) = *reinterpret_cast<const uint4*>(vals);
+  }
+}
+template <class Cfg>
+__device__ __forceinline__ void load_q(const AttnParams& p, const Sequence& seq, int i, int kv_head,
+                                       int64_t m0, unsigned char* s_q) {
+  load_q_rows<typename Cfg::T, Cfg::kChunks, Cfg::kChunks>(p, seq, i, kv_head, m0, s_q, Cfg::kQPanelBytes);
 }
 
 // The persistent kernel's Q of its next unit, issued under the last tile's P V (O and P in flight): the

@@ -15,6 +15,25 @@ namespace kvattn::cuda::sm90 {
 
 // ---- producer: K/V tiles into the stage ring
 
+// Where a slot's row of kv_head starts in each cache, in 16-byte units (32 bits: the launcher checks that
+// the caches span less than 64 GiB), or kNoRow (the slot's copies are zero-filled) where it has no page.
+constexpr uint32_t kNoRow = 0xffffffffu;
+struct KvRowUnits {
+  uint32_t k = kNoRow, v = kNoRow;
+};
+__device__ __forceinline__ KvRowUnits kv_row_units(const AttnParams& p, const SlotAddress& a, int kv_head) {
+  KvRowUnits r;
+  if (a.page >= 0) {
+    r.k = static_cast<uint32_t>((a.page * p.k_cache.page_stride + a.in_page * p.k_cache.slot_stride +
+                                 kv_head * p.k_cache.head_stride) /
+                                8);
+    r.v = static_cast<uint32_t>((a.page * p.v_cache.page_stride + a.in_page * p.v_cache.slot_stride +
+                                 kv_head * p.v_cache.head_stride) /
+                                8);
+  }
+  return r;
+}
+
 // The ring's barriers (thread 0, before the block's first barrier): a stage's "full" counts the producer
 // warps (TMA or cp.async), its "empty" the consumer warps (Cfg::kFullArrivals / kEmptyArrivals).
 template <class Cfg>
@@ -51,21 +70,13 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
     int64_t ring_tile = tile;
     if constexpr (Cfg::kPersistent) ring_tile += tile0;
     const int stage = static_cast<int>(ring_tile % Cfg::kStages);
-    // This thread's key row: where it starts in each cache, in 16-byte units (32 bits: the launcher checks
-    // that the caches span less than 64 GiB), or kNoRow (zero-filled).
-    constexpr uint32_t kNoRow = 0xffffffffu;
+    // This thread's key row (kv_row_units).
     const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
     uint32_t k_off = kNoRow, v_off = kNoRow;
     if (owns_row && s < seq.end) {
-      const SlotAddress a = slot_address_at(p.seq, seq, s, entry);
-      if (a.page >= 0) {
-        k_off = static_cast<uint32_t>((a.page * p.k_cache.page_stride + a.in_page * p.k_cache.slot_stride +
-                                       kv_head * p.k_cache.head_stride) /
-                                      8);
-        v_off = static_cast<uint32_t>((a.page * p.v_cache.page_stride + a.in_page * p.v_cache.slot_stride +
-                                       kv_head * p.v_cache.head_stride) /
-                                      8);
-      }
+      const KvRowUnits row = kv_row_units(p, slot_address_at(p.seq, seq, s, entry), kv_head);
+      k_off = row.k;
+      v_off = row.v;
     }
     entry = entry_of(tile + 1);
     mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((ring_tile / Cfg::kStages) & 1) ^ 1u);
@@ -167,22 +178,13 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
       KVATTN_PTL(ptl_producer_stamp(tile, kPtlFenced));
       KVATTN_PTL(if (tile == 0) pu_stamp(kPuTiles + kPuProdFirst));
     } else {
-      constexpr uint32_t kNoRow = 0xffffffffu;
       for (int r = ptid; r < Cfg::kBlockN; r += 128) {
         const int64_t s = t0 + r;
         uint32_t k_off = kNoRow, v_off = kNoRow;
         if (s >= seq.leftpad && s < seq.end) {  // entries of these slots were checked (check_pages)
-          const SlotAddress sa = slot_address(p.seq, seq, s);
-          if (sa.page >= 0) {
-            k_off =
-                static_cast<uint32_t>((sa.page * p.k_cache.page_stride + sa.in_page * p.k_cache.slot_stride +
-                                       kv_head * p.k_cache.head_stride) /
-                                      8);
-            v_off =
-                static_cast<uint32_t>((sa.page * p.v_cache.page_stride + sa.in_page * p.v_cache.slot_stride +
-                                       kv_head * p.v_cache.head_stride) /
-                                      8);
-          }
+          const KvRowUnits row = kv_row_units(p, slot_address(p.seq, seq, s), kv_head);
+          k_off = row.k;
+          v_off = row.v;
         }
         const bool ok = k_off != kNoRow;
 #pragma unroll 4
