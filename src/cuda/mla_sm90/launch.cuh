@@ -13,21 +13,11 @@
 namespace kvattn::cuda::sm90 {
 
 template <typename T>
-constexpr DType mla_dtype_of() {
-  return std::is_same_v<T, half> ? DType::f16 : DType::bf16;
-}
-
-template <typename T>
 bool mla_kernel_loaded() {
-  if constexpr (!mla_built(mla_dtype_of<T>())) {
+  if constexpr (!mla_built(dtype_of_storage<T>())) {
     return false;
   } else {
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, mla_kernel<MlaConfig<T>>) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return attr.binaryVersion == 90;
+    return sm90a_binary_loaded(reinterpret_cast<const void*>(mla_kernel<MlaConfig<T>>));
   }
 }
 
@@ -35,7 +25,7 @@ bool mla_kernel_loaded() {
 // (they read the same K/V: the second finds it in L2), the last first (causal: the most keys).
 template <typename T>
 kvattn_status launch_mla_kernel(const AttnParams& params, cudaStream_t stream, bool early_launch) {
-  if constexpr (!mla_built(mla_dtype_of<T>())) {
+  if constexpr (!mla_built(dtype_of_storage<T>())) {
     return fail(KVATTN_ERROR_UNSUPPORTED, "the sm_90a MLA kernel is not compiled in this build");
   } else {
     using Cfg = MlaConfig<T>;

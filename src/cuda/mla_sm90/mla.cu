@@ -11,25 +11,16 @@ bool mla_sm90_supports(const FwdProblem& p) {
   if (p.q_dtype != p.kv_dtype || p.out_dtype != p.q_dtype || !mla_built(p.q_dtype)) return false;
   if (p.head_dim != MlaTile::kDimK || p.head_dim_v != MlaTile::kDimV || p.qv.ptr == nullptr) return false;
   if (p.cu_seqlens_q != nullptr || p.num_splits > 1) return false;
-  // 16-byte cp.async of every cache row; 32-bit row offsets in 16-byte units (each cache spans < 64 GiB).
-  const auto rows_ok = [&](const CacheTensor& c, int width) {
-    const bool aligned = reinterpret_cast<uintptr_t>(c.ptr) % 16 == 0 && c.page_stride % 8 == 0 &&
-                         c.slot_stride % 8 == 0 && c.head_stride % 8 == 0;
-    const int64_t rows = p.cu_seqlens_k ? p.num_pages * c.slot_stride : p.num_pages * c.page_stride;
-    const int64_t span16 = (rows + p.page_size * c.slot_stride + p.num_kv_heads * c.head_stride + width) / 8;
-    return aligned && span16 < (int64_t{1} << 32) - 1;
-  };
-  if (!rows_ok(p.k_cache, p.head_dim) || !rows_ok(p.v_cache, p.head_dim_v) || !kv_rows_vec16(p)) return false;
+  if (!cp_async_cache_rows_ok(p, p.k_cache, p.head_dim) ||
+      !cp_async_cache_rows_ok(p, p.v_cache, p.head_dim_v) || !kv_rows_vec16(p)) {
+    return false;
+  }
   const int64_t rows = static_cast<int64_t>(p.max_seqlen_q) * (p.num_q_heads / p.num_kv_heads);
   const int64_t ctas = (rows + MlaTile::kBlockM - 1) / MlaTile::kBlockM * p.batch * p.num_kv_heads;
   // Opt-in until compute-sanitizer's racecheck is clean on it (KVATTN_SM90_MLA=1; the force switch implies
   // it): session 28 measured this version right against the oracle and memcheck-clean, but racecheck
   // reported the S warpgroup's writes of the corrections and the final (m, l) against the V warpgroup's
   // reads, ordered by a lane-0 mbarrier arrival and a 256-thread named barrier (bench/NOTES.md).
-  const auto env_is_1 = [](const char* name) {
-    const char* v = std::getenv(name);
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  };
   const bool force = env_is_1("KVATTN_FORCE_SM90_MLA");
   if (!force && !env_is_1("KVATTN_SM90_MLA")) return false;
   if (!(rows >= 64 && ctas >= 64) && !force) return false;

@@ -18,22 +18,13 @@
 
 namespace kvattn::cuda::sm90 {
 
-template <typename T>
-constexpr DType dtype_of_storage() {
-  return std::is_same_v<T, half> ? DType::f16 : DType::bf16;
-}
-
 template <typename T, int kHeadDim>
 bool prefill_kernel_loaded() {
   if constexpr (!prefill_built(dtype_of_storage<T>(), kHeadDim)) {
     return false;
   } else {
-    cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, prefill_kernel<PrefillConfig<T, kHeadDim, true>>) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return attr.binaryVersion == 90;
+    return sm90a_binary_loaded(
+        reinterpret_cast<const void*>(prefill_kernel<PrefillConfig<T, kHeadDim, true>>));
   }
 }
 

@@ -19,6 +19,35 @@
 
 namespace kvattn::cuda::sm90 {
 
+// ---- host helpers of the sm_90a kernels' rows (the prefill kernel's and the MLA kernel's)
+
+inline bool env_is_1(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+template <typename T>
+constexpr DType dtype_of_storage() {
+  return std::is_same_v<T, half> ? DType::f16 : DType::bf16;
+}
+// A cache whose rows the sm_90a producers copy by 16-byte cp.async and address as 32-bit offsets in 16-byte
+// units: 16-byte aligned base and strides, and the cache (rows of `width` elements) spanning < 64 GiB.
+inline bool cp_async_cache_rows_ok(const FwdProblem& p, const CacheTensor& c, int width) {
+  const bool aligned = reinterpret_cast<uintptr_t>(c.ptr) % 16 == 0 && c.page_stride % 8 == 0 &&
+                       c.slot_stride % 8 == 0 && c.head_stride % 8 == 0;
+  const int64_t rows = p.cu_seqlens_k ? p.num_pages * c.slot_stride : p.num_pages * c.page_stride;
+  const int64_t span16 = (rows + p.page_size * c.slot_stride + p.num_kv_heads * c.head_stride + width) / 8;
+  return aligned && span16 < (int64_t{1} << 32) - 1;
+}
+// The kernel's sm_90a binary is the one the device runs (not an sm_80 one picked for lack of it).
+inline bool sm90a_binary_loaded(const void* kernel) {
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attr.binaryVersion == 90;
+}
+
 // The supports predicate of the kernel's table rows (dispatch.cu: arch kArchSm90, fp16 / bf16, d = dv = 128):
 // q = cache = out in fp16/bf16, d = dv among the compiled head dims (none without a 90a target), no qv,
 // 16-byte aligned cache rows (kv_rows_vec16), caches under 64 GiB each, no explicit num_splits > 1, the

@@ -11,11 +11,6 @@
 namespace kvattn::cuda::sm90 {
 namespace {
 
-bool env_is_1(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::strcmp(v, "1") == 0;
-}
-
 template <typename T>
 bool loaded(int head_dim) {
   switch (head_dim) {
@@ -37,16 +32,10 @@ bool prefill_sm90_supports(const FwdProblem& p) {
     return false;
   }
   if (p.head_dim_v != p.head_dim || p.qv.ptr != nullptr || p.num_splits > 1) return false;
-  // 16-byte cp.async of every cache row; 32-bit row offsets in 16-byte units (each cache spans < 64 GiB).
-  const auto rows_ok = [&](const CacheTensor& c) {
-    const bool aligned = reinterpret_cast<uintptr_t>(c.ptr) % 16 == 0 && c.page_stride % 8 == 0 &&
-                         c.slot_stride % 8 == 0 && c.head_stride % 8 == 0;
-    const int64_t rows = p.cu_seqlens_k ? p.num_pages * c.slot_stride : p.num_pages * c.page_stride;
-    const int64_t span16 =
-        (rows + p.page_size * c.slot_stride + p.num_kv_heads * c.head_stride + p.head_dim) / 8;
-    return aligned && span16 < (int64_t{1} << 32) - 1;
-  };
-  if (!rows_ok(p.k_cache) || !rows_ok(p.v_cache) || !kv_rows_vec16(p)) return false;
+  if (!cp_async_cache_rows_ok(p, p.k_cache, p.head_dim) ||
+      !cp_async_cache_rows_ok(p, p.v_cache, p.head_dim) || !kv_rows_vec16(p)) {
+    return false;
+  }
   // Prefill shapes only: below 128 packed rows a CTA (128 rows; 192 at d 64) would be mostly padding, and
   // below 64 CTAs (half a wave on the 114-132 SMs of sm_90 parts) the portable kernel's split-KV schedule
   // fills the machine instead. KVATTN_FORCE_SM90_PREFILL=1 (tests) drops this rule.
