@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 K = 1024
 FP8_KV_SPEEDUP = 1.8  # issue #11: an fp8 e4m3 cache (bf16 q) reaches >= 1.8x the bf16 cache's tokens/s
+PAGE1_SPEED = 0.85  # issue #12: chunked prefill over a page-1 cache at >= 0.85x the page-16 speed
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,11 @@ def w3():
         cases.append(Case("W3", f"W3 32/8 mixed +{new} over 4k & 64 decodes over 4k p16", 32, 8, 1, 4 * K, sq=new,
                           n_new=new, rotary=True, causal=True, page=16, mixed=64, mixed_cached=4 * K,
                           metric="flops", quick=new == 512))
+    # Page 1 (issue #12: >= 0.85x the page-16 speed), against the same chunk over a page-16 cache.
+    for b, new in ((8, 512), (1, 2048)):
+        base = f"W3 32/8 b{b} +{new} over 32k p16"
+        cases.append(Case("W3", f"W3 32/8 b{b} +{new} over 32k p1", 32, 8, b, 32 * K, sq=new, n_new=new,
+                          rotary=True, causal=True, page=1, metric="flops", baseline=base, speedup=PAGE1_SPEED))
     return cases
 
 
@@ -198,6 +204,13 @@ def w6():
             h = 2048 // d
             cases.append(Case("W6", f"W6 prefill 16k {h}x{d} {'causal' if causal else 'full'}", h, h, 1, 16 * K,
                               d=d, dv=d, sq=16 * K, causal=causal, metric="flops", quick=d == 128))
+    # Issue #12's other head dims: DeepSeek's prefill (d 192, dv 128; 16 heads, as on 8 GPUs) and d 512
+    # (Gemma's global layers; 4 x 512 = 2048, as the suite's heads x d).
+    for h, d, dv in ((16, 192, 128), (4, 512, 512)):
+        dims = f"{d}/{dv}" if dv != d else f"{d}"
+        for causal in (False, True):
+            cases.append(Case("W6", f"W6 prefill 16k {h}x{dims} {'causal' if causal else 'full'}", h, h, 1,
+                              16 * K, d=d, dv=dv, sq=16 * K, causal=causal, metric="flops"))
     return cases
 
 
