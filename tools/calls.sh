@@ -28,6 +28,11 @@ Order of value (bench/NOTES.md, "Where to go next"); each from a tree at branch 
    the MLA stack (splits, rows kernel) against mla4 on W5 128 heads, then 16 heads rows kernel vs ROWS=0.
 5. run(command="bash tools/calls.sh run 5", carry=[".dev/mla.so.xz", ".dev/mla4.so.xz", ".whl"], timeout_s=400)   [tree at branch wide]
    mla4 against main's MLA kernel on W5 128 heads.
+6. run(command="bash tools/calls.sh run 6", carry=[".dev/pfp8_128.so.xz", ".whl"], timeout_s=590)
+   psplit's rules, one library, timing only: 32 packed rows on the split kernel (KVATTN_SM90_SPLIT_ROWS=32)
+   against the decode kernel's two row groups; short decodes on it (SPLIT_ROWS=1) against the decode
+   kernel's ~10 us start; 64-row units on the persistent kernel (KVATTN_SM90_PERSISTENT=1) against the
+   split kernel.
 END
 }
 
@@ -79,6 +84,17 @@ case "${1:-show}" in
           KVATTN_AB_SMOKE_K="test_mla_sm90 and paged" KVATTN_AB_RACE_K="test_mla_sm90 and paged" \
           KVATTN_AB_MEM_K="nan_page" KVATTN_AB_SUITES=W5 KVATTN_AB_FILTER="W5 MLA 128/1" \
           bash tools/prefill_ab.sh
+        ;;
+      6)
+        export KVATTN_AB_CHECK=0 KVATTN_AB_ROUNDS=1 KVATTN_AB_A=.dev/pfp8_128.so.xz KVATTN_AB_B=.dev/pfp8_128.so.xz
+        base=$OUT
+        OUT=$base/rows32 KVATTN_AB_ENV_B="KVATTN_SM90_SPLIT_ROWS=32" KVATTN_AB_SUITES=W4 \
+          KVATTN_AB_FILTER="W4 32/8 b8 4k q8|W4 32/8 b32 16k q8|W4 64/8 b8 4k q4|W4 64/8 b32 16k q4" \
+          bash tools/prefill_ab.sh
+        OUT=$base/rows1 KVATTN_AB_ENV_B="KVATTN_SM90_SPLIT_ROWS=1" KVATTN_AB_SUITES=W1 \
+          KVATTN_AB_FILTER="short|=W1 32/8 b1 32k p16|=W1 32/8 b4 32k p16" bash tools/prefill_ab.sh
+        OUT=$base/persistent KVATTN_AB_ENV_B="KVATTN_SM90_PERSISTENT=1" KVATTN_AB_SUITES=W4 \
+          KVATTN_AB_FILTER="W4 64/8 b8 4k q8|W4 64/8 b64 4k q8|W4 64/8 b64 16k q8" bash tools/prefill_ab.sh
         ;;
       *) echo "no call $2" >&2; exit 2 ;;
     esac
