@@ -161,6 +161,12 @@ def w3():
                         cases.append(Case("W3", f"W3 {hq}/{hk} b{b} +{new} over {_tok(prefix)} p{page}", hq, hk, b,
                                           prefix, sq=new, n_new=new, rotary=True, causal=True, page=page,
                                           metric="flops", quick=quick))
+    # fp8 e4m3 caches under bf16 q (the sm_90a prefill kernel converts each tile to f16 in shared memory),
+    # against the bf16 cache on the same inputs (its baseline: the ratio; no target in the issues).
+    for b, new, prefix in ((1, 2048, 32 * K), (8, 512, 4 * K), (8, 2048, 32 * K)):
+        base = f"W3 32/8 b{b} +{new} over {_tok(prefix)} p16"
+        cases.append(Case("W3", base + " fp8kv", 32, 8, b, prefix, sq=new, n_new=new, rotary=True, causal=True,
+                          page=16, kv="fp8", baseline=base, metric="flops"))
     for new in (512, 2048):
         cases.append(Case("W3", f"W3 32/8 mixed +{new} over 4k & 64 decodes over 4k p16", 32, 8, 1, 4 * K, sq=new,
                           n_new=new, rotary=True, causal=True, page=16, mixed=64, mixed_cached=4 * K,
