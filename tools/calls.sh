@@ -12,11 +12,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="main128:main:128 pfp8_128:pfp8:128 pfp8_192:pfp8:192 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64"
+LIBS="main128:main:128 pfp8_128:pfp8w:128 pfp8_192:pfp8w:192 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64"
 
 show() {
   cat << 'END'
-Order of value (bench/NOTES.md, "Where to go next"); each from a tree at branch pfp8 unless it says otherwise:
+Order of value (bench/NOTES.md, "Where to go next"); each from a tree at branch pfp8w (on pfp8 on p192 on psplit)
+unless it says otherwise:
 1. run(command="bash tools/calls.sh run 1", carry=[".dev/main128.so.xz", ".dev/pfp8_128.so.xz", ".whl"], timeout_s=590)
    psplit + pfp8 (d 128) against main: prefill and fp8 prefill tests, sanitizers; W4 64/8 (static key splits),
    W3 fp8kv against bf16 (main runs fp8 prefill on the portable kernel), W6 16x128 level.
@@ -28,6 +29,9 @@ Order of value (bench/NOTES.md, "Where to go next"); each from a tree at branch 
    the MLA stack (splits, rows kernel) against mla4 on W5 128 heads, then 16 heads rows kernel vs ROWS=0.
 5. run(command="bash tools/calls.sh run 5", carry=[".dev/mla.so.xz", ".dev/mla4.so.xz", ".whl"], timeout_s=400)   [tree at branch wide]
    mla4 against main's MLA kernel on W5 128 heads.
+7. run(command="bash tools/calls.sh run 7", carry=[".dev/pfp8_128.so.xz", ".whl"], timeout_s=300)
+   fp8 prefill timing (bench/fp8_prefill.py): bf16, fp8 cache under bf16 q, fp8 q on e4m3 wgmma and on the
+   f16 kernel, W6 16x128 and W3 b8 +2048 over 32k (after call 1 has run the fp8 tests).
 6. run(command="bash tools/calls.sh run 6", carry=[".dev/pfp8_128.so.xz", ".whl"], timeout_s=590)
    psplit's rules, one library, timing only: 32 packed rows on the split kernel (KVATTN_SM90_SPLIT_ROWS=32)
    against the decode kernel's two row groups; short decodes on it (SPLIT_ROWS=1) against the decode
@@ -97,6 +101,11 @@ case "${1:-show}" in
           KVATTN_AB_FILTER="short|=W1 32/8 b1 32k p16|=W1 32/8 b4 32k p16" bash tools/prefill_ab.sh
         OUT=$base/persistent KVATTN_AB_ENV_B="KVATTN_SM90_PERSISTENT=1" KVATTN_AB_SUITES=W4 \
           KVATTN_AB_FILTER="W4 64/8 b8 4k q8|W4 64/8 b64 4k q8|W4 64/8 b64 16k q8" bash tools/prefill_ab.sh
+        ;;
+      7)
+        source tools/device_env.sh
+        KVATTN_LIBRARY=$(device_lib .dev/pfp8_128.so.xz b) timeout -k 5 280 python3 -m bench.fp8_prefill \
+          --json "$OUT/fp8_prefill.json" 2>&1 | tee "$OUT/fp8_prefill.txt"
         ;;
       *) echo "no call $2" >&2; exit 2 ;;
     esac
