@@ -72,7 +72,7 @@ for round in $(seq 1 "${KVATTN_AB_ROUNDS:-2}"); do
     dirs+=("$OUT/${v}_$round")
   done
 done
-python3 tools/gpu_ab.py "${dirs[@]}" --series | tee "$OUT/ab.txt"
+[ ${#dirs[@]} -gt 0 ] && python3 tools/gpu_ab.py "${dirs[@]}" --series | tee "$OUT/ab.txt"  # (ROUNDS=0: checks only)
 kill $smi 2> /dev/null
 python3 - "$OUT/smi.csv" << 'EOF'
 import collections, sys
