@@ -52,7 +52,7 @@ case "${1:-show}" in
       1)  # (no timing rounds: the checks alone take most of a call)
         KVATTN_AB_A=.dev/pfp8_128.so.xz KVATTN_AB_B=.dev/pfp8_128.so.xz KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=0 \
           KVATTN_AB_TESTS="tests/python/test_cuda_prefill_sm90.py tests/python/test_cuda_prefill_sm90_fp8.py" \
-          KVATTN_AB_TEST_TIMEOUT=420 KVATTN_AB_RACE_K="persistent_cp_async_producer or fp8_nan_page" \
+          KVATTN_AB_TEST_TIMEOUT=330 KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_SAN_TIMEOUT=90 KVATTN_AB_RACE_K="persistent_cp_async_producer or fp8_nan_page" \
           KVATTN_AB_MEM_K="persistent_nan_page or fp8_nan_page" bash tools/prefill_ab.sh
         ;;
       2)
@@ -69,7 +69,7 @@ case "${1:-show}" in
       4)
         export KVATTN_FORCE_PORTABLE=1  # A: the portable kernel; B overrides it
         KVATTN_AB_A=.dev/pfp8_192.so.xz KVATTN_AB_B=.dev/pfp8_192.so.xz KVATTN_AB_ENV_B="KVATTN_FORCE_PORTABLE=0" \
-          KVATTN_AB_DIMS=192 KVATTN_AB_TEST_TIMEOUT=300 KVATTN_AB_SUITES=W6 KVATTN_AB_FILTER="192/128" \
+          KVATTN_AB_DIMS=192 KVATTN_AB_TEST_TIMEOUT=300 KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_SAN_TIMEOUT=90 KVATTN_AB_SUITES=W6 KVATTN_AB_FILTER="192/128" \
           KVATTN_AB_ROUNDS=1 KVATTN_AB_RACE_K="persistent_cp_async_producer or fp8_nan_page" \
           KVATTN_AB_MEM_K="persistent_nan_page or fp8_nan_page" \
           KVATTN_AB_TESTS="tests/python/test_cuda_prefill_sm90.py tests/python/test_cuda_prefill_sm90_fp8.py" \

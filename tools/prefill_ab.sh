@@ -13,7 +13,8 @@
 # KVATTN_AB_K (a pytest -k expression for step 2), KVATTN_AB_TEST_TIMEOUT (200 s), KVATTN_AB_FILTER,
 # KVATTN_AB_SUITES (W6,W3), KVATTN_AB_ROUNDS (2), KVATTN_AB_ENV_B (variables set for B, its checks and its
 # timing, e.g. "KVATTN_SM90_PINGPONG=1"; then A and B may be the same library), KVATTN_AB_SMOKE_TIMEOUT (45 s;
-# a full build at d 256 needs ~60). Output under $OUT.
+# a full build at d 256 needs ~60), KVATTN_AB_SAN_TIMEOUT (45 s: racecheck's and memcheck's each). Output
+# under $OUT.
 # For another kernel (the decode kernel: KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py
 # KVATTN_AB_SUITES=W1,W2 and the three -k below): KVATTN_AB_TESTS (the test file), KVATTN_AB_SMOKE_K
 # (persistent_many_units), KVATTN_AB_RACE_K (persistent_cp_async_producer), KVATTN_AB_MEM_K
@@ -51,10 +52,10 @@ fi
   > "$OUT/tests.log" 2>&1
 say "tests rc=$? $(tail -1 "$OUT/tests.log")"
 grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -8
-"${B_RUN[@]}" timeout -k 5 45 compute-sanitizer --tool racecheck --report-api-errors no $PT \
+"${B_RUN[@]}" timeout -k 5 "${KVATTN_AB_SAN_TIMEOUT:-45}" compute-sanitizer --tool racecheck --report-api-errors no $PT \
   -k "${KVATTN_AB_RACE_K:-persistent_cp_async_producer}" > "$OUT/racecheck.log" 2>&1
 say "racecheck rc=$? $(grep 'RACECHECK SUMMARY' "$OUT/racecheck.log" | tail -1)"
-"${B_RUN[@]}" timeout -k 5 45 compute-sanitizer --tool memcheck --report-api-errors no $PT \
+"${B_RUN[@]}" timeout -k 5 "${KVATTN_AB_SAN_TIMEOUT:-45}" compute-sanitizer --tool memcheck --report-api-errors no $PT \
   -k "${KVATTN_AB_MEM_K:-persistent_nan_page}" > "$OUT/memcheck.log" 2>&1
 say "memcheck rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
 fi
