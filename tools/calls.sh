@@ -18,7 +18,7 @@ LIBS="main128:main:128 pfp8_128:pfp8w:128 pfp8_192:pfp8w:192 wide512:wide:512 wi
 show() {
   cat << 'END'
 In order of value (bench/NOTES.md, "Where to go next"). Tree at branch pfp8w (on pfp8 on p192 on psplit)
-for calls 1-5, at wide for 6-8.
+for calls 1-6, at wide for 7-9.
 1. run(command="bash tools/calls.sh run 1", carry=[".dev/pfp8_128.so.xz", ".whl"], timeout_s=590)
    checks of psplit + pfp8 + pfp8w at d 128: every prefill test and the fp8 ones, racecheck, memcheck.
 2. run(command="bash tools/calls.sh run 2", carry=[".dev/main128.so.xz", ".dev/pfp8_128.so.xz", ".whl"], timeout_s=590)
@@ -28,17 +28,19 @@ for calls 1-5, at wide for 6-8.
    fp8 prefill timing (bench/fp8_prefill.py): bf16, fp8 cache under bf16 q, fp8 q on e4m3 wgmma and on the
    f16 kernel, W6 16x128 and W3 b8 +2048 over 32k.
 4. run(command="bash tools/calls.sh run 4", carry=[".dev/pfp8_192.so.xz", ".whl"], timeout_s=590)
-   (192, 128) (p192, pfp8 at d 192): checks, then against the portable kernel (same library,
-   KVATTN_FORCE_PORTABLE for A) on W6 16x192/128.
-5. run(command="bash tools/calls.sh run 5", carry=[".dev/pfp8_128.so.xz", ".whl"], timeout_s=590)
+   checks at (192, 128) (p192, pfp8 at d 192): every prefill test and the fp8 ones, racecheck, memcheck.
+5. run(command="bash tools/calls.sh run 5", carry=[".dev/pfp8_192.so.xz", ".whl"], timeout_s=400)
+   timing at (192, 128) against the portable kernel (same library, KVATTN_FORCE_PORTABLE for A), W6
+   16x192/128.
+6. run(command="bash tools/calls.sh run 6", carry=[".dev/pfp8_128.so.xz", ".whl"], timeout_s=590)
    psplit's rules, timing only: 32 packed rows on the split kernel (KVATTN_SM90_SPLIT_ROWS=32) against the
    decode kernel's two row groups; short decodes on it (SPLIT_ROWS=1) against the decode kernel's ~10 us
    start; 64-row units on the persistent kernel (KVATTN_SM90_PERSISTENT=1) against the split kernel.
-6. run(command="bash tools/calls.sh run 6", carry=[".dev/wide512.so.xz", ".whl"], timeout_s=500)
+7. run(command="bash tools/calls.sh run 7", carry=[".dev/wide512.so.xz", ".whl"], timeout_s=500)
    the d 512 decode kernel against the portable kernel on W1's d512 cases, with its checks.
-7. run(command="bash tools/calls.sh run 7", carry=[".dev/mla4.so.xz", ".dev/wide64.so.xz", ".whl"], timeout_s=580)
+8. run(command="bash tools/calls.sh run 8", carry=[".dev/mla4.so.xz", ".dev/wide64.so.xz", ".whl"], timeout_s=580)
    the MLA stack (splits, rows kernel) against mla4 on W5 128 heads, then 16 heads rows kernel vs ROWS=0.
-8. run(command="bash tools/calls.sh run 8", carry=[".dev/mla.so.xz", ".dev/mla4.so.xz", ".whl"], timeout_s=400)
+9. run(command="bash tools/calls.sh run 9", carry=[".dev/mla.so.xz", ".dev/mla4.so.xz", ".whl"], timeout_s=400)
    mla4 against main's MLA kernel on W5 128 heads.
 END
 }
@@ -66,16 +68,21 @@ case "${1:-show}" in
         KVATTN_LIBRARY=$(device_lib .dev/pfp8_128.so.xz b) timeout -k 5 280 python3 -m bench.fp8_prefill \
           --json "$OUT/fp8_prefill.json" 2>&1 | tee "$OUT/fp8_prefill.txt"
         ;;
-      4)
-        export KVATTN_FORCE_PORTABLE=1  # A: the portable kernel; B overrides it
-        KVATTN_AB_A=.dev/pfp8_192.so.xz KVATTN_AB_B=.dev/pfp8_192.so.xz KVATTN_AB_ENV_B="KVATTN_FORCE_PORTABLE=0" \
-          KVATTN_AB_DIMS=192 KVATTN_AB_TEST_TIMEOUT=300 KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_SAN_TIMEOUT=90 KVATTN_AB_SUITES=W6 KVATTN_AB_FILTER="192/128" \
-          KVATTN_AB_ROUNDS=1 KVATTN_AB_RACE_K="persistent_cp_async_producer or fp8_nan_page" \
+      4)  # checks only
+        KVATTN_AB_A=.dev/pfp8_192.so.xz KVATTN_AB_B=.dev/pfp8_192.so.xz KVATTN_AB_ROUNDS=0 KVATTN_AB_DIMS=192 \
+          KVATTN_AB_TEST_TIMEOUT=330 KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_SAN_TIMEOUT=90 \
+          KVATTN_AB_RACE_K="persistent_cp_async_producer or fp8_nan_page" \
           KVATTN_AB_MEM_K="persistent_nan_page or fp8_nan_page" \
           KVATTN_AB_TESTS="tests/python/test_cuda_prefill_sm90.py tests/python/test_cuda_prefill_sm90_fp8.py" \
           bash tools/prefill_ab.sh
         ;;
       5)
+        export KVATTN_FORCE_PORTABLE=1  # A: the portable kernel; B overrides it
+        KVATTN_AB_CHECK=0 KVATTN_AB_A=.dev/pfp8_192.so.xz KVATTN_AB_B=.dev/pfp8_192.so.xz \
+          KVATTN_AB_ENV_B="KVATTN_FORCE_PORTABLE=0" KVATTN_AB_SUITES=W6 KVATTN_AB_FILTER="192/128" \
+          KVATTN_AB_ROUNDS=2 bash tools/prefill_ab.sh
+        ;;
+      6)
         export KVATTN_AB_CHECK=0 KVATTN_AB_ROUNDS=1 KVATTN_AB_A=.dev/pfp8_128.so.xz KVATTN_AB_B=.dev/pfp8_128.so.xz
         base=$OUT
         OUT=$base/rows32 KVATTN_AB_ENV_B="KVATTN_SM90_SPLIT_ROWS=32" KVATTN_AB_SUITES=W4 \
@@ -86,7 +93,7 @@ case "${1:-show}" in
         OUT=$base/persistent KVATTN_AB_ENV_B="KVATTN_SM90_PERSISTENT=1" KVATTN_AB_SUITES=W4 \
           KVATTN_AB_FILTER="W4 64/8 b8 4k q8|W4 64/8 b64 4k q8|W4 64/8 b64 16k q8" bash tools/prefill_ab.sh
         ;;
-      6)
+      7)
         export KVATTN_SM90_WIDE=0  # A: the portable (512, 512) kernel
         KVATTN_AB_A=.dev/wide512.so.xz KVATTN_AB_B=.dev/wide512.so.xz KVATTN_AB_ENV_B="KVATTN_SM90_WIDE=1" \
           KVATTN_AB_TESTS="tests/python/test_cuda_wide_sm90.py tests/python/test_head_dim_512.py" \
@@ -94,7 +101,7 @@ case "${1:-show}" in
           KVATTN_AB_MEM_K="nan_page" KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="d512" \
           bash tools/prefill_ab.sh
         ;;
-      7)
+      8)
         export KVATTN_SM90_MLA=1
         KVATTN_AB_A=.dev/mla4.so.xz KVATTN_AB_B=.dev/wide64.so.xz KVATTN_AB_TESTS=tests/python/test_cuda_mla_sm90.py \
           KVATTN_AB_SMOKE_K="test_mla_sm90 and splits" KVATTN_AB_RACE_K="test_mla_sm90_rows and plan" \
@@ -104,7 +111,7 @@ case "${1:-show}" in
           KVATTN_AB_ENV_B="KVATTN_SM90_MLA_ROWS=0" KVATTN_AB_SUITES=W5 KVATTN_AB_FILTER="W5 MLA 16/1" \
           bash tools/prefill_ab.sh
         ;;
-      8)
+      9)
         export KVATTN_SM90_MLA=1
         # (the tests of the wide tree, less what mla4 does not have: the rows kernel, splits)
         KVATTN_AB_A=.dev/mla.so.xz KVATTN_AB_B=.dev/mla4.so.xz KVATTN_AB_TESTS=tests/python/test_cuda_mla_sm90.py \
