@@ -13,7 +13,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="main128:main:128 pfp8_128:pfp8w:128 pfp8_192:pfp8w:192 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64"
+LIBS="main128:main:128 pfp8_128:pfp8w:128 pfp8_192:pfp8w:192 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 pfp8tma_128:pfp8tma:128"
 
 show() {
   cat << 'END'
@@ -42,6 +42,9 @@ for calls 1-6, at wide for 7-9.
    the MLA stack (splits, rows kernel) against mla4 on W5 128 heads, then 16 heads rows kernel vs ROWS=0.
 9. run(command="bash tools/calls.sh run 9", carry=[".dev/mla.so.xz", ".dev/mla4.so.xz", ".whl"], timeout_s=400)
    mla4 against main's MLA kernel on W5 128 heads.
+10. run(command="bash tools/calls.sh run 10", carry=[".dev/pfp8tma_128.so.xz", ".whl"], timeout_s=590)   [tree at branch pfp8tma]
+   fp8 K / V by TMA (opt-in KVATTN_SM90_FP8_TMA=1) against the cp.async producer, same library: its tests,
+   sanitizers, then W3's fp8kv cases.
 END
 }
 
@@ -119,6 +122,13 @@ case "${1:-show}" in
           KVATTN_AB_SMOKE_K="test_mla_sm90 and paged" KVATTN_AB_RACE_K="test_mla_sm90 and paged" \
           KVATTN_AB_MEM_K="nan_page" KVATTN_AB_SUITES=W5 KVATTN_AB_FILTER="W5 MLA 128/1" \
           bash tools/prefill_ab.sh
+        ;;
+      10)
+        KVATTN_AB_A=.dev/pfp8tma_128.so.xz KVATTN_AB_B=.dev/pfp8tma_128.so.xz KVATTN_AB_ENV_B="KVATTN_SM90_FP8_TMA=1" \
+          KVATTN_AB_DIMS=128 KVATTN_AB_TESTS=tests/python/test_cuda_prefill_sm90_fp8.py KVATTN_AB_K="fp8_tma" \
+          KVATTN_AB_SMOKE_K="fp8_tma_variants" KVATTN_AB_RACE_K="fp8_tma and paged and 16" \
+          KVATTN_AB_MEM_K="fp8_tma_variants" KVATTN_AB_SAN_TIMEOUT=90 KVATTN_AB_SUITES=W3 KVATTN_AB_FILTER="fp8kv" \
+          KVATTN_AB_ROUNDS=2 bash tools/prefill_ab.sh
         ;;
       *) echo "no call $2" >&2; exit 2 ;;
     esac
