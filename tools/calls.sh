@@ -126,7 +126,7 @@ case "${1:-show}" in
       10)
         KVATTN_AB_A=.dev/pfp8tma_128.so.xz KVATTN_AB_B=.dev/pfp8tma_128.so.xz KVATTN_AB_ENV_B="KVATTN_SM90_FP8_TMA=1" \
           KVATTN_AB_DIMS=128 KVATTN_AB_TESTS=tests/python/test_cuda_prefill_sm90_fp8.py KVATTN_AB_K="fp8_tma" \
-          KVATTN_AB_SMOKE_K="fp8_tma_variants" KVATTN_AB_RACE_K="fp8_tma and paged and 16" \
+          KVATTN_AB_SMOKE_K="fp8_tma_variants" KVATTN_AB_RACE_K="fp8_tma_variants and split" \
           KVATTN_AB_MEM_K="fp8_tma_variants" KVATTN_AB_SAN_TIMEOUT=90 KVATTN_AB_SUITES=W3 KVATTN_AB_FILTER="fp8kv" \
           KVATTN_AB_ROUNDS=2 bash tools/prefill_ab.sh
         ;;
