@@ -8,7 +8,10 @@
 # Checks and timing are separate calls (tools/prefill_ab.sh: smoke test, tests, racecheck and memcheck of B;
 # then A B A B timing with the SM clock logged), so that each fits the 600 s a call may run. A / B are
 # libraries of .dev/ (or one library with KVATTN_AB_ENV_B switching B). A call runs from the checkout: put
-# it at the branch whose tests and bench cases the call needs (the list says which).
+# it at the branch whose tests and bench cases the call needs (the list says which): `git checkout --detach
+# BRANCH` (a branch checked out in another worktree cannot be checked out by name; .dev/ and .whl/ are
+# git-ignored and stay). The checkout's own copy of this script runs: a fix made on main after the branches
+# were rebased needs `git checkout main -- tools/` in that checkout too.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,7 +32,7 @@ for calls 1-6, at wide for 7-9.
    f16 kernel, W6 16x128 and W3 b8 +2048 over 32k.
 4. run(command="bash tools/calls.sh run 4", carry=[".dev/pfp8_192.so.xz", ".whl"], timeout_s=590)
    checks at (192, 128) (p192, pfp8 at d 192): every prefill test and the fp8 ones, racecheck, memcheck.
-5. run(command="bash tools/calls.sh run 5", carry=[".dev/pfp8_192.so.xz", ".whl"], timeout_s=400)
+5. run(command="bash tools/calls.sh run 5", carry=[".dev/pfp8_192.so.xz", ".whl"], timeout_s=590)
    timing at (192, 128) against the portable kernel (same library, KVATTN_FORCE_PORTABLE for A), W6
    16x192/128.
 6. run(command="bash tools/calls.sh run 6", carry=[".dev/pfp8_128.so.xz", ".whl"], timeout_s=590)
@@ -57,7 +60,7 @@ case "${1:-show}" in
       1)  # (no timing rounds: the checks alone take most of a call)
         KVATTN_AB_A=.dev/pfp8_128.so.xz KVATTN_AB_B=.dev/pfp8_128.so.xz KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=0 \
           KVATTN_AB_TESTS="tests/python/test_cuda_prefill_sm90.py tests/python/test_cuda_prefill_sm90_fp8.py" \
-          KVATTN_AB_TEST_TIMEOUT=330 KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_SAN_TIMEOUT=90 KVATTN_AB_RACE_K="persistent_cp_async_producer or fp8_nan_page" \
+          KVATTN_AB_TEST_TIMEOUT=300 KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_SAN_TIMEOUT=75 KVATTN_AB_RACE_K="persistent_cp_async_producer or fp8_nan_page" \
           KVATTN_AB_MEM_K="persistent_nan_page or fp8_nan_page" bash tools/prefill_ab.sh
         ;;
       2)
@@ -73,7 +76,7 @@ case "${1:-show}" in
         ;;
       4)  # checks only
         KVATTN_AB_A=.dev/pfp8_192.so.xz KVATTN_AB_B=.dev/pfp8_192.so.xz KVATTN_AB_ROUNDS=0 KVATTN_AB_DIMS=192 \
-          KVATTN_AB_TEST_TIMEOUT=330 KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_SAN_TIMEOUT=90 \
+          KVATTN_AB_TEST_TIMEOUT=300 KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_SAN_TIMEOUT=75 \
           KVATTN_AB_RACE_K="persistent_cp_async_producer or fp8_nan_page" \
           KVATTN_AB_MEM_K="persistent_nan_page or fp8_nan_page" \
           KVATTN_AB_TESTS="tests/python/test_cuda_prefill_sm90.py tests/python/test_cuda_prefill_sm90_fp8.py" \
@@ -107,7 +110,7 @@ case "${1:-show}" in
       8)
         export KVATTN_SM90_MLA=1
         KVATTN_AB_A=.dev/mla4.so.xz KVATTN_AB_B=.dev/wide64.so.xz KVATTN_AB_TESTS=tests/python/test_cuda_mla_sm90.py \
-          KVATTN_AB_SMOKE_K="test_mla_sm90 and splits" KVATTN_AB_RACE_K="test_mla_sm90_rows and plan" \
+          KVATTN_AB_SMOKE_K="splits and plan" KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_RACE_K="test_mla_sm90_rows and plan" \
           KVATTN_AB_MEM_K="nan_page" KVATTN_AB_SUITES=W5 KVATTN_AB_FILTER="W5 MLA 128/1" \
           bash tools/prefill_ab.sh
         OUT=$OUT/rows KVATTN_AB_CHECK=0 KVATTN_AB_A=.dev/wide64.so.xz KVATTN_AB_B=.dev/wide64.so.xz \
@@ -118,8 +121,8 @@ case "${1:-show}" in
         export KVATTN_SM90_MLA=1
         # (the tests of the wide tree, less what mla4 does not have: the rows kernel, splits)
         KVATTN_AB_A=.dev/mla.so.xz KVATTN_AB_B=.dev/mla4.so.xz KVATTN_AB_TESTS=tests/python/test_cuda_mla_sm90.py \
-          KVATTN_AB_K="not rows and not split and not deterministic and not rule" \
-          KVATTN_AB_SMOKE_K="test_mla_sm90 and paged" KVATTN_AB_RACE_K="test_mla_sm90 and paged" \
+          KVATTN_AB_K="not rows and not split and not deterministic and not rule and not hopper" \
+          KVATTN_AB_SMOKE_K="test_mla_sm90 and hnd and not rows" KVATTN_AB_RACE_K="test_mla_sm90 and hnd and not rows" \
           KVATTN_AB_MEM_K="nan_page" KVATTN_AB_SUITES=W5 KVATTN_AB_FILTER="W5 MLA 128/1" \
           bash tools/prefill_ab.sh
         ;;

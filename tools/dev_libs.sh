@@ -2,7 +2,8 @@
 # Developer builds of branches for device A/B calls, here (no GPU needed): for each NAME:BRANCH:HEAD_DIM, the
 # branch's tree (git archive, no worktree) built for sm_90a, one head dim, bf16 (KVATTN_DEV_DTYPE), into
 # .dev/NAME.so.xz (git-ignored; ~9 MB at most, under the 64 MiB a device call carries). ~1.5-3 min each on 2
-# cores; an existing .dev/NAME.so.xz is kept unless DEV_LIBS_FORCE=1.
+# cores; an existing .dev/NAME.so.xz is kept if built from the branch's current commit (.dev/NAME.commit)
+# unless DEV_LIBS_FORCE=1.
 #   tools/dev_libs.sh main128:main:128 pfp8:pfp8:128
 # The libraries of the pending device calls (tools/calls.sh): `tools/dev_libs.sh $(tools/calls.sh libs)`.
 set -euo pipefail
@@ -11,8 +12,10 @@ mkdir -p .dev
 for spec in "$@"; do
   IFS=: read -r name branch dim <<< "$spec"
   out=.dev/$name.so.xz
-  if [ -f "$out" ] && [ "${DEV_LIBS_FORCE:-0}" != 1 ]; then
-    echo "$out: kept"
+  commit=$(git rev-parse "$branch")
+  # Kept only when built from the branch's commit of now (.dev/NAME.commit): a rebase rebuilds it.
+  if [ -f "$out" ] && [ "$(cat ".dev/$name.commit" 2> /dev/null)" = "$commit" ] && [ "${DEV_LIBS_FORCE:-0}" != 1 ]; then
+    echo "$out: kept ($branch at ${commit:0:7})"
     continue
   fi
   src=/tmp/kvattn-devlib/$name
@@ -20,8 +23,9 @@ for spec in "$@"; do
   git archive "$branch" | tar -x -C "$src"
   t0=$(date +%s)
   cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVATTN_CUDA=ON -DKVATTN_CUDA_ARCHS=90a \
-    -DKVATTN_DEV_HEAD_DIM="$dim" -DKVATTN_DEV_DTYPE=bf16 > "$src/cmake.log" 2>&1
+    -DKVATTN_DEV_HEAD_DIM="$dim" -DKVATTN_DEV_DTYPE=bf16 > "$src/cmake.log" 2>&1 || { tail -20 "$src/cmake.log"; exit 1; }
   ninja -C "$src/build" kvattn > "$src/build.log" 2>&1 || { tail -20 "$src/build.log"; exit 1; }
   xz -T2 -c "$src/build/libkvattn.so" > "$out"
+  echo "$commit" > ".dev/$name.commit"
   echo "$out: $branch ($(git rev-parse --short "$branch")) d $dim, $(($(date +%s) - t0)) s, $(du -h "$out" | cut -f1)"
 done
