@@ -207,3 +207,30 @@ def test_fp8_case_through_torch_tensors_passes_its_check():
     assert kw["v_cache"].view(torch.uint8).eq(L.FP8_NAN_BITS).any()  # the spare pages
     ok, lines = CC.check_case(case, ctx, 3)
     assert ok is True, lines
+
+
+def test_prefill_check_takes_the_last_rows_at_their_positions(monkeypatch):
+    """A chunked prefill case (append + rotary, causal, fp8 cache) checked on its last rows only: the oracle
+    sees them at their own positions (causal bottom-right, rotary start moved), so the check passes, and an
+    error in a checked row fails it."""
+    sys.path.insert(0, ROOT)
+    import kvattn
+    from bench import case_check as CC
+    from bench import run as R
+    from bench import suites as S
+
+    class OffInLastRow:
+        KvattnError = kvattn.KvattnError
+
+        def flash_attn_with_kvcache(self, **kw):
+            kvattn.flash_attn_with_kvcache(**kw)
+            kw["out"][0, -1, 0, 0] += 0.1
+
+    monkeypatch.setattr(CC, "CHECK_ROWS", 8)
+    ctx = R.Ctx("cpu", None, R.parse(["--device", "cpu"]))
+    case = S.select(["W3"], cpu=True, filt="=W3 32/8 b1 +2048 over 32k p16 fp8kv")[0]
+    ok, lines = CC.check_case(case, ctx, 1)
+    assert ok is True and "query rows 24-31 of 32" in lines[0], lines
+    ctx.kvattn = OffInLastRow()
+    ok, lines = CC.check_case(case, ctx, 1)
+    assert ok is False and "FAIL" in lines[-1], lines
