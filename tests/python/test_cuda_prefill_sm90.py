@@ -256,6 +256,108 @@ def _overlapping_cu_seqlens_q_is_an_error(case):
         H.sync_device_errors(DEVICE)
 
 
+# The split kernel (PrefillConfig::kSplit): decode-like fixed-q shapes whose CTAs would leave SMs idle get
+# static key splits (the plan's, num_splits = 0 here; an explicit count caps them), each CTA a split's share
+# of its unit's tiles into partials that the split combine merges; a unit of <= 64 rows leaves consumer 1
+# idle. WRITTEN WITHOUT A GPU (session 29, branch psplit); the cases were checked against the oracle on the
+# CPU backend only. GQA 8 makes 8 tokens 64 packed rows (W4's 64/8 q 8), 12 tokens 96.
+def split(**kw):
+    base = dict(layout="paged", page_size=16, hq=16, hk=2, sq=8, seqlens=(3000, 1700), num_splits=0)
+    base.update(kw)
+    return prefill(**base)
+
+
+SPLIT_CASES = {
+    "64 rows, paged 16 (TMA)": split(seed=100),
+    "64 rows, paged 1 (cp.async)": split(page_size=1, seqlens=(2000, 900), seed=101),
+    "64 rows, contiguous full rows (TMA)": split(layout="contiguous", seqlens=(2048, 2048), seqlens_as="none",
+                                                 causal=False, extra_slots=0, seed=102),
+    "64 rows, contiguous, leftpad + batch idx": split(layout="contiguous", seqlens=(2500, 1000), leftpad=(37, 300),
+                                                      batch_idx="scattered", seed=103),
+    "96 rows (consumer 1 in part), paged 64 hnd, window": split(page_size=64, hnd=True, sq=12, window=(700, 0),
+                                                                seqlens=(3000, 1500), seed=104),
+    "320 rows (12 CTAs), causal": split(sq=40, seqlens=(4000, 2500), seed=105),
+    "32 rows (consumer 1 idle)": split(hq=8, seed=106),
+    "explicit num_splits 3": split(layout="contiguous", num_splits=3, seqlens=(1000, 300, 129), extra_slots=1200,
+                                   seed=107),
+    "more splits than a short sequence's tiles": split(seqlens=(200, 4000), seed=108),
+    "sinks + alibi": split(sinks="fp32", alibi="bh", seed=109),
+    "softcap + chunk": split(softcap=20.0, chunk=96, seed=110),
+    "seqused_q": split(seqused_q=True, seed=111),
+    "an empty sequence": split(seqlens=(0, 3000), seed=112),
+    "append + rotary": split(new=(8, 8), rotary="neox", seqlens=(2000, 900), seed=113),
+    "fp16": split(dtype="fp16", seed=114),
+    "packed (cu_seqlens_k)": split(layout="packed", seqlens=(2000, 700, 9), seed=115),
+}
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", list(SPLIT_CASES))
+def test_prefill_sm90_splits(name, d):
+    run_and_compare(dataclasses.replace(SPLIT_CASES[name], d=d), DEVICE)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_split_rule(monkeypatch, d):
+    """Without the force switch: 64 packed rows over 2 sequences take the split kernel and the combine; 64
+    rows over 64 sequences x 4 kv heads (256 CTAs) the split kernel in one pass (consumer 1 idle); in
+    deterministic mode and with varlen q the 64-row shapes keep the portable kernel. All right against the
+    oracle."""
+    monkeypatch.delenv("KVATTN_FORCE_SM90_PREFILL", raising=False)
+    few = split(d=d, seed=120)
+    names = _kernel_names(few)
+    assert any("prefill_kernel" in n for n in names) and any("split_combine" in n for n in names), names
+    run_and_compare(few, DEVICE)
+    many = split(d=d, hq=32, hk=4, seqlens=tuple(300 + 7 * i for i in range(64)), seed=121)
+    names = _kernel_names(many)
+    assert any("prefill_kernel" in n for n in names) and not any("combine" in n for n in names), names
+    run_and_compare(many, DEVICE)
+    for case in (split(d=d, deterministic=True, seed=122),
+                 split(d=d, q_lens=(8, 8), sq=0, seed=123)):
+        names = _kernel_names(case)
+        assert not any("prefill_kernel" in n for n in names), names
+        run_and_compare(case, DEVICE)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_splits_twice_same_bits(d):
+    """Two calls give the same bits (the splits' partials merged in split order)."""
+    from cases import build
+
+    case = split(d=d, seed=124)
+    q, k_cache, v_cache, kw, _, _ = build(case)
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    args = (H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE), H.to_device(v_cache, DEVICE))
+    outs = [H.to_numpy(H.kvattn.flash_attn_with_kvcache(*args, **dev, return_softmax_lse=True)[0])
+            for _ in range(2)]
+    assert np.array_equal(outs[0].view(np.uint16), outs[1].view(np.uint16))
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_splits_nan_page_is_contained(d):
+    """An out-of-range page id in a middle split's share: recorded, that sequence NaN through the combine,
+    the other right."""
+    from cases import build
+    from reference import reference_attention
+
+    case = split(d=d, seed=125)
+    q, k_cache, v_cache, kw, ref_kw, _ = build(case)
+    ref = reference_attention(q, k_cache, v_cache, **ref_kw)
+    kw = dict(kw)
+    table = kw["page_table"].copy()
+    table[0, 90] = 1 << 20  # keys 1440-1455 of sequence 0's 3000
+    kw["page_table"] = table
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    with H.poisoned_outputs():
+        out, _ = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
+                                                  H.to_device(v_cache, DEVICE), return_softmax_lse=True, **dev)
+    with pytest.raises(H.kvattn.KvattnError, match="page_table"):
+        H.sync_device_errors(DEVICE)
+    out = H.to_numpy(out)
+    assert np.isnan(out[0]).all()
+    H.assert_close("out", out[1:], ref["out"][1:], H.TOL_OUT["bf16"])
+
+
 @pytest.mark.parametrize("varlen_kernel", ["0", "1"])
 @pytest.mark.parametrize("d", HEAD_DIMS)
 def test_prefill_sm90_overlapping_cu_seqlens_q_is_an_error(monkeypatch, d, varlen_kernel):

@@ -309,6 +309,21 @@ __device__ __forceinline__ void write_rows(const AttnParams& p, const Sequence& 
     const int64_t t = split_row(r, p.group).t;
     const int h = row[k].head;
     const RowState st{row_max[k] * factor, row_sum[k]};  // log2 units
+    if constexpr (Cfg::kSplit) {
+      const int64_t prow = piece_partial_row(p, split_piece(cta), seq, r);
+      if (prow >= 0) {  // a split's normalized partial, the sink left to the combine
+        const RowEnd part = end_row(st, row[k].attends, false, p.sinks, h, 1.f);
+        float* o_part = p.o_partial + prow * p.head_dim_v;  // (8-byte aligned: c is even)
+#pragma unroll
+        for (int j = 0; j < kD / 8; ++j) {
+          const int c = 8 * j + 2 * quad;
+          *reinterpret_cast<float2*>(o_part + c) =
+              make_float2(o[4 * j + 2 * k] * part.o_scale, o[4 * j + 2 * k + 1] * part.o_scale);
+        }
+        if (quad == 0) p.lse_partial[prow] = part.lse;
+        continue;
+      }
+    }
     const RowEnd end = end_row(st, row[k].attends, true, p.sinks, h, 1.f);
     const float lse = end.lse, inv_l = end.o_scale;
     T* out = out_row<T>(p, seq, cta.i, t, h);
@@ -493,7 +508,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32, quad = lane % 4;
   const int64_t m0 = cta.m0 + 64 * consumer;  // this warpgroup's first packed row
   unsigned char* s_q = s_q_all + consumer * (Cfg::kQBytes / Cfg::kConsumers);
-  if constexpr (Cfg::kVarlen) {
+  if constexpr (Cfg::kVarlen || Cfg::kSplit) {
     if (consumer > 0 && m0 >= static_cast<int64_t>(seq.q_len) * p.group) {
       idle_consumer<Cfg>(consumer, n_tiles, full_bar, empty_bar);
       return;

@@ -50,7 +50,8 @@ struct PrefillArgs {
   CUtensorMap v_map;
 };
 
-template <typename T_, int kHeadDim_, bool kPingPong_, bool kVarlen_ = false, bool kPersistent_ = false>
+template <typename T_, int kHeadDim_, bool kPingPong_, bool kVarlen_ = false, bool kPersistent_ = false,
+          bool kSplit_ = false>
 struct PrefillConfig {
   using T = T_;
   static constexpr int kHeadDim = kHeadDim_;     // d = dv
@@ -64,6 +65,11 @@ struct PrefillConfig {
   // the next unit's set-up and loads overlap this one's compute (persistent.cuh). Not with kVarlen.
   static constexpr bool kPersistent = kPersistent_;
   static_assert(!(kVarlen && kPersistent), "the persistent kernel walks the max-length grid's units");
+  // Static key splits (decode-like shapes: a CTA's rows against a share of the keys, blockIdx.y of
+  // p.num_splits, partials for the split combine), and consumer 1 idle past the rows (64-row units: a
+  // speculative decode's 64 packed rows). Fixed q only.
+  static constexpr bool kSplit = kSplit_;
+  static_assert(!(kSplit && (kVarlen || kPersistent)), "splits on the fixed-q grid");
   static constexpr PrefillTile kTile = prefill_tile(kHeadDim);
   static constexpr int kConsumers = kTile.consumers;  // warpgroups of 64 rows
   static constexpr int kBlockM = 64 * kConsumers;
@@ -130,6 +136,12 @@ struct CtaRows {
   int i, kv_head;
   int64_t m0;
 };
+
+// A split kernel's CTA (PrefillConfig::kSplit) as the epilogue's piece: static split blockIdx.y of
+// p.num_splits (1: the whole unit, written to out).
+__device__ __forceinline__ Piece split_piece(const CtaRows& c) {
+  return {c.i, c.kv_head, c.m0, static_cast<int>(blockIdx.y), 0, 0, -1, -1};
+}
 
 template <class Cfg>
 __device__ __forceinline__ CtaRows cta_rows(const PrefillArgs& a) {

@@ -67,7 +67,11 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
   bool ok = check_unique_row(p.seq, cta.i, p.errors) && seq.ok;
   if (ok && p.seq.page_table) ok = check_pages(p.seq, seq, seq.leftpad, seq.end, p.errors);
   if (!ok) {
-    write_nan_rows<Cfg>(p, cta, seq);
+    if constexpr (Cfg::kSplit) {  // every split fails the same check: NaN partials (the combine's NaN)
+      cuda::write_nan_rows<typename Cfg::T, Cfg::kBlockM, Cfg::kThreads>(p, split_piece(cta), seq);
+    } else {
+      write_nan_rows<Cfg>(p, cta, seq);
+    }
     return;
   }
   KeyRange keys = key_range(p, seq, cta.m0, Cfg::kBlockM, Cfg::kBlockN);
@@ -79,8 +83,16 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
                           .align;
     keys.first -= (seq.leftpad + keys.first) % align;
   }
-  const int64_t n_tiles =
-      keys.last >= keys.first ? (keys.last - keys.first + Cfg::kBlockN) / Cfg::kBlockN : 0;
+  int64_t n_tiles = keys.last >= keys.first ? (keys.last - keys.first + Cfg::kBlockN) / Cfg::kBlockN : 0;
+  if constexpr (Cfg::kSplit) {
+    // Split blockIdx.y's share of the unit's whole tiles (attention/prologue.cuh's rule; from the aligned
+    // first tile, so a split's first tile is aligned too: align divides kBlockN): the producer and the
+    // consumers then see a unit of n_tiles tiles from keys.first, as without splits.
+    const int64_t per = (n_tiles + p.num_splits - 1) / p.num_splits;
+    const int64_t begin = min(n_tiles, static_cast<int64_t>(blockIdx.y) * per);
+    keys.first += begin * Cfg::kBlockN;
+    n_tiles = min(n_tiles, begin + per) - begin;
+  }
 
   if (threadIdx.x == 0) init_stage_barriers<Cfg>(full_bar, empty_bar);
   __syncthreads();
@@ -110,6 +122,7 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) prefill_kernel(const __grid_constant__ PrefillArgs a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (Cfg::kSplit) allow_dependent_launch();  // the split combine may be scheduled now
   prefill_cta<Cfg>(a);
 #endif
 }

@@ -141,6 +141,8 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream, bool 
         std::min(line, varlen_line_bound(params.seq.total_q * params.group, params.seq.batch, Cfg::kBlockM));
   }
   int64_t ctas = line * params.num_kv_heads;
+  // The split kernel: a CTA a (unit, split), the splits in blockIdx.y (the plan's num_splits).
+  const unsigned splits = Cfg::kSplit ? static_cast<unsigned>(params.num_splits) : 1u;
   if (ctas > 0x7fffffff) {
     return fail(KVATTN_ERROR_UNSUPPORTED, "q: batch * kv heads * row blocks = " + std::to_string(ctas) +
                                               " CTAs exceeds the grid limit");
@@ -181,8 +183,8 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream, bool 
 #endif
   // Early behind the append (PDL): the CTAs set up, load their sequence, check its pages and load Q
   // while the append ends; the producers wait for it before the first K/V copy (kernel.cuh).
-  const LaunchShape shape{dim3(static_cast<unsigned>(ctas)), dim3(Cfg::kThreads), static_cast<size_t>(smem),
-                          stream, early_launch};
+  const LaunchShape shape{dim3(static_cast<unsigned>(ctas), splits), dim3(Cfg::kThreads),
+                          static_cast<size_t>(smem), stream, early_launch};
   if (const kvattn_status st = launch_kernel("prefill_kernel (sm_90a)", prefill_kernel<Cfg>, shape, a);
       st != KVATTN_OK) {
     return st;
@@ -207,6 +209,13 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
     // it its unit counter. Without turns: the consumers' units drift apart anyway, and the turns only add
     // waits (H200, W6 16k: d 64 full 5,858 -> 5,450 us, session 9; d 128 full / causal -1% / -3%, d 256
     // -4% / -3%, session 10; bench/NOTES.md).
+    // Static key splits (the plan's, for decode-like shapes that leave SMs idle) or a unit of <= 64 rows
+    // (consumer 1 idle instead of computing padding rows): the split kernel, the head dim's usual turns.
+    const int64_t rows = static_cast<int64_t>(params.seq.max_seqlen_q) * params.group;
+    if (params.seq.cu_seqlens_q == nullptr && (params.num_splits > 1 || rows <= 64)) {
+      return launch_config<PrefillConfig<T, kHeadDim, kHeadDim != 128, false, false, true>>(params, stream,
+                                                                                            early_launch);
+    }
     if (params.seq.cu_seqlens_q == nullptr && params.unit_pieces != nullptr) {
       return launch_config<PrefillConfig<T, kHeadDim, false, false, true>>(params, stream, early_launch,
                                                                            counter_by_append);

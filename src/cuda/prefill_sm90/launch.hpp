@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -99,15 +100,42 @@ inline bool prefill_persistent_selected(const FwdProblem& p, int sm_count) {
   if (const char* v = std::getenv("KVATTN_SM90_PERSISTENT"); v != nullptr) return std::strcmp(v, "1") == 0;
   return prefill_fills_sms_twice(p, sm_count);
 }
-// The workspace: the persistent kernel's int32 unit counter (AttentionPlan::unit_counter) in its first
-// 256 bytes, then the rotated q (AttentionPlan::q_rotated).
+// Packed rows a (sequence, kv head): max_seqlen_q x hq / hk.
+inline int64_t prefill_rows(const FwdProblem& p) {
+  return static_cast<int64_t>(p.max_seqlen_q) * (p.num_q_heads / std::max(1, p.num_kv_heads));
+}
+// Static key splits for q without cu_seqlens_q when the CTAs (one an SM: the kernel's shared memory) would
+// leave SMs idle: the general kernel's rule (choose_splits: the fewest splits within 90% of the best wave
+// efficiency, >= 4 key tiles a split; an explicit num_splits caps it). Not in deterministic mode: there the
+// kernel runs one pass (its order of additions fixed) and the shape rule keeps the decode-like shapes on the
+// portable kernel's deterministic splits (prefill.cu).
+inline int prefill_sm90_splits(const FwdProblem& p, int sm_count) {
+  if (p.cu_seqlens_q != nullptr || p.deterministic) return 1;
+  const PrefillTile tile = prefill_tile(p.head_dim);
+  const int64_t block_m = 64 * tile.consumers;
+  SplitInputs in;
+  in.ctas = (prefill_rows(p) + block_m - 1) / block_m * p.batch * p.num_kv_heads;
+  in.max_keys = p.cu_seqlens_k ? p.num_pages : p.capacity;
+  in.block_n = tile.block_n;
+  in.sm_count = std::max(1, sm_count - std::max(0, p.sm_margin));
+  in.ctas_per_sm = 1;
+  in.num_splits = p.num_splits;
+  in.deterministic = false;
+  return choose_splits(in);
+}
+// The workspace: the split partials (AttentionPlan::splits > 1), or the persistent kernel's int32 unit
+// counter (AttentionPlan::unit_counter) in its first 256 bytes; then the rotated q
+// (AttentionPlan::q_rotated).
 inline AttentionPlan plan_prefill_sm90(const FwdProblem& p, const AttentionKernel& row,
                                        const DeviceShape& device) {
   AttentionPlan plan = prefill_sm90_single_pass(plan_portable(p, row, device));
   plan.smem_bytes = prefill_smem_bytes(row.head_dim);
   plan.static_smem_bytes = 0;
   const bool q_rotated = prefill_q_rotated_ahead(p);
-  if (prefill_persistent_selected(p, device.sm_count)) {
+  plan.splits = prefill_sm90_splits(p, device.sm_count);
+  if (plan.splits > 1) {  // the split kernel (launch.cuh), its partials and the split combine
+    plan_partials(plan, p, static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits, false);
+  } else if (prefill_rows(p) > 64 && prefill_persistent_selected(p, device.sm_count)) {
     plan.unit_counter = true;
     plan.workspace_bytes = kWorkspaceAlign;
     plan.smem_bytes = prefill_smem_bytes(row.head_dim, true);

@@ -1,4 +1,5 @@
 // The sm_90a prefill kernel: which problems its table rows take (prefill_sm90_supports).
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -31,18 +32,28 @@ bool prefill_sm90_supports(const FwdProblem& p) {
   if (p.q_dtype != p.kv_dtype || p.out_dtype != p.q_dtype || !prefill_built(p.q_dtype, p.head_dim)) {
     return false;
   }
-  if (p.head_dim_v != p.head_dim || p.qv.ptr != nullptr || p.num_splits > 1) return false;
+  if (p.head_dim_v != p.head_dim || p.qv.ptr != nullptr) return false;
+  // Deterministic mode: one pass (the portable kernel takes an explicit split count's chunks).
+  if (p.deterministic && p.num_splits > 1) return false;
   if (!cp_async_cache_rows_ok(p, p.k_cache, p.head_dim) ||
       !cp_async_cache_rows_ok(p, p.v_cache, p.head_dim) || !kv_rows_vec16(p)) {
     return false;
   }
-  // Prefill shapes only: below 128 packed rows a CTA (128 rows; 192 at d 64) would be mostly padding, and
-  // below 64 CTAs (half a wave on the 114-132 SMs of sm_90 parts) the portable kernel's split-KV schedule
-  // fills the machine instead. KVATTN_FORCE_SM90_PREFILL=1 (tests) drops this rule.
-  const int64_t rows = static_cast<int64_t>(p.max_seqlen_q) * (p.num_q_heads / p.num_kv_heads);
+  // The shape rule (KVATTN_FORCE_SM90_PREFILL=1, tests, drops it). q without cu_seqlens_q, not
+  // deterministic: >= 64 packed rows a kv head (a consumer's; a unit of <= 64 rows runs the split kernel,
+  // consumer 1 idle; KVATTN_SM90_SPLIT_ROWS sets the floor, for A/B), the plan adding static key splits where
+  // the CTAs would leave SMs idle (prefill_sm90_splits). Varlen q and deterministic mode (one pass, no
+  // splits): >= 128 rows (below, a CTA would be mostly padding) and >= 64 CTAs (half a wave on the 114-132
+  // SMs of sm_90 parts; below, the portable kernel's split-KV schedule fills the machine instead).
+  const int64_t rows = prefill_rows(p);
   const int64_t block_m = 64 * prefill_tile(p.head_dim).consumers;
   const int64_t ctas = (rows + block_m - 1) / block_m * p.batch * p.num_kv_heads;
-  if (!(rows >= 128 && ctas >= 64) && !env_is_1("KVATTN_FORCE_SM90_PREFILL")) return false;
+  bool shape_ok = rows >= 128 && ctas >= 64;
+  if (p.cu_seqlens_q == nullptr && !p.deterministic) {
+    const char* floor = std::getenv("KVATTN_SM90_SPLIT_ROWS");
+    shape_ok = rows >= (floor != nullptr ? std::max(1, std::atoi(floor)) : 64);
+  }
+  if (!shape_ok && !env_is_1("KVATTN_FORCE_SM90_PREFILL")) return false;
   // The sm_90a binary must be the one the device runs (not an sm_80 one picked for lack of it).
   return p.q_dtype == DType::bf16 ? loaded<__nv_bfloat16>(p.head_dim) : loaded<half>(p.head_dim);
 }
