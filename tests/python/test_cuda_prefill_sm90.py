@@ -13,6 +13,7 @@ One case checks with the profiler that the kernel really ran on Hopper.
 
 import dataclasses
 import os
+import re
 
 import numpy as np
 import pytest
@@ -276,13 +277,17 @@ SPLIT_CASES = {
                                                       batch_idx="scattered", seed=103),
     "96 rows (consumer 1 in part), paged 64 hnd, window": split(page_size=64, hnd=True, sq=12, window=(700, 0),
                                                                 seqlens=(3000, 1500), seed=104),
-    "320 rows (12 CTAs), causal": split(sq=40, seqlens=(4000, 2500), seed=105),
+    "320 rows (12 CTAs; 8 at d 64), causal": split(sq=40, seqlens=(4000, 2500), seed=105),
+    "leftpad, paged 16 (split 0's first tile below leftpad)": split(leftpad=(37, 5), seqlens=(3000, 1700), seed=116),
+    "paged 256 (a box a tile), leftpad": split(page_size=256, leftpad=(300, 0), seqlens=(3500, 1700), seed=117),
+    "paged 48 (TMA boxes at d 256), leftpad": split(page_size=48, leftpad=(16, 48), seqlens=(3000, 1700), seed=118),
+    "128 rows (d 64: consumer 2 idle)": split(sq=16, seqlens=(3000, 1700), seed=119),
     "32 rows (consumer 1 idle)": split(hq=8, seed=106),
     "explicit num_splits 3": split(layout="contiguous", num_splits=3, seqlens=(1000, 300, 129), extra_slots=1200,
                                    seed=107),
     "more splits than a short sequence's tiles": split(seqlens=(200, 4000), seed=108),
     "sinks + alibi": split(sinks="fp32", alibi="bh", seed=109),
-    "softcap + chunk": split(softcap=20.0, chunk=96, seed=110),
+    "softcap + chunk": split(softcap=20.0, chunk=1000, seed=110),
     "seqused_q": split(seqused_q=True, seed=111),
     "an empty sequence": split(seqlens=(0, 3000), seed=112),
     "append + rotary": split(new=(8, 8), rotary="neox", seqlens=(2000, 900), seed=113),
@@ -310,7 +315,9 @@ def test_prefill_sm90_split_rule(monkeypatch, d):
     run_and_compare(few, DEVICE)
     many = split(d=d, hq=32, hk=4, seqlens=tuple(300 + 7 * i for i in range(64)), seed=121)
     names = _kernel_names(many)
-    assert any("prefill_kernel" in n for n in names) and not any("combine" in n for n in names), names
+    # (the split kernel: the only PrefillConfig whose last flag, kSplit, is true)
+    assert any(re.search(r"PrefillConfig<[^>]*, true>", n) for n in names), names
+    assert not any("combine" in n for n in names), names
     run_and_compare(many, DEVICE)
     for case in (split(d=d, deterministic=True, seed=122),
                  split(d=d, q_lens=(8, 8), sq=0, seed=123)):
@@ -335,8 +342,9 @@ def test_prefill_sm90_splits_twice_same_bits(d):
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
 def test_prefill_sm90_splits_nan_page_is_contained(d):
-    """An out-of-range page id in a middle split's share: recorded, that sequence NaN through the combine,
-    the other right."""
+    """An out-of-range page id (in a middle split's share; every split checks the whole sequence): recorded,
+    every split's partials of that sequence NaN, so its out and lse NaN through the combine; the other
+    right."""
     from cases import build
     from reference import reference_attention
 
@@ -349,13 +357,28 @@ def test_prefill_sm90_splits_nan_page_is_contained(d):
     kw["page_table"] = table
     dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
     with H.poisoned_outputs():
-        out, _ = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
-                                                  H.to_device(v_cache, DEVICE), return_softmax_lse=True, **dev)
+        out, lse = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
+                                                    H.to_device(v_cache, DEVICE), return_softmax_lse=True, **dev)
     with pytest.raises(H.kvattn.KvattnError, match="page_table"):
         H.sync_device_errors(DEVICE)
-    out = H.to_numpy(out)
-    assert np.isnan(out[0]).all()
+    out, lse = H.to_numpy(out), H.to_numpy(lse)
+    assert np.isnan(out[0]).all() and np.isnan(lse[0]).all()
     H.assert_close("out", out[1:], ref["out"][1:], H.TOL_OUT["bf16"])
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("env", [{"KVATTN_SM90_TMA": "0"}, {"KVATTN_SM90_QROT": "1"}], ids=["cp_async", "qrot"])
+def test_prefill_sm90_splits_same_bits(monkeypatch, d, env):
+    """A split case through the cp.async producer instead of TMA, and with q rotated ahead: the same bits."""
+    case = split(d=d, new=(8, 8), rotary="neox", leftpad=(37, 5), seed=126)
+    _same_bits(monkeypatch, case, {}, env)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_splits_cuda_graph(d):
+    """The split kernel and the combine captured in a CUDA graph, replayed into poisoned outputs: the eager
+    call's bits."""
+    _graph_replays_give_eager_bits(split(d=d, seed=127))
 
 
 @pytest.mark.parametrize("varlen_kernel", ["0", "1"])

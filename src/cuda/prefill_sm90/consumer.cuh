@@ -287,7 +287,8 @@ __device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float fa
   }
 }
 
-// Out = O / l and lse of this thread's two rows, the sink counted here (one pass: no partials).
+// Out = O / l and lse of this thread's two rows, the sink counted here; a split of the split kernel
+// (Cfg::kSplit, p.num_splits > 1) writes its normalized partial instead (the combine counts the sink).
 template <class Cfg>
 __device__ __forceinline__ void write_rows(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
                                            int64_t m0, const QueryRow (&row)[2],
@@ -523,11 +524,11 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
       load_q<Cfg>(p, seq, cta.i, cta.kv_head, m0, s_q);
     }
     fence_proxy_async();
-  } else {
+  } else if (!Cfg::kSplit || n_tiles > 0) {  // (a split past a short sequence's tiles reads no Q)
     load_q<Cfg>(p, seq, cta.i, cta.kv_head, m0, s_q);
     fence_proxy_async();  // Q is read by wgmma (async proxy)
   }
-  named_barrier_sync(Cfg::kQBarrier + consumer, 128);
+  if (!Cfg::kSplit || n_tiles > 0) named_barrier_sync(Cfg::kQBarrier + consumer, 128);
   KVATTN_PTL(pu_stamp(kPuTiles + kPuQReady));
 
   const int64_t kv_len = seq.end - seq.leftpad;

@@ -2,8 +2,9 @@
 //
 // One CTA computes kBlockM = 64 x kConsumers packed query rows (128; 192 at d 64: config.hpp) (GQA rows
 // packed as in the portable kernel: packed row r is token r / g of query head kv_head * g + r % g) of one
-// (sequence, kv head) against every key they can see, without splits (prefill shapes fill the machine with
-// m-blocks). A producer warpgroup and kConsumers consumer warpgroups:
+// (sequence, kv head) against every key they can see; the split kernel (Cfg::kSplit: decode-like shapes
+// whose CTAs leave SMs idle) against its split's share of those keys, into partials for the split combine.
+// A producer warpgroup and kConsumers consumer warpgroups:
 //   producer (warpgroup 0, few registers): gathers each K/V tile of kBlockN keys through the page table
 //     with 16-byte cp.async, one row pointer per key (any page size, paged / contiguous / packed caches,
 //     cache_batch_idx, leftpad: the addressing rule of common/sequence.cuh), into a ring of kStages shared

@@ -209,10 +209,12 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
     // it its unit counter. Without turns: the consumers' units drift apart anyway, and the turns only add
     // waits (H200, W6 16k: d 64 full 5,858 -> 5,450 us, session 9; d 128 full / causal -1% / -3%, d 256
     // -4% / -3%, session 10; bench/NOTES.md).
-    // Static key splits (the plan's, for decode-like shapes that leave SMs idle) or a unit of <= 64 rows
-    // (consumer 1 idle instead of computing padding rows): the split kernel, the head dim's usual turns.
+    // Static key splits (the plan's, for decode-like shapes that leave SMs idle) or a unit whose rows leave
+    // a consumer without rows (idle instead of computing padding rows: launch.hpp,
+    // prefill_split_kernel_rows): the split kernel, with the head dim's usual turns.
     const int64_t rows = static_cast<int64_t>(params.seq.max_seqlen_q) * params.group;
-    if (params.seq.cu_seqlens_q == nullptr && (params.num_splits > 1 || rows <= 64)) {
+    constexpr int64_t kIdleRows = 64 * (prefill_tile(kHeadDim).consumers - 1);
+    if (params.seq.cu_seqlens_q == nullptr && (params.num_splits > 1 || rows <= kIdleRows)) {
       return launch_config<PrefillConfig<T, kHeadDim, kHeadDim != 128, false, false, true>>(params, stream,
                                                                                             early_launch);
     }

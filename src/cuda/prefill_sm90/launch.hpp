@@ -51,15 +51,16 @@ inline bool sm90a_binary_loaded(const void* kernel) {
 
 // The supports predicate of the kernel's table rows (dispatch.cu: arch kArchSm90, fp16 / bf16, d = dv = 128):
 // q = cache = out in fp16/bf16, d = dv among the compiled head dims (none without a 90a target), no qv,
-// 16-byte aligned cache rows (kv_rows_vec16), caches under 64 GiB each, no explicit num_splits > 1, the
-// library's sm_90a binary is the one the device runs, and a prefill shape: >= 128 packed query rows
-// (max_seqlen_q x hq / hk) per kv head and >= 64 CTAs of 128 rows (KVATTN_FORCE_SM90_PREFILL=1 drops the
-// shape rule, for tests). The table asks it on sm_90 devices only, never under the portable switch.
+// 16-byte aligned cache rows (kv_rows_vec16), caches under 64 GiB each, the library's sm_90a binary is the
+// one the device runs, and the shape rule (prefill.cu: >= 64 packed query rows a kv head for fixed q, key
+// splits added by the plan; varlen q and deterministic mode >= 128 rows and >= 64 CTAs, no explicit
+// num_splits > 1 in deterministic mode; KVATTN_FORCE_SM90_PREFILL=1 drops it, for tests). The table asks
+// it on sm_90 devices only, never under the portable switch.
 bool prefill_sm90_supports(const FwdProblem& p);
 
-// The plan of its rows: the portable plan made one pass (the kernel never splits K/V, so nothing launches
-// a combine after it; plan_prefill_sm90 adds the workspace of the persistent kernel and the rotated q). The
-// kernel reads only params; its own grid and shared memory come from prefill_sm90/config.hpp.
+// The plan of its rows: the portable plan made one pass (plan_prefill_sm90 then adds the split kernel's key
+// splits and partials, or the persistent kernel's workspace, and the rotated q). The kernel reads only
+// params; its own grid and shared memory come from prefill_sm90/config.hpp.
 inline AttentionPlan prefill_sm90_single_pass(AttentionPlan plan) {
   plan.key_split = plan.balanced = plan.early_launch = false;
   plan.splits = 1;
@@ -104,6 +105,11 @@ inline bool prefill_persistent_selected(const FwdProblem& p, int sm_count) {
 inline int64_t prefill_rows(const FwdProblem& p) {
   return static_cast<int64_t>(p.max_seqlen_q) * (p.num_q_heads / std::max(1, p.num_kv_heads));
 }
+// A unit of fixed q whose rows leave at least one consumer without rows: the split kernel (launch.cuh), which
+// idles it, even without splits (the persistent kernel would compute its padding rows).
+inline bool prefill_split_kernel_rows(const FwdProblem& p) {
+  return p.cu_seqlens_q == nullptr && prefill_rows(p) <= 64 * (prefill_tile(p.head_dim).consumers - 1);
+}
 // Static key splits for q without cu_seqlens_q when the CTAs (one an SM: the kernel's shared memory) would
 // leave SMs idle: the general kernel's rule (choose_splits: the fewest splits within 90% of the best wave
 // efficiency, >= 4 key tiles a split; an explicit num_splits caps it). Not in deterministic mode: there the
@@ -135,7 +141,7 @@ inline AttentionPlan plan_prefill_sm90(const FwdProblem& p, const AttentionKerne
   plan.splits = prefill_sm90_splits(p, device.sm_count);
   if (plan.splits > 1) {  // the split kernel (launch.cuh), its partials and the split combine
     plan_partials(plan, p, static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits, false);
-  } else if (prefill_rows(p) > 64 && prefill_persistent_selected(p, device.sm_count)) {
+  } else if (!prefill_split_kernel_rows(p) && prefill_persistent_selected(p, device.sm_count)) {
     plan.unit_counter = true;
     plan.workspace_bytes = kWorkspaceAlign;
     plan.smem_bytes = prefill_smem_bytes(row.head_dim, true);
