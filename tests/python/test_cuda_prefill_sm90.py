@@ -305,9 +305,9 @@ def test_prefill_sm90_splits(name, d):
 @pytest.mark.parametrize("d", HEAD_DIMS)
 def test_prefill_sm90_split_rule(monkeypatch, d):
     """Without the force switch: 64 packed rows over 2 sequences take the split kernel and the combine; 64
-    rows over 64 sequences x 4 kv heads (256 CTAs) the split kernel in one pass (consumer 1 idle); in
-    deterministic mode and with varlen q the 64-row shapes keep the portable kernel. All right against the
-    oracle."""
+    rows over 64 sequences x 4 kv heads (256 CTAs) the split kernel in one pass (consumer 1 idle); so does
+    deterministic mode (a 3008-key capacity: one chunk); with varlen q the 64-row shapes keep the portable
+    kernel. All right against the oracle."""
     monkeypatch.delenv("KVATTN_FORCE_SM90_PREFILL", raising=False)
     few = split(d=d, seed=120)
     names = _kernel_names(few)
@@ -319,11 +319,44 @@ def test_prefill_sm90_split_rule(monkeypatch, d):
     assert any(re.search(r"PrefillConfig<[^>]*, true>", n) for n in names), names
     assert not any("combine" in n for n in names), names
     run_and_compare(many, DEVICE)
-    for case in (split(d=d, deterministic=True, seed=122),
-                 split(d=d, q_lens=(8, 8), sq=0, seed=123)):
-        names = _kernel_names(case)
-        assert not any("prefill_kernel" in n for n in names), names
-        run_and_compare(case, DEVICE)
+    det = split(d=d, deterministic=True, seed=122)
+    names = _kernel_names(det)
+    assert any(re.search(r"PrefillConfig<[^>]*, true>", n) for n in names), names
+    run_and_compare(det, DEVICE)
+    varlen = split(d=d, q_lens=(8, 8), sq=0, seed=123)
+    names = _kernel_names(varlen)
+    assert not any("prefill_kernel" in n for n in names), names
+    run_and_compare(varlen, DEVICE)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("hq, sq", [(16, 8), (8, 200), (8, 300)], ids=["64 rows", "800 rows", "1200 rows"])
+def test_prefill_sm90_deterministic_is_independent_of_the_batch(monkeypatch, d, hq, sq):
+    """deterministic=True (test_deterministic's check on prefill-like shapes, without the force switch): the
+    kernel rule and the splits depend on the sequence's rows and the capacity only, so a sequence has the
+    same bits in every batch: 64 and 800 rows in the capacity's chunks (the split kernel and the combine),
+    1200 rows in one pass; and the sm_90a kernel ran."""
+    from inputs import DTYPES, randn
+    from reference import reference_attention
+
+    monkeypatch.delenv("KVATTN_FORCE_SM90_PREFILL", raising=False)
+    lengths = np.array([9000, 300 + sq, 4097, 5000], np.int32)
+    rng = np.random.default_rng(130 + sq)
+    dt = DTYPES["bf16"]
+    k_cache = randn(rng, (len(lengths), 9100, 2, d), dt)
+    v_cache = randn(rng, (len(lengths), 9100, 2, d), dt)
+    q = randn(rng, (len(lengths), sq, hq, d), dt)
+    run = H.deterministic_rows(q, k_cache, v_cache, lengths, DEVICE)
+    names = H.profiled_kernel_names(lambda: run([0, 1, 2, 3]))
+    assert any("prefill_kernel" in n for n in names), names
+    assert any("split_combine" in n for n in names) == (sq * hq // 2 <= 1024), names
+    full_out, full_lse = run([0, 1, 2, 3])
+    ref = reference_attention(q, k_cache, v_cache, cache_seqlens=lengths, causal=True)
+    H.assert_close("out", full_out, ref["out"], H.TOL_OUT["bf16"])
+    H.assert_close("lse", full_lse, ref["lse"], H.TOL_LSE["bf16"])
+    for rows in ([0], [2, 0], [3, 1, 0], [1, 1, 2]):
+        out, lse = run(rows)
+        H.assert_rows_bitwise(out, lse, rows, full_out, full_lse, len(lengths))
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)

@@ -86,13 +86,17 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
   }
   int64_t n_tiles = keys.last >= keys.first ? (keys.last - keys.first + Cfg::kBlockN) / Cfg::kBlockN : 0;
   if constexpr (Cfg::kSplit) {
-    // Split blockIdx.y's share of the unit's whole tiles (attention/prologue.cuh's rule; from the aligned
-    // first tile, so a split's first tile is aligned too: align divides kBlockN): the producer and the
-    // consumers then see a unit of n_tiles tiles from keys.first, as without splits.
-    const int64_t per = (n_tiles + p.num_splits - 1) / p.num_splits;
-    const int64_t begin = min(n_tiles, static_cast<int64_t>(blockIdx.y) * per);
+    // Split blockIdx.y's share of the unit's whole tiles (attention/prologue.cuh's rule: an equal share, or
+    // deterministic mode's chunk_keys a split; from the aligned first tile, so a split's first tile is
+    // aligned too: align divides kBlockN; the last split takes any rest): the producer and the consumers
+    // then see a unit of n_tiles tiles from keys.first, as without splits.
+    const int64_t per =
+        p.chunk_keys > 0 ? p.chunk_keys / Cfg::kBlockN : (n_tiles + p.num_splits - 1) / p.num_splits;
+    const int split = static_cast<int>(blockIdx.y);
+    const int64_t begin = min(n_tiles, split * per);
+    const int64_t end = split == p.num_splits - 1 ? n_tiles : min(n_tiles, begin + per);
     keys.first += begin * Cfg::kBlockN;
-    n_tiles = min(n_tiles, begin + per) - begin;
+    n_tiles = end - begin;
   }
 
   if (threadIdx.x == 0) init_stage_barriers<Cfg>(full_bar, empty_bar);

@@ -110,13 +110,19 @@ inline int64_t prefill_rows(const FwdProblem& p) {
 inline bool prefill_split_kernel_rows(const FwdProblem& p) {
   return p.cu_seqlens_q == nullptr && prefill_rows(p) <= 64 * (prefill_tile(p.head_dim).consumers - 1);
 }
-// Static key splits for q without cu_seqlens_q when the CTAs (one an SM: the kernel's shared memory) would
-// leave SMs idle: the general kernel's rule (choose_splits: the fewest splits within 90% of the best wave
-// efficiency, >= 4 key tiles a split; an explicit num_splits caps it). Not in deterministic mode: there the
-// kernel runs one pass (its order of additions fixed) and the shape rule keeps the decode-like shapes on the
-// portable kernel's deterministic splits (prefill.cu).
+// Deterministic mode's split kernel takes units of at most this many rows (decode-like shapes and short
+// chunks, whose partials stay small: 1024 rows x 8 splits x 128 fp32 channels = 4 MiB a kv head); larger
+// units run one pass.
+constexpr int64_t kPrefillDeterministicSplitRows = 1024;
+// Static key splits for q without cu_seqlens_q. Default: when the CTAs (one an SM: the kernel's shared
+// memory) would leave SMs idle, the general kernel's rule (choose_splits: the fewest splits within 90% of the
+// best wave efficiency, >= 4 key tiles a split; an explicit num_splits caps it). Deterministic mode: from
+// the sequence's shape and the capacity only, never the batch (so a sequence's bits do not depend on the
+// rest of the batch): units of <= kPrefillDeterministicSplitRows rows in the static splits' chunks of the
+// capacity (deterministic_splits, as the portable kernel), larger units one pass.
 inline int prefill_sm90_splits(const FwdProblem& p, int sm_count) {
-  if (p.cu_seqlens_q != nullptr || p.deterministic) return 1;
+  if (p.cu_seqlens_q != nullptr) return 1;
+  if (p.deterministic && prefill_rows(p) > kPrefillDeterministicSplitRows) return 1;
   const PrefillTile tile = prefill_tile(p.head_dim);
   const int64_t block_m = 64 * tile.consumers;
   SplitInputs in;
@@ -126,7 +132,7 @@ inline int prefill_sm90_splits(const FwdProblem& p, int sm_count) {
   in.sm_count = std::max(1, sm_count - std::max(0, p.sm_margin));
   in.ctas_per_sm = 1;
   in.num_splits = p.num_splits;
-  in.deterministic = false;
+  in.deterministic = p.deterministic;
   return choose_splits(in);
 }
 // The workspace: the split partials (AttentionPlan::splits > 1), or the persistent kernel's int32 unit
@@ -139,7 +145,11 @@ inline AttentionPlan plan_prefill_sm90(const FwdProblem& p, const AttentionKerne
   plan.static_smem_bytes = 0;
   const bool q_rotated = prefill_q_rotated_ahead(p);
   plan.splits = prefill_sm90_splits(p, device.sm_count);
-  if (plan.splits > 1) {  // the split kernel (launch.cuh), its partials and the split combine
+  if (plan.splits > 1) {    // the split kernel (launch.cuh), its partials and the split combine
+    if (p.deterministic) {  // whole tiles of the capacity a split (kernel.cuh)
+      plan.chunk_keys = split_chunk_keys(p.cu_seqlens_k ? p.num_pages : p.capacity, plan.splits,
+                                         prefill_tile(p.head_dim).block_n);
+    }
     plan_partials(plan, p, static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits, false);
   } else if (!prefill_split_kernel_rows(p) && prefill_persistent_selected(p, device.sm_count)) {
     plan.unit_counter = true;

@@ -33,23 +33,22 @@ bool prefill_sm90_supports(const FwdProblem& p) {
     return false;
   }
   if (p.head_dim_v != p.head_dim || p.qv.ptr != nullptr) return false;
-  // Deterministic mode: one pass (the portable kernel takes an explicit split count's chunks).
-  if (p.deterministic && p.num_splits > 1) return false;
   if (!cp_async_cache_rows_ok(p, p.k_cache, p.head_dim) ||
       !cp_async_cache_rows_ok(p, p.v_cache, p.head_dim) || !kv_rows_vec16(p)) {
     return false;
   }
-  // The shape rule (KVATTN_FORCE_SM90_PREFILL=1, tests, drops it). q without cu_seqlens_q, not
-  // deterministic: >= 64 packed rows a kv head (a consumer's; a unit of <= 64 rows runs the split kernel,
-  // consumer 1 idle; KVATTN_SM90_SPLIT_ROWS sets the floor, for A/B), the plan adding static key splits where
-  // the CTAs would leave SMs idle (prefill_sm90_splits). Varlen q and deterministic mode (one pass, no
-  // splits): >= 128 rows (below, a CTA would be mostly padding) and >= 64 CTAs (half a wave on the 114-132
-  // SMs of sm_90 parts; below, the portable kernel's split-KV schedule fills the machine instead).
+  // The shape rule (KVATTN_FORCE_SM90_PREFILL=1, tests, drops it). q without cu_seqlens_q: >= 64 packed
+  // rows a kv head (a consumer's; a unit of <= 64 rows runs the split kernel, consumer 1 idle;
+  // KVATTN_SM90_SPLIT_ROWS sets the floor, for A/B), the plan adding static key splits
+  // (prefill_sm90_splits); a rule of the sequence's shape alone, so that in deterministic mode the kernel,
+  // like its splits, does not depend on the batch. Varlen q (one pass, no splits): >= 128 rows (below, a CTA
+  // would be mostly padding) and >= 64 CTAs (half a wave on the 114-132 SMs of sm_90 parts; below, the
+  // portable kernel's split-KV schedule fills the machine instead).
   const int64_t rows = prefill_rows(p);
   const int64_t block_m = 64 * prefill_tile(p.head_dim).consumers;
   const int64_t ctas = (rows + block_m - 1) / block_m * p.batch * p.num_kv_heads;
   bool shape_ok = rows >= 128 && ctas >= 64;
-  if (p.cu_seqlens_q == nullptr && !p.deterministic) {
+  if (p.cu_seqlens_q == nullptr) {
     const char* floor = std::getenv("KVATTN_SM90_SPLIT_ROWS");
     shape_ok = rows >= (floor != nullptr ? std::max(1, std::atoi(floor)) : 64);
   }
