@@ -209,6 +209,10 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
     // it its unit counter. Without turns: the consumers' units drift apart anyway, and the turns only add
     // waits (H200, W6 16k: d 64 full 5,858 -> 5,450 us, session 9; d 128 full / causal -1% / -3%, d 256
     // -4% / -3%, session 10; bench/NOTES.md).
+    if (params.seq.cu_seqlens_q == nullptr && params.unit_pieces != nullptr) {
+      return launch_config<PrefillConfig<T, kHeadDim, false, false, true>>(params, stream, early_launch,
+                                                                           counter_by_append);
+    }
     // Static key splits (the plan's, for decode-like shapes that leave SMs idle) or a unit whose rows leave
     // a consumer without rows (idle instead of computing padding rows: launch.hpp,
     // prefill_split_kernel_rows): the split kernel, with the head dim's usual turns.
@@ -217,10 +221,6 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
     if (params.seq.cu_seqlens_q == nullptr && (params.num_splits > 1 || rows <= kIdleRows)) {
       return launch_config<PrefillConfig<T, kHeadDim, kHeadDim != 128, false, false, true>>(params, stream,
                                                                                             early_launch);
-    }
-    if (params.seq.cu_seqlens_q == nullptr && params.unit_pieces != nullptr) {
-      return launch_config<PrefillConfig<T, kHeadDim, false, false, true>>(params, stream, early_launch,
-                                                                           counter_by_append);
     }
     // d = 128, q not varlen: the consumers issue their wgmma groups independently, 0-1.5% faster than
     // taking turns on every W3 / W6 case measured (bench/NOTES.md, session 6); KVATTN_SM90_PINGPONG=1 takes

@@ -151,7 +151,10 @@ inline AttentionPlan plan_prefill_sm90(const FwdProblem& p, const AttentionKerne
                                          prefill_tile(p.head_dim).block_n);
     }
     plan_partials(plan, p, static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits, false);
-  } else if (!prefill_split_kernel_rows(p) && prefill_persistent_selected(p, device.sm_count)) {
+  } else if (prefill_persistent_selected(p, device.sm_count) &&
+             (!prefill_split_kernel_rows(p) || env_is_1("KVATTN_SM90_PERSISTENT"))) {
+    // (Units that leave a consumer idle take the split kernel unless the switch asks for the persistent
+    // kernel, which computes their padding rows but overlaps a unit's start with the last one's tiles: A/B.)
     plan.unit_counter = true;
     plan.workspace_bytes = kWorkspaceAlign;
     plan.smem_bytes = prefill_smem_bytes(row.head_dim, true);
