@@ -255,18 +255,25 @@ def assert_cache_equal(name, got, ref, rotary, dtype_name):
 
 def kernel_names(case, device="cuda"):
     """The names of the CUDA kernels one eager call of the case (cases.Case) ran, for the tests that check
-    which sm_90a kernel took a problem (sm_90 devices only: elsewhere those kernels do not run; skips where
-    the profiler sees no kernel, e.g. under compute-sanitizer)."""
-    import torch
+    which sm_90a kernel took a problem (profiled_kernel_names)."""
     from cases import build
 
-    if torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("not an sm_90 device")
     q, k_cache, v_cache, kw, _, _ = build(case)
     dev = {k: to_device(v, device) for k, v in kw.items()}
     args = (to_device(q, device), to_device(k_cache, device), to_device(v_cache, device))
+    return profiled_kernel_names(lambda: kvattn.flash_attn_with_kvcache(*args, **dev))
+
+
+def profiled_kernel_names(fn):
+    """The names of the CUDA kernels that fn() ran, for the tests that check which sm_90a kernel took a
+    problem (sm_90 devices only: elsewhere those kernels do not run; skips where the profiler sees no kernel,
+    e.g. under compute-sanitizer)."""
+    import torch
+
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("not an sm_90 device")
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        kvattn.flash_attn_with_kvcache(*args, **dev)
+        fn()
         torch.cuda.synchronize()
     names = [e.name for e in prof.events()]
     if not names:
