@@ -48,10 +48,11 @@ namespace {
 // declines head dims without a built kernel), decode at d = dv = 128. Among rows of one arch and dims the
 // first that supports a problem wins: the prefill rows come first, so a problem both take (a decode shape
 // under KVATTN_FORCE_SM90_PREFILL=1) runs on the prefill kernel.
-#define KVATTN_PREFILL_SM90(dt, d)                                                                      \
-  AttentionKernel {                                                                                     \
-    kArchSm90, DType::dt, DType::dt, DType::dt, d, d, sm90::prefill_built(DType::dt, d),                \
-        &sm90::prefill_sm90_supports, &sm90::plan_prefill_sm90, &sm90::launch_prefill_row<DType::dt, d> \
+#define KVATTN_PREFILL_SM90(dt, d)                                                                 \
+  AttentionKernel {                                                                                \
+    kArchSm90, DType::dt, DType::dt, DType::dt, d, sm90::prefill_head_dim_v(d),                    \
+        sm90::prefill_built(DType::dt, d), &sm90::prefill_sm90_supports, &sm90::plan_prefill_sm90, \
+        &sm90::launch_prefill_row<DType::dt, d>                                                    \
   }
 #define KVATTN_DECODE_SM90(q, kv, compute)                                                            \
   AttentionKernel {                                                                                   \
@@ -75,6 +76,8 @@ constexpr AttentionKernel kAttentionTable[] = {
     KVATTN_PREFILL_SM90(bf16, 64),
     KVATTN_PREFILL_SM90(f16, 128),
     KVATTN_PREFILL_SM90(bf16, 128),
+    KVATTN_PREFILL_SM90(f16, 192),
+    KVATTN_PREFILL_SM90(bf16, 192),
     KVATTN_PREFILL_SM90(f16, 256),
     KVATTN_PREFILL_SM90(bf16, 256),
     KVATTN_DECODE_SM90(f16, f16, f16),

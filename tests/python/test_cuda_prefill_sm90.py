@@ -2,8 +2,9 @@
 
 KVATTN_FORCE_SM90_PREFILL=1 drops the kernel's shape rule (>= 128 packed rows a kv head, >= half a wave of
 CTAs), so these small shapes (several 128-row blocks, several 128-key tiles, lengths that are not multiples
-of either) run on it wherever it covers the problem (d = dv in 64, 128, 256: every case runs at each of them;
-fp16/bf16, no qv, no fp8). Paged cases whose page size (a multiple of 8) divides the key tile or is a
+of either) run on it wherever it covers the problem (d = dv in 64, 128, 256 and (d, dv) = (192, 128): every
+case runs at each of them, dv_of; fp16/bf16, no qv, no fp8; (192, 128) written without a GPU, session 29, branch
+p192: its cases were checked against the oracle on the CPU backend only). Paged cases whose page size (a multiple of 8) divides the key tile or is a
 multiple of it take its TMA producer (tiles of 128 keys at d 64 and 128, 48 at d 256: pages 64-256 go by
 cp.async there), and so do contiguous caches whose rows hold a tile and packed caches of a tile of tokens
 (CONTIGUOUS_TMA_CASES, written without a GPU); page 1 and the rest take its cp.async one. On a device
@@ -137,7 +138,12 @@ CONTIGUOUS_TMA_CASES = {
 
 # The head dims the kernel is compiled for (src/cuda/prefill_sm90/config.hpp): each has its own tile shape.
 # KVATTN_TEST_HEAD_DIMS="128": the head dims of a developer build (tools/prefill_ab.sh).
-HEAD_DIMS = tuple(int(d) for d in os.environ.get("KVATTN_TEST_HEAD_DIMS", "64 128 256").split())
+HEAD_DIMS = tuple(int(d) for d in os.environ.get("KVATTN_TEST_HEAD_DIMS", "64 128 192 256").split())
+
+
+def dv_of(d):
+    """The kernels' value head dim at head dim d: d, but 128 at d 192 (DeepSeek's (192, 128))."""
+    return 128 if d == 192 else d
 # The tests whose cases are d 128 only (a developer build of another head dim lacks its kernels).
 ONLY_D128 = pytest.mark.skipif(128 not in HEAD_DIMS, reason="d 128 is not among KVATTN_TEST_HEAD_DIMS")
 
@@ -145,14 +151,14 @@ ONLY_D128 = pytest.mark.skipif(128 not in HEAD_DIMS, reason="d 128 is not among 
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("name", list(CASES))
 def test_prefill_sm90(name, d):
-    run_and_compare(dataclasses.replace(CASES[name], d=d), DEVICE)
+    run_and_compare(dataclasses.replace(CASES[name], d=d, dv=dv_of(d)), DEVICE)
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("name", list(CONTIGUOUS_TMA_CASES))
 def test_prefill_sm90_contiguous_tma(name, d):
     """Written without a GPU (see CONTIGUOUS_TMA_CASES)."""
-    run_and_compare(dataclasses.replace(CONTIGUOUS_TMA_CASES[name], d=d), DEVICE)
+    run_and_compare(dataclasses.replace(CONTIGUOUS_TMA_CASES[name], d=d, dv=dv_of(d)), DEVICE)
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
@@ -164,7 +170,7 @@ def test_prefill_sm90_contiguous_producers_agree(monkeypatch, name, d):
     cp.async one (KVATTN_SM90_TMA=0) must give the same bits."""
     from cases import build
 
-    q, k_cache, v_cache, kw, _, _ = build(dataclasses.replace(CONTIGUOUS_TMA_CASES[name], d=d))
+    q, k_cache, v_cache, kw, _, _ = build(dataclasses.replace(CONTIGUOUS_TMA_CASES[name], d=d, dv=dv_of(d)))
     results = []
     for tma in ("1", "0"):
         monkeypatch.setenv("KVATTN_SM90_TMA", tma)
@@ -185,7 +191,7 @@ def test_prefill_sm90_contiguous_producers_agree(monkeypatch, name, d):
 def test_prefill_sm90_cp_async_producer(monkeypatch, d):
     """The cp.async producer where the TMA one would run (KVATTN_SM90_TMA=0): page 16, leftpads."""
     monkeypatch.setenv("KVATTN_SM90_TMA", "0")
-    run_and_compare(prefill(layout="paged", page_size=16, leftpad=(33, 7), d=d, seed=25), DEVICE)
+    run_and_compare(prefill(layout="paged", page_size=16, leftpad=(33, 7), d=d, dv=dv_of(d), seed=25), DEVICE)
 
 
 # A long append right ahead of the kernel, which is launched early behind it (programmatic dependent
@@ -206,7 +212,7 @@ def test_prefill_sm90_long_append_launched_early(layout):
 @pytest.mark.parametrize("d", HEAD_DIMS)
 def test_prefill_sm90_nan_page_is_contained(d):
     """An out-of-range page id makes its sequence NaN (recorded as an error); the other stays right."""
-    case = prefill(layout="paged", page_size=16, d=d, seed=24)
+    case = prefill(layout="paged", page_size=16, d=d, dv=dv_of(d), seed=24)
     # run_and_compare would raise the device error; build the call by hand instead
     from cases import build
     from reference import reference_attention
@@ -234,7 +240,7 @@ _kernel_names = H.kernel_names
 @pytest.mark.parametrize("d", HEAD_DIMS)
 def test_prefill_sm90_runs_on_hopper(d):
     """The kernel, not the fallback, ran (sm_90 devices with a 90a build only)."""
-    names = _kernel_names(prefill(layout="paged", page_size=16, d=d))
+    names = _kernel_names(prefill(layout="paged", page_size=16, d=d, dv=dv_of(d)))
     assert any("prefill_kernel" in n for n in names), names
 
 
@@ -299,7 +305,7 @@ SPLIT_CASES = {
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("name", list(SPLIT_CASES))
 def test_prefill_sm90_splits(name, d):
-    run_and_compare(dataclasses.replace(SPLIT_CASES[name], d=d), DEVICE)
+    run_and_compare(dataclasses.replace(SPLIT_CASES[name], d=d, dv=dv_of(d)), DEVICE)
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
@@ -309,21 +315,21 @@ def test_prefill_sm90_split_rule(monkeypatch, d):
     deterministic mode (a 3008-key capacity: one chunk); with varlen q the 64-row shapes keep the portable
     kernel. All right against the oracle."""
     monkeypatch.delenv("KVATTN_FORCE_SM90_PREFILL", raising=False)
-    few = split(d=d, seed=120)
+    few = split(d=d, dv=dv_of(d), seed=120)
     names = _kernel_names(few)
     assert any("prefill_kernel" in n for n in names) and any("split_combine" in n for n in names), names
     run_and_compare(few, DEVICE)
-    many = split(d=d, hq=32, hk=4, seqlens=tuple(300 + 7 * i for i in range(64)), seed=121)
+    many = split(d=d, dv=dv_of(d), hq=32, hk=4, seqlens=tuple(300 + 7 * i for i in range(64)), seed=121)
     names = _kernel_names(many)
     # (the split kernel: the only PrefillConfig whose last flag, kSplit, is true)
     assert any(re.search(r"PrefillConfig<[^>]*, true>", n) for n in names), names
     assert not any("combine" in n for n in names), names
     run_and_compare(many, DEVICE)
-    det = split(d=d, deterministic=True, seed=122)
+    det = split(d=d, dv=dv_of(d), deterministic=True, seed=122)
     names = _kernel_names(det)
     assert any(re.search(r"PrefillConfig<[^>]*, true>", n) for n in names), names
     run_and_compare(det, DEVICE)
-    varlen = split(d=d, q_lens=(8, 8), sq=0, seed=123)
+    varlen = split(d=d, dv=dv_of(d), q_lens=(8, 8), sq=0, seed=123)
     names = _kernel_names(varlen)
     assert not any("prefill_kernel" in n for n in names), names
     run_and_compare(varlen, DEVICE)
@@ -364,7 +370,7 @@ def test_prefill_sm90_splits_twice_same_bits(d):
     """Two calls give the same bits (the splits' partials merged in split order)."""
     from cases import build
 
-    case = split(d=d, seed=124)
+    case = split(d=d, dv=dv_of(d), seed=124)
     q, k_cache, v_cache, kw, _, _ = build(case)
     dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
     args = (H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE), H.to_device(v_cache, DEVICE))
@@ -381,7 +387,7 @@ def test_prefill_sm90_splits_nan_page_is_contained(d):
     from cases import build
     from reference import reference_attention
 
-    case = split(d=d, seed=125)
+    case = split(d=d, dv=dv_of(d), seed=125)
     q, k_cache, v_cache, kw, ref_kw, _ = build(case)
     ref = reference_attention(q, k_cache, v_cache, **ref_kw)
     kw = dict(kw)
@@ -406,7 +412,7 @@ def test_prefill_sm90_splits_same_bits(monkeypatch, d, env):
     Through cp.async the left paddings are whole pages: below an unaligned one TMA's first tile starts at the
     page boundary (kernel.cuh), cp.async's at the padding, so their tiles, and sums, differ (H200: 1 ulp)."""
     leftpad = (32, 16) if "KVATTN_SM90_TMA" in env else (37, 5)
-    case = split(d=d, new=(8, 8), rotary="neox", leftpad=leftpad, seed=126)
+    case = split(d=d, dv=dv_of(d), new=(8, 8), rotary="neox", leftpad=leftpad, seed=126)
     _same_bits(monkeypatch, case, {}, env)
 
 
@@ -414,7 +420,7 @@ def test_prefill_sm90_splits_same_bits(monkeypatch, d, env):
 def test_prefill_sm90_splits_cuda_graph(d):
     """The split kernel and the combine captured in a CUDA graph, replayed into poisoned outputs: the eager
     call's bits."""
-    _graph_replays_give_eager_bits(split(d=d, seed=127))
+    _graph_replays_give_eager_bits(split(d=d, dv=dv_of(d), seed=127))
 
 
 @pytest.mark.parametrize("varlen_kernel", ["0", "1"])
@@ -423,7 +429,7 @@ def test_prefill_sm90_overlapping_cu_seqlens_q_is_an_error(monkeypatch, d, varle
     """A cu_seqlens_q that goes back (overlapping sequences) makes the varlen m-block line longer than the
     grid the launcher sized from total_q: the error is still recorded (by the grid's last CTA)."""
     monkeypatch.setenv("KVATTN_SM90_VARLEN", varlen_kernel)
-    case = prefill(q_lens=(300, 1, 300), sq=0, seqlens=(400, 20, 400), d=d, seed=63)
+    case = prefill(q_lens=(300, 1, 300), sq=0, seqlens=(400, 20, 400), d=d, dv=dv_of(d), seed=63)
     _overlapping_cu_seqlens_q_is_an_error(case)
 
 
@@ -447,7 +453,7 @@ VARLEN_CASES = [name for name in CASES if name.startswith("mixed") or "varlen" i
 def test_prefill_sm90_varlen_kernel(monkeypatch, name, d):
     """The varlen instantiation (the m-block line; the default for varlen q, KVATTN_SM90_VARLEN=0 turns it off)."""
     monkeypatch.setenv("KVATTN_SM90_VARLEN", "1")
-    run_and_compare(dataclasses.replace(CASES[name], d=d), DEVICE)
+    run_and_compare(dataclasses.replace(CASES[name], d=d, dv=dv_of(d)), DEVICE)
 
 
 @ONLY_D128
@@ -498,19 +504,19 @@ def persistent(monkeypatch):
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("name", PERSISTENT_CASES)
 def test_prefill_sm90_persistent(persistent, name, d):
-    run_and_compare(dataclasses.replace(CASES[name], d=d), DEVICE)
+    run_and_compare(dataclasses.replace(CASES[name], d=d, dv=dv_of(d)), DEVICE)
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("name", PERSISTENT_CONTIGUOUS)
 def test_prefill_sm90_persistent_contiguous_tma(persistent, name, d):
-    run_and_compare(dataclasses.replace(CONTIGUOUS_TMA_CASES[name], d=d), DEVICE)
+    run_and_compare(dataclasses.replace(CONTIGUOUS_TMA_CASES[name], d=d, dv=dv_of(d)), DEVICE)
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("name", list(MANY_UNITS))
 def test_prefill_sm90_persistent_many_units(persistent, name, d):
-    run_and_compare(dataclasses.replace(MANY_UNITS[name], d=d), DEVICE)
+    run_and_compare(dataclasses.replace(MANY_UNITS[name], d=d, dv=dv_of(d)), DEVICE)
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
@@ -518,7 +524,7 @@ def test_prefill_sm90_persistent_many_units(persistent, name, d):
 def test_prefill_sm90_persistent_cp_async_producer(monkeypatch, persistent, d, tma):
     """Both producers run the unit loop (KVATTN_SM90_TMA=0: the cp.async one, 128 arrivals a stage)."""
     monkeypatch.setenv("KVATTN_SM90_TMA", tma)
-    run_and_compare(dataclasses.replace(MANY_UNITS["causal paged 16"], leftpad=(33, 7, 0, 16), d=d, seed=75), DEVICE)
+    run_and_compare(dataclasses.replace(MANY_UNITS["causal paged 16"], leftpad=(33, 7, 0, 16), d=d, dv=dv_of(d), seed=75), DEVICE)
 
 
 def _call(case, monkeypatch, env, edit=None):
@@ -555,7 +561,7 @@ def _same_bits(monkeypatch, case, env0, env1):
 @pytest.mark.parametrize("name", ["causal paged 16", "non-causal paged 1", "causal contiguous, window"])
 def test_prefill_sm90_persistent_same_bits(monkeypatch, name, d):
     """A unit computes what the CTA of the other kernel computes, in the same order: the same bits."""
-    case = dataclasses.replace(MANY_UNITS[name], d=d)
+    case = dataclasses.replace(MANY_UNITS[name], d=d, dv=dv_of(d))
     _same_bits(monkeypatch, case, {"KVATTN_SM90_PERSISTENT": "0"}, {"KVATTN_SM90_PERSISTENT": "1"})
 
 
@@ -567,7 +573,7 @@ def test_prefill_sm90_out_rows_at_odd_elements(monkeypatch, d, persistent):
     the bits a contiguous out gets, and nothing in between. (Written without a GPU, session 17.)"""
     import torch
 
-    case = dataclasses.replace(MANY_UNITS["causal paged 16"], d=d)
+    case = dataclasses.replace(MANY_UNITS["causal paged 16"], d=d, dv=dv_of(d))
     env = {"KVATTN_SM90_PERSISTENT": persistent}
     base, _, _ = _call(case, monkeypatch, env)
     H.sync_device_errors(DEVICE)
@@ -589,7 +595,7 @@ def test_prefill_sm90_persistent_nan_page_is_contained(monkeypatch, d, tma):
     CTA's first unit or an early claim, the other sequences' after them)."""
     from reference import reference_attention
 
-    case = dataclasses.replace(MANY_UNITS["causal paged 16"], d=d)
+    case = dataclasses.replace(MANY_UNITS["causal paged 16"], d=d, dv=dv_of(d))
 
     def bad_page(kw):
         table = kw["page_table"].copy()
@@ -617,7 +623,7 @@ LENGTHS = "causal, 384 units of 1-12 tiles"
 @pytest.mark.parametrize("d", HEAD_DIMS)
 def test_prefill_sm90_persistent_sections_same_bits(monkeypatch, d):
     """Whatever the unit order (sections), a unit computes what the other kernel's CTA computes."""
-    case = dataclasses.replace(MANY_UNITS[LENGTHS], d=d)
+    case = dataclasses.replace(MANY_UNITS[LENGTHS], d=d, dv=dv_of(d))
     base, _, _ = _call(case, monkeypatch, {"KVATTN_SM90_PERSISTENT": "0"})
     H.sync_device_errors(DEVICE)
     base = H.to_numpy(base)
@@ -648,7 +654,7 @@ def _counter_case(monkeypatch, case, counter):
 def test_prefill_sm90_persistent_twice_in_a_row(monkeypatch, d, counter):
     """The second call starts from a zeroed counter again (else its CTAs would find every unit claimed and
     leave the poisoned rows): both calls give the same bits, and the oracle's values."""
-    case = _counter_case(monkeypatch, dataclasses.replace(MANY_UNITS[LENGTHS], d=d), counter)
+    case = _counter_case(monkeypatch, dataclasses.replace(MANY_UNITS[LENGTHS], d=d, dv=dv_of(d)), counter)
     results = []
     for _ in range(2):
         out, lse, _ = _call(case, monkeypatch, {"KVATTN_SM90_PERSISTENT": "1"})
@@ -700,7 +706,7 @@ def test_prefill_sm90_persistent_cuda_graph(monkeypatch, d, counter):
     """Captured in a CUDA graph (the counter's memset, or the append that zeroes it, is a node of it),
     replayed twice into poisoned outputs: the eager call's bits each time."""
     monkeypatch.setenv("KVATTN_SM90_PERSISTENT", "1")
-    case = _counter_case(monkeypatch, dataclasses.replace(MANY_UNITS[LENGTHS], d=d), counter)
+    case = _counter_case(monkeypatch, dataclasses.replace(MANY_UNITS[LENGTHS], d=d, dv=dv_of(d)), counter)
     _graph_replays_give_eager_bits(case)
 
 
@@ -750,14 +756,14 @@ QROT_PERSISTENT = {
 @pytest.mark.parametrize("name", list(ROTARY_CASES))
 def test_prefill_sm90_rotary(monkeypatch, name, d, qrot):
     monkeypatch.setenv("KVATTN_SM90_QROT", qrot)
-    run_and_compare(dataclasses.replace(ROTARY_CASES[name], d=d), DEVICE)
+    run_and_compare(dataclasses.replace(ROTARY_CASES[name], d=d, dv=dv_of(d)), DEVICE)
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("name", list(ROTARY_CASES))
 def test_prefill_sm90_qrot_same_bits(monkeypatch, name, d):
     """q rotated ahead gives the bits of the kernel's own rotation."""
-    case = dataclasses.replace(ROTARY_CASES[name], d=d)
+    case = dataclasses.replace(ROTARY_CASES[name], d=d, dv=dv_of(d))
     _same_bits(monkeypatch, case, {"KVATTN_SM90_QROT": "0"}, {"KVATTN_SM90_QROT": "1"})
 
 
@@ -766,7 +772,7 @@ def test_prefill_sm90_qrot_same_bits(monkeypatch, name, d):
 def test_prefill_sm90_qrot_persistent_same_bits(monkeypatch, name, d):
     """The persistent kernel on a q rotated ahead (what W3's fixed-q cases take with the switch on) gives
     the bits of today's default (the max-grid kernel rotating q in its Q load), and the oracle's values."""
-    case = dataclasses.replace(QROT_PERSISTENT[name], d=d)
+    case = dataclasses.replace(QROT_PERSISTENT[name], d=d, dv=dv_of(d))
     _same_bits(monkeypatch, case, {"KVATTN_SM90_PERSISTENT": "0", "KVATTN_SM90_QROT": "0"},
                {"KVATTN_SM90_PERSISTENT": "1", "KVATTN_SM90_QROT": "1"})
     run_and_compare(case, DEVICE)
@@ -779,7 +785,7 @@ def test_prefill_sm90_persistent_rotates_q(monkeypatch, name, d):
     the last P V: whole rotated chunks by RotaryChunk, rotary_dim 40 channel by channel, plain chunks by
     cp.async): the bits of the max-grid kernel's own rotation and of q rotated ahead, and the oracle's
     values. (Session 18.)"""
-    case = dataclasses.replace(QROT_PERSISTENT[name], d=d)
+    case = dataclasses.replace(QROT_PERSISTENT[name], d=d, dv=dv_of(d))
     _same_bits(monkeypatch, case, {"KVATTN_SM90_PERSISTENT": "0", "KVATTN_SM90_QROT": "0"},
                {"KVATTN_SM90_PERSISTENT": "1", "KVATTN_SM90_QROT": "0"})
     _same_bits(monkeypatch, case, {"KVATTN_SM90_PERSISTENT": "1", "KVATTN_SM90_QROT": "1"},
@@ -792,7 +798,7 @@ def test_prefill_sm90_persistent_rotates_q(monkeypatch, name, d):
 @pytest.mark.parametrize("d", HEAD_DIMS)
 def test_prefill_sm90_qrot_runs(monkeypatch, d):
     """With the switch the rotation kernel runs (sm_90 devices with a 90a build only), and without it not."""
-    case = dataclasses.replace(ROTARY_CASES["q only, interleaved, rotary_dim 32"], d=d)
+    case = dataclasses.replace(ROTARY_CASES["q only, interleaved, rotary_dim 32"], d=d, dv=dv_of(d))
     for qrot in ("0", "1"):
         monkeypatch.setenv("KVATTN_SM90_QROT", qrot)
         names = _kernel_names(case)
@@ -806,8 +812,8 @@ def test_prefill_sm90_qrot_default_rule(monkeypatch, d):
     Q under the last P V beat the extra pass on W3): no rotation kernel at 384 units (the persistent kernel,
     >= 2 units an SM of the H200's 132) nor at 160; both the oracle's values, the 384-unit case the bits of
     the max-grid kernel's own rotation (both switches 0)."""
-    many = dataclasses.replace(MANY_UNITS["MHA fp16 seqused_q"], rotary="neox", d=d, seed=92)  # 384 units
-    few = dataclasses.replace(QROT_PERSISTENT["causal paged 16, neox"], d=d)  # 160 units
+    many = dataclasses.replace(MANY_UNITS["MHA fp16 seqused_q"], rotary="neox", d=d, dv=dv_of(d), seed=92)  # 384 units
+    few = dataclasses.replace(QROT_PERSISTENT["causal paged 16, neox"], d=d, dv=dv_of(d))  # 160 units
     for case in (many, few):  # leaves both switches unset
         monkeypatch.delenv("KVATTN_SM90_QROT", raising=False)
         monkeypatch.delenv("KVATTN_SM90_PERSISTENT", raising=False)
@@ -823,7 +829,7 @@ def test_prefill_sm90_qrot_overlapping_cu_seqlens_q_is_an_error(monkeypatch, d):
     """A broken cu_seqlens_q (the line longer than the rotation kernel's grid too): the error is recorded
     and nothing is read or written out of bounds (compute-sanitizer in tools/qrot_check.sh)."""
     monkeypatch.setenv("KVATTN_SM90_QROT", "1")
-    case = prefill(q_lens=(300, 1, 300), sq=0, seqlens=(400, 20, 400), d=d, rotary="neox", seed=90)
+    case = prefill(q_lens=(300, 1, 300), sq=0, seqlens=(400, 20, 400), d=d, dv=dv_of(d), rotary="neox", seed=90)
     _overlapping_cu_seqlens_q_is_an_error(case)
 
 
@@ -833,4 +839,4 @@ def test_prefill_sm90_qrot_cuda_graph(monkeypatch, d):
     counter's memset are nodes of it), replayed twice into poisoned outputs: the eager call's bits."""
     monkeypatch.setenv("KVATTN_SM90_QROT", "1")
     monkeypatch.setenv("KVATTN_SM90_PERSISTENT", "1")
-    _graph_replays_give_eager_bits(dataclasses.replace(QROT_PERSISTENT["causal paged 16, neox"], d=d))
+    _graph_replays_give_eager_bits(dataclasses.replace(QROT_PERSISTENT["causal paged 16, neox"], d=d, dv=dv_of(d)))

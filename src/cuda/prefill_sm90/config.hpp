@@ -38,10 +38,20 @@ struct PrefillTile {
 //   keep one tile of slack; the price: Q K^T rereads 2 KiB of Q a 16-channel k-step whatever the key
 //   count, so 48 keys read 17% more shared memory per FLOP than 64. Consumers at 232 registers, the
 //   producer at 40 (40 + 2 x 232 = 3 x 168: what the 384-thread launch holds).
+// - (d, dv) = (192, 128) (DeepSeek's prefill, the one pair with dv != d): 64-key tiles in four stages of K
+//   (24 KiB) and V (16 KiB), 208 KiB with the 48-KiB Q of 128 rows: a consumer holds K of tile t and V of
+//   t - 1 at once, so two stages of 128 keys (80 KiB each) would expose each load's latency, as d 256 found.
+//   S 32 and O 64 accumulators a thread: d 128's register budgets.
 constexpr PrefillTile prefill_tile(int head_dim) {
   return head_dim <= 64    ? PrefillTile{3, 128, 4, 32, 160, true}
          : head_dim <= 128 ? PrefillTile{2, 128, 3, 56, 224}
+         : head_dim == 192 ? PrefillTile{2, 64, 4, 56, 224}
                            : PrefillTile{2, 48, 3, 40, 232};
+}
+// The value head dim of the kernel of head dim d: d, except 128 at d = 192 (the kernels take d = dv, and
+// (192, 128)).
+constexpr int prefill_head_dim_v(int head_dim) {
+  return head_dim == 192 ? 128 : head_dim;
 }
 
 // setmaxnreg moves registers between the warpgroups within the CTA's launch allocation: 65536 / threads
@@ -72,11 +82,11 @@ constexpr size_t prefill_smem_bytes(int head_dim, bool persistent = false) {
   const PrefillTile t = prefill_tile(head_dim);
   return 1024 + size_t(64) * t.consumers * head_dim * 2 +
          (t.p_smem ? size_t(64) * t.consumers * t.block_n * 2 : 0) +
-         2 * size_t(t.stages) * t.block_n * head_dim * 2 + 16 * size_t(t.stages) +
-         (persistent ? kPrefillPersistentBytes : 0);
+         size_t(t.stages) * t.block_n * (head_dim + prefill_head_dim_v(head_dim)) * 2 +
+         16 * size_t(t.stages) + (persistent ? kPrefillPersistentBytes : 0);
 }
 static_assert(prefill_smem_bytes(64, true) <= 227 * 1024 && prefill_smem_bytes(128, true) <= 227 * 1024 &&
-                  prefill_smem_bytes(256, true) <= 227 * 1024,
+                  prefill_smem_bytes(192, true) <= 227 * 1024 && prefill_smem_bytes(256, true) <= 227 * 1024,
               "the opt-in shared memory of a CTA on sm_90");
 
 // The TMA producer's view of a KV cache (kernel.cuh produce_tma, launch.cuh make_kv_maps): every layout as
@@ -129,7 +139,8 @@ constexpr bool prefill_built(DType dt, int head_dim) {
 #if defined(KVATTN_DEV_HEAD_DIM)
   if (head_dim != KVATTN_DEV_HEAD_DIM) return false;
 #endif
-  return (dt == DType::f16 || dt == DType::bf16) && (head_dim == 64 || head_dim == 128 || head_dim == 256);
+  return (dt == DType::f16 || dt == DType::bf16) &&
+         (head_dim == 64 || head_dim == 128 || head_dim == 192 || head_dim == 256);
 #endif
 }
 

@@ -165,12 +165,12 @@ __device__ __forceinline__ void issue_qk_tile(float (&s)[Cfg::kBlockN / 2], cons
 // O += P V of a tile (issued, not waited for): V's 16-key k-steps are 16 rows = 2048 bytes apart. v: the
 // descriptor of stage 0's V; v_stage: the tile's stage offset (bytes).
 template <class Cfg>
-__device__ __forceinline__ void issue_pv_tile(float (&o)[Cfg::kHeadDim / 2],
+__device__ __forceinline__ void issue_pv_tile(float (&o)[Cfg::kHeadDimV / 2],
                                               const uint32_t (&pa)[Cfg::kBlockN / 16][4], const SmemDesc& v,
                                               uint32_t v_stage) {
 #pragma unroll
   for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
-    wgmma_rs<typename Cfg::T, Cfg::kHeadDim>(o, pa[kk], v.at(v_stage + kk * 2048), 1);
+    wgmma_rs<typename Cfg::T, Cfg::kHeadDimV>(o, pa[kk], v.at(v_stage + kk * 2048), 1);
   }
   wgmma_commit();
 }
@@ -219,12 +219,12 @@ __device__ __forceinline__ void store_p(const float (&s)[Cfg::kBlockN / 2], uint
 // O += P V of a tile with P from shared memory (Cfg::kPSmem; issued, not waited for): P's 16-key k-steps
 // are 32 bytes apart within a 64-key panel, V's 2048 bytes (16 rows).
 template <class Cfg>
-__device__ __forceinline__ void issue_pv_tile_smem(float (&o)[Cfg::kHeadDim / 2], const SmemDesc& pd,
+__device__ __forceinline__ void issue_pv_tile_smem(float (&o)[Cfg::kHeadDimV / 2], const SmemDesc& pd,
                                                    const SmemDesc& v, uint32_t v_stage) {
 #pragma unroll
   for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
     const uint32_t p_step = (kk / 4) * Cfg::kPPanelBytes + (kk % 4) * 32;
-    wgmma_ss_mn<typename Cfg::T, Cfg::kHeadDim>(o, pd.at(p_step), v.at(v_stage + kk * 2048), 1);
+    wgmma_ss_mn<typename Cfg::T, Cfg::kHeadDimV>(o, pd.at(p_step), v.at(v_stage + kk * 2048), 1);
   }
   wgmma_commit();
 }
@@ -292,10 +292,10 @@ __device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float fa
 template <class Cfg>
 __device__ __forceinline__ void write_rows(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
                                            int64_t m0, const QueryRow (&row)[2],
-                                           const float (&o)[Cfg::kHeadDim / 2], const float (&row_max)[2],
+                                           const float (&o)[Cfg::kHeadDimV / 2], const float (&row_max)[2],
                                            float (&row_sum)[2], float factor) {
   using T = typename Cfg::T;
-  constexpr int kD = Cfg::kHeadDim;
+  constexpr int kD = Cfg::kHeadDimV;
   const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32, quad = lane % 4;
   const int64_t rows = static_cast<int64_t>(seq.q_len) * p.group;
 #pragma unroll
@@ -383,8 +383,8 @@ struct PingPong {
 template <class Cfg, class WaitFull, class Softmax>
 __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint32_t s_k, uint32_t s_v,
                                           uint32_t empty_bar, PingPong<Cfg>& turns, const WaitFull& wait_full,
-                                          const Softmax& softmax, float (&o)[Cfg::kHeadDim / 2]) {
-  constexpr int kBlockN = Cfg::kBlockN, kD = Cfg::kHeadDim;
+                                          const Softmax& softmax, float (&o)[Cfg::kHeadDimV / 2]) {
+  constexpr int kBlockN = Cfg::kBlockN, kD = Cfg::kHeadDimV;
   // (Q's address from lane 0: one value a warp, which the compiler can then keep in the uniform registers
   // that wgmma takes its descriptors from, instead of moving it there for every wgmma.)
   const SmemDesc q_desc(desc_k_major(__shfl_sync(0xffffffffu, q_addr, 0))), k_desc(desc_k_major(s_k));
@@ -404,9 +404,9 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
   };
   auto issue_pv = [&](int stage) {
     if constexpr (Cfg::kPSmem) {
-      issue_pv_tile_smem<Cfg>(o, p_desc, v_desc, stage * Cfg::kKvStageBytes);
+      issue_pv_tile_smem<Cfg>(o, p_desc, v_desc, stage * Cfg::kVStageBytes);
     } else {
-      issue_pv_tile<Cfg>(o, pa, v_desc, stage * Cfg::kKvStageBytes);
+      issue_pv_tile<Cfg>(o, pa, v_desc, stage * Cfg::kVStageBytes);
     }
   };
   auto fence_p = [&] {
@@ -419,7 +419,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     prev_stage = wait_full(0);
     turns.my_turn();
     wgmma_fence();
-    issue_qk_tile<Cfg>(s, q_desc, k_desc, prev_stage * Cfg::kKvStageBytes);
+    issue_qk_tile<Cfg>(s, q_desc, k_desc, prev_stage * Cfg::kKStageBytes);
     turns.your_turn();
     wgmma_wait<0>();
     fence_registers(s);
@@ -438,7 +438,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     turns.my_turn();
     wgmma_fence();
     KVATTN_PTL(ptl_stamp(tile, kPtlFenced));
-    issue_qk_tile<Cfg>(s, q_desc, k_desc, stage * Cfg::kKvStageBytes);
+    issue_qk_tile<Cfg>(s, q_desc, k_desc, stage * Cfg::kKStageBytes);
     issue_pv(prev_stage);
     turns.your_turn();
     KVATTN_PTL(ptl_stamp(tile, kPtlIssued));
@@ -504,7 +504,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
                                         uint32_t s_k, uint32_t s_v, uint32_t full_bar, uint32_t empty_bar,
                                         ReaderFence fence, bool diag_no_softmax, Unit unit = 0) {
   using T = typename Cfg::T;
-  constexpr int kBlockN = Cfg::kBlockN, kD = Cfg::kHeadDim;
+  constexpr int kBlockN = Cfg::kBlockN, kD = Cfg::kHeadDimV;  // (O's channels)
   const int consumer = threadIdx.x / 128 - 1;
   const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32, quad = lane % 4;
   const int64_t m0 = cta.m0 + 64 * consumer;  // this warpgroup's first packed row

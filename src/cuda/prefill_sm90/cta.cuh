@@ -54,7 +54,8 @@ template <typename T_, int kHeadDim_, bool kPingPong_, bool kVarlen_ = false, bo
           bool kSplit_ = false>
 struct PrefillConfig {
   using T = T_;
-  static constexpr int kHeadDim = kHeadDim_;     // d = dv
+  static constexpr int kHeadDim = kHeadDim_;                       // d: q, k
+  static constexpr int kHeadDimV = prefill_head_dim_v(kHeadDim_);  // dv: v, out (= d but at (192, 128))
   static constexpr bool kPingPong = kPingPong_;  // the consumers take turns on the tensor cores
   // q packed by cu_seqlens_q (its own kernel: the line's scan and the idle consumer in the kernel that
   // does not need them cost 2.6-5.4% of W3's single-chunk times on the H200, bench/NOTES.md): CTA x takes
@@ -76,7 +77,8 @@ struct PrefillConfig {
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kStages = kTile.stages;
   static constexpr int kThreads = 128 * (kConsumers + 1);
-  static constexpr int kPanels = kHeadDim / 64;           // 64-channel panels of a row
+  static constexpr int kPanels = kHeadDim / 64;           // 64-channel panels of a row of q / k
+  static constexpr int kPanelsV = kHeadDimV / 64;         // of v
   static constexpr int kQPanelBytes = 64 * 128;           // one consumer's 64 rows of one panel
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;  // (consumer, panel, 64 rows, 128 B)
   // P in shared memory (kTile.p_smem): after Q, a consumer's 64 x kBlockN, K-major in 64-key panels.
@@ -84,8 +86,10 @@ struct PrefillConfig {
   static constexpr int kPBytes = kPSmem ? 64 * kBlockN * 2 : 0;  // one consumer's
   static constexpr int kPPanelBytes = 64 * 128;                  // 64 rows of 64 keys
   static constexpr int kKvPanelBytes = kBlockN * 128;            // kBlockN keys of one panel
-  static constexpr int kKvStageBytes = kBlockN * kHeadDim * 2;
-  static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks of a row
+  static constexpr int kKStageBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kVStageBytes = kBlockN * kHeadDimV * 2;
+  static constexpr int kChunks = kHeadDim / 8;    // 16-byte chunks of a row of q / k
+  static constexpr int kChunksV = kHeadDimV / 8;  // of v
   // A stage's barriers count warps, not threads (one arrival a warp by its lane 0: 4 + 8 a tile instead of
   // 128 + 256 arrivals on the same shared word): full, the producer warpgroup's 4 warps; empty, the
   // consumer warps.
@@ -99,12 +103,12 @@ struct PrefillConfig {
   static_assert(kProducerBarrier < 16, "16 named barriers a CTA");
   static constexpr int kRegsProducer = kTile.regs_producer;
   static constexpr int kRegsConsumer = kTile.regs_consumer;
-  static_assert(kHeadDim % 64 == 0, "whole 128-byte panels");
+  static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "whole 128-byte panels");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 128, "a key row per producer thread");
   static_assert((kBlockN / 4) * kChunks % 32 == 0, "whole warp copy steps");
-  static_assert(prefill_smem_bytes(kHeadDim, kPersistent) == 1024 + kQBytes + kConsumers * kPBytes +
-                                                                 2 * kStages * kKvStageBytes + 16 * kStages +
-                                                                 (kPersistent ? kPrefillPersistentBytes : 0),
+  static_assert(prefill_smem_bytes(kHeadDim, kPersistent) ==
+                    1024 + kQBytes + kConsumers * kPBytes + kStages * (kKStageBytes + kVStageBytes) +
+                        16 * kStages + (kPersistent ? kPrefillPersistentBytes : 0),
                 "the launcher's shared memory is the kernel's");
 };
 

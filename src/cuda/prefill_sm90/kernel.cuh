@@ -49,8 +49,8 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
   unsigned char* smem = smem_raw + ((1024 - raw % 1024) % 1024);
   unsigned char* s_q = smem;
   const uint32_t s_k = smem_addr(smem + Cfg::kQBytes + Cfg::kConsumers * Cfg::kPBytes);  // (P after Q)
-  const uint32_t s_v = s_k + Cfg::kStages * Cfg::kKvStageBytes;
-  const uint32_t full_bar = s_v + Cfg::kStages * Cfg::kKvStageBytes;
+  const uint32_t s_v = s_k + Cfg::kStages * Cfg::kKStageBytes;
+  const uint32_t full_bar = s_v + Cfg::kStages * Cfg::kVStageBytes;
   const uint32_t empty_bar = full_bar + 8 * Cfg::kStages;
   if constexpr (Cfg::kPersistent) {
     prefill_persistent_cta<Cfg>(a, s_q, s_k, s_v, full_bar, empty_bar);

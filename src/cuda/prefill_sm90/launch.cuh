@@ -66,13 +66,13 @@ bool make_kv_maps(const AttnParams& params, PrefillArgs& a) {
   }
   const TmaGeometry g = tma_geometry(packed, paged, sp.num_pages, sp.page_size, Cfg::kBlockN);
   constexpr int64_t kMaxCoord = 0x7fffffff;  // coordinates are signed 32-bit
-  if (params.head_dim != Cfg::kHeadDim || g.slots < g.box || g.slots > kMaxCoord || g.pages < 1 ||
-      g.pages > kMaxCoord || params.num_kv_heads < 1) {
+  if (params.head_dim != Cfg::kHeadDim || params.head_dim_v != Cfg::kHeadDimV || g.slots < g.box ||
+      g.slots > kMaxCoord || g.pages < 1 || g.pages > kMaxCoord || params.num_kv_heads < 1) {
     return false;
   }
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
-  const auto make = [&](const CacheTensor& c, CUtensorMap* map) {
+  const auto make = [&](const CacheTensor& c, int channels, CUtensorMap* map) {
     // A packed cache is one page: its page stride is never applied (the span of the token rows).
     const int64_t strides_elems[3] = {c.slot_stride, c.head_stride,
                                       packed ? g.slots * c.slot_stride : c.page_stride};
@@ -84,7 +84,7 @@ bool make_kv_maps(const AttnParams& params, PrefillArgs& a) {
       if (strides[i] % 16 != 0) return false;
     }
     if (reinterpret_cast<uintptr_t>(c.ptr) % 16 != 0) return false;
-    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(Cfg::kHeadDim), static_cast<cuuint64_t>(g.slots),
+    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(channels), static_cast<cuuint64_t>(g.slots),
                                 static_cast<cuuint64_t>(params.num_kv_heads),
                                 static_cast<cuuint64_t>(g.pages)};
     const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(g.box), 1, 1};
@@ -96,7 +96,7 @@ bool make_kv_maps(const AttnParams& params, PrefillArgs& a) {
                4, c.ptr, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
   };
-  return make(params.k_cache, &a.k_map) && make(params.v_cache, &a.v_map);
+  return make(params.k_cache, Cfg::kHeadDim, &a.k_map) && make(params.v_cache, Cfg::kHeadDimV, &a.v_map);
 }
 
 // The persistent kernel's unit order (cta.cuh unit_rows): sections of (sequence, kv head) pairs whose K/V
@@ -160,7 +160,7 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream, bool 
     const DeviceInfo* info = nullptr;
     if (const kvattn_status st = device_info(device, &info); st != KVATTN_OK) return st;
     ctas = std::min<int64_t>(ctas, std::max(1, info->shape.sm_count));
-    a.sections = static_cast<int32_t>(persistent_sections(params, Cfg::kHeadDim));
+    a.sections = static_cast<int32_t>(persistent_sections(params, (Cfg::kHeadDim + Cfg::kHeadDimV) / 2));
     // (Or the append kernel ahead of it zeroes it: counter_by_append, dispatch.cu.)
     if (const cudaError_t err =
             counter_by_append ? cudaSuccess : cudaMemsetAsync(params.unit_pieces, 0, sizeof(int32_t), stream);

@@ -19,6 +19,8 @@ bool loaded(int head_dim) {
       return prefill_kernel_loaded<T, 64>();
     case 128:
       return prefill_kernel_loaded<T, 128>();
+    case 192:
+      return prefill_kernel_loaded<T, 192>();
     case 256:
       return prefill_kernel_loaded<T, 256>();
     default:
@@ -32,9 +34,10 @@ bool prefill_sm90_supports(const FwdProblem& p) {
   if (p.q_dtype != p.kv_dtype || p.out_dtype != p.q_dtype || !prefill_built(p.q_dtype, p.head_dim)) {
     return false;
   }
-  if (p.head_dim_v != p.head_dim || p.qv.ptr != nullptr) return false;
+  // d = dv, or (192, 128) (prefill_head_dim_v)
+  if (p.head_dim_v != prefill_head_dim_v(p.head_dim) || p.qv.ptr != nullptr) return false;
   if (!cp_async_cache_rows_ok(p, p.k_cache, p.head_dim) ||
-      !cp_async_cache_rows_ok(p, p.v_cache, p.head_dim) || !kv_rows_vec16(p)) {
+      !cp_async_cache_rows_ok(p, p.v_cache, p.head_dim_v) || !kv_rows_vec16(p)) {
     return false;
   }
   // The shape rule (KVATTN_FORCE_SM90_PREFILL=1, tests, drops it). q without cu_seqlens_q: >= 64 packed

@@ -80,22 +80,40 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
     }
     entry = entry_of(tile + 1);
     mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((ring_tile / Cfg::kStages) & 1) ^ 1u);
-    const uint32_t k_dst = s_k + stage * Cfg::kKvStageBytes, v_dst = s_v + stage * Cfg::kKvStageBytes;
+    const uint32_t k_dst = s_k + stage * Cfg::kKStageBytes, v_dst = s_v + stage * Cfg::kVStageBytes;
     // Warp-wide steps of 32 chunks: lane l copies chunk (j * 32 + l) % kChunks of row (j * 32 + l) /
     // kChunks of the warp's rows, so consecutive lanes read consecutive 16 bytes of a row.
+    if constexpr (Cfg::kChunksV == Cfg::kChunks) {  // K and V rows of one width: one loop
 #pragma unroll
-    for (int j = 0; j < kRowsPerWarp * Cfg::kChunks / 32; ++j) {
-      if (diag_no_load && tile >= Cfg::kStages) break;
-      const int idx = j * 32 + lane;
-      const int row_in_warp = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
-      const uint32_t k_row = __shfl_sync(0xffffffffu, k_off, row_in_warp);
-      const uint32_t v_row = __shfl_sync(0xffffffffu, v_off, row_in_warp);
-      const bool ok = k_row != kNoRow;
-      const int r = warp * kRowsPerWarp + row_in_warp;
-      const uint32_t at = swizzled(r, c, Cfg::kKvPanelBytes);
-      const uint32_t k_unit = ok ? k_row + c : 0, v_unit = ok ? v_row + c : 0;  // in range when ok
-      cp_async_16(k_dst + at, k_base + static_cast<uint64_t>(k_unit) * 16, ok);
-      cp_async_16(v_dst + at, v_base + static_cast<uint64_t>(v_unit) * 16, ok);
+      for (int j = 0; j < kRowsPerWarp * Cfg::kChunks / 32; ++j) {
+        if (diag_no_load && tile >= Cfg::kStages) break;
+        const int idx = j * 32 + lane;
+        const int row_in_warp = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
+        const uint32_t k_row = __shfl_sync(0xffffffffu, k_off, row_in_warp);
+        const uint32_t v_row = __shfl_sync(0xffffffffu, v_off, row_in_warp);
+        const bool ok = k_row != kNoRow;
+        const int r = warp * kRowsPerWarp + row_in_warp;
+        const uint32_t at = swizzled(r, c, Cfg::kKvPanelBytes);
+        const uint32_t k_unit = ok ? k_row + c : 0, v_unit = ok ? v_row + c : 0;  // in range when ok
+        cp_async_16(k_dst + at, k_base + static_cast<uint64_t>(k_unit) * 16, ok);
+        cp_async_16(v_dst + at, v_base + static_cast<uint64_t>(v_unit) * 16, ok);
+      }
+    } else {  // (d, dv) = (192, 128): each cache's rows at its own width
+      const auto copy_rows = [&](uint32_t dst, const unsigned char* base, uint32_t off, auto chunks) {
+        constexpr int kC = decltype(chunks)::value;
+#pragma unroll
+        for (int j = 0; j < kRowsPerWarp * kC / 32; ++j) {
+          if (diag_no_load && tile >= Cfg::kStages) break;
+          const int idx = j * 32 + lane;
+          const int row_in_warp = idx / kC, c = idx % kC;
+          const uint32_t row = __shfl_sync(0xffffffffu, off, row_in_warp);
+          const bool ok = row != kNoRow;
+          const uint32_t at = swizzled(warp * kRowsPerWarp + row_in_warp, c, Cfg::kKvPanelBytes);
+          cp_async_16(dst + at, base + static_cast<uint64_t>(ok ? row + c : 0) * 16, ok);
+        }
+      };
+      copy_rows(k_dst, k_base, k_off, std::integral_constant<int, Cfg::kChunks>{});
+      copy_rows(v_dst, v_base, v_off, std::integral_constant<int, Cfg::kChunksV>{});
     }
     // The stage is full once every producer thread's copies of it have landed (no wait here).
     warp_arrive_after_copies(full_bar + 8 * stage);
@@ -124,9 +142,9 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
                                             int64_t tile0 = 0, bool drain = true) {
   const AttnParams& p = a.p;
   const int ptid = threadIdx.x % 128, warp = ptid / 32, lane = ptid % 32;
-  constexpr int kPairs = 2 * Cfg::kPanels;          // (K or V, panel)
-  constexpr int kWarpPairs = (kPairs - 1) / 4 + 1;  // at most, a warp
-  const int warp_pairs = (kPairs - warp + 3) / 4;   // this warp's: w, w + 4, ...
+  constexpr int kPairs = Cfg::kPanels + Cfg::kPanelsV;  // (K or V, panel): K's panels, then V's
+  constexpr int kWarpPairs = (kPairs - 1) / 4 + 1;      // at most, a warp
+  const int warp_pairs = (kPairs - warp + 3) / 4;       // this warp's: w, w + 4, ...
   const bool packed = p.seq.cu_seqlens_k != nullptr, paged = p.seq.page_table != nullptr && !packed;
   const TmaGeometry g = tma_geometry(packed, paged, p.seq.num_pages, p.seq.page_size, Cfg::kBlockN);
   const int boxes = Cfg::kBlockN / g.box;
@@ -144,7 +162,7 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
     if constexpr (Cfg::kPersistent) ring_tile += tile0;
     const int stage = static_cast<int>(ring_tile % Cfg::kStages);
     const uint32_t bar = full_bar + 8 * stage;
-    const uint32_t k_dst = s_k + stage * Cfg::kKvStageBytes, v_dst = s_v + stage * Cfg::kKvStageBytes;
+    const uint32_t k_dst = s_k + stage * Cfg::kKStageBytes, v_dst = s_v + stage * Cfg::kVStageBytes;
     const int64_t t0 = slot0 + tile * Cfg::kBlockN;
     const bool whole = t0 >= seq.leftpad && (t0 + Cfg::kBlockN <= seq.end || zero_tail);
     const int64_t box_slot = t0 + lane * g.box;
@@ -165,7 +183,10 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
         const uint32_t rows_at = static_cast<uint32_t>(lane * g.box * 128);
 #pragma unroll
         for (int k = 0; k < kWarpPairs; ++k) {
-          const int pair = warp + 4 * k, panel = pair % Cfg::kPanels;
+          const int pair = warp + 4 * k;
+          const int panel = Cfg::kPanelsV == Cfg::kPanels
+                                ? pair % Cfg::kPanels
+                                : (pair < Cfg::kPanels ? pair : pair - Cfg::kPanels);
           if (pair >= kPairs) break;
           const uint32_t at = panel * Cfg::kKvPanelBytes + rows_at;
           if (pair < Cfg::kPanels) {
@@ -191,7 +212,9 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
         for (int c = 0; c < Cfg::kChunks; ++c) {
           const uint32_t at = swizzled(r, c, Cfg::kKvPanelBytes);
           cp_async_16(k_dst + at, k_base + static_cast<uint64_t>(ok ? k_off + c : 0) * 16, ok);
-          cp_async_16(v_dst + at, v_base + static_cast<uint64_t>(ok ? v_off + c : 0) * 16, ok);
+          if (Cfg::kChunksV == Cfg::kChunks || c < Cfg::kChunksV) {
+            cp_async_16(v_dst + at, v_base + static_cast<uint64_t>(ok ? v_off + c : 0) * 16, ok);
+          }
         }
       }
       warp_arrive_after_copies(bar);
