@@ -44,10 +44,10 @@ namespace {
         &launch_attention<DType::compute, DType::kv, d, dv>                        \
   }
 // The sm_90a kernels, each with the supports predicate of what it covers: prefill at d = dv = 64, 128, 256
-// (a problem runs on the row of its own head dim: the smallest covering row wins, and the predicate
-// declines head dims without a built kernel), decode at d = dv = 128. Among rows of one arch and dims the
-// first that supports a problem wins: the prefill rows come first, so a problem both take (a decode shape
-// under KVATTN_FORCE_SM90_PREFILL=1) runs on the prefill kernel.
+// and (d, dv) = (192, 128) (a problem runs on the row of its own head dim: the smallest covering row wins,
+// and the predicate declines head dims without a built kernel), decode at d = dv = 128. Among rows of one
+// arch and dims the first that supports a problem wins: the prefill rows come first, so a problem both take
+// (a decode shape under KVATTN_FORCE_SM90_PREFILL=1) runs on the prefill kernel.
 #define KVATTN_PREFILL_SM90(dt, d)                                                                 \
   AttentionKernel {                                                                                \
     kArchSm90, DType::dt, DType::dt, DType::dt, d, sm90::prefill_head_dim_v(d),                    \

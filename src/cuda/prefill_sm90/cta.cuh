@@ -105,7 +105,8 @@ struct PrefillConfig {
   static constexpr int kRegsConsumer = kTile.regs_consumer;
   static_assert(kHeadDim % 64 == 0 && kHeadDimV % 64 == 0, "whole 128-byte panels");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 128, "a key row per producer thread");
-  static_assert((kBlockN / 4) * kChunks % 32 == 0, "whole warp copy steps");
+  static_assert((kBlockN / 4) * kChunks % 32 == 0 && (kBlockN / 4) * kChunksV % 32 == 0,
+                "whole warp copy steps");
   static_assert(prefill_smem_bytes(kHeadDim, kPersistent) ==
                     1024 + kQBytes + kConsumers * kPBytes + kStages * (kKStageBytes + kVStageBytes) +
                         16 * kStages + (kPersistent ? kPrefillPersistentBytes : 0),

@@ -49,12 +49,13 @@ inline bool sm90a_binary_loaded(const void* kernel) {
   return attr.binaryVersion == 90;
 }
 
-// The supports predicate of the kernel's table rows (dispatch.cu: arch kArchSm90, fp16 / bf16, d = dv = 128):
-// q = cache = out in fp16/bf16, d = dv among the compiled head dims (none without a 90a target), no qv,
-// 16-byte aligned cache rows (kv_rows_vec16), caches under 64 GiB each, the library's sm_90a binary is the
-// one the device runs, and the shape rule (prefill.cu: >= 64 packed query rows a kv head for fixed q, key
-// splits added by the plan; varlen q >= 128 rows and >= 64 CTAs; KVATTN_FORCE_SM90_PREFILL=1 drops it, for
-// tests). The table asks it on sm_90 devices only, never under the portable switch.
+// The supports predicate of the kernel's table rows (dispatch.cu: arch kArchSm90, fp16 / bf16, a row per head
+// dim): q = cache = out in fp16/bf16, d = dv among the compiled head dims or (d, dv) = (192, 128) (none
+// without a 90a target), no qv, 16-byte aligned cache rows (kv_rows_vec16), caches under 64 GiB each, the
+// library's sm_90a binary is the one the device runs, and the shape rule (prefill.cu: >= 64 packed query rows
+// a kv head for fixed q, key splits added by the plan; varlen q >= 128 rows and >= 64 CTAs;
+// KVATTN_FORCE_SM90_PREFILL=1 drops it, for tests). The table asks it on sm_90 devices only, never under the
+// portable switch.
 bool prefill_sm90_supports(const FwdProblem& p);
 
 // The plan of its rows: the portable plan made one pass (plan_prefill_sm90 then adds the split kernel's key

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/sequence.cuh"
 #include "cuda/prefill_sm90/cta.cuh"
