@@ -3,8 +3,9 @@
 KVATTN_FORCE_SM90_PREFILL=1 drops the kernel's shape rule (>= 128 packed rows a kv head, >= half a wave of
 CTAs), so these small shapes (several 128-row blocks, several 128-key tiles, lengths that are not multiples
 of either) run on it wherever it covers the problem (d = dv in 64, 128, 256 and (d, dv) = (192, 128): every
-case runs at each of them, dv_of; fp16/bf16, no qv, no fp8; (192, 128) written without a GPU, session 29, branch
-p192: its cases were checked against the oracle on the CPU backend only). Paged cases whose page size (a multiple of 8) divides the key tile or is a
+case runs at each of them, dv_of; fp16/bf16 caches (fp8 caches: test_cuda_prefill_sm90_fp8.py), no qv;
+(192, 128) written without a GPU, session 29, branch p192: its cases were checked against the oracle on the
+CPU backend only). Paged cases whose page size (a multiple of 8) divides the key tile or is a
 multiple of it take its TMA producer (tiles of 128 keys at d 64 and 128, 48 at d 256: pages 64-256 go by
 cp.async there), and so do contiguous caches whose rows hold a tile and packed caches of a tile of tokens
 (CONTIGUOUS_TMA_CASES, written without a GPU); page 1 and the rest take its cp.async one. On a device

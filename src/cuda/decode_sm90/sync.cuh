@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "cuda/common/fp8.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/sequence.cuh"
 
@@ -83,24 +84,6 @@ __device__ __forceinline__ bool consumers_or(bool flag) {
       flag);  // the consumer warps are the CTA's first (common/sequence.cuh)
 }
 
-// e4m3 values are normal f16 and bf16 values: the conversions below are exact.
-// Four e4m3 values as two f16x2 registers: bytes (0, 1) into `lo`, (2, 3) into `hi`. The halves go to the
-// conversion as 16-bit registers, which ptxas reads in place (F2FP ... R.H1): no shift or mask a pair.
-__device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t four, uint32_t& lo, uint32_t& hi) {
-  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, "
-      "h;\n}\n"
-      : "=r"(lo), "=r"(hi)
-      : "r"(four));
-}
-__device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t h2) {
-  uint32_t out;
-  asm("{\n .reg .b16 l, h;\n .reg .f32 fl, fh;\n mov.b32 {l, h}, %1;\n cvt.f32.f16 fl, l;\n cvt.f32.f16 fh, "
-      "h;\n"
-      " cvt.rn.bf16x2.f32 %0, fh, fl;\n}\n"
-      : "=r"(out)
-      : "r"(h2));
-  return out;
-}
 // Bytes of (y, x) by selector nibbles (0-3: x's bytes, 4-7: y's), low nibble to the low byte.
 __device__ __forceinline__ uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t selector) {
   uint32_t out;

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "cuda/attention/epilogue.cuh"
+#include "cuda/attention/prologue.cuh"
 #include "cuda/attention/schedule.cuh"
 #include "cuda/attention/score_mod.cuh"
 #include "cuda/common/dtype.cuh"
@@ -126,6 +127,48 @@ __device__ __forceinline__ void load_q_async(const AttnParams& p, const Sequence
   }
 }
 
+// fp8 caches under bf16 q (Cfg::kKvFp8, f16 math): warp w's 16 rows of the consumer's Q in s_q (its rows of
+// S in the wgmma layout) rescaled in place to f16 by 2^e, e such that their largest magnitude lands in
+// [2^14, 2^15) (clamped to [-126, 126]); returns 2^-e, which the scores take back. Exact from max 2^-28 up (a
+// bf16 value's 8 significant bits fit f16's 11 above 2^-14); smaller values round to f16's subnormals, an
+// error far under the scores' own rounding. NaN stays NaN (not in the max); an inf row is inf again.
+template <class Cfg>
+__device__ __forceinline__ float q_to_f16(unsigned char* s_q) {
+  const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32;
+  constexpr int kSteps = 16 * Cfg::kChunks / 32;  // a lane's 16-byte chunks of the warp's rows
+  const auto at = [&](int j) {
+    const int idx = j * 32 + lane;
+    return s_q + swizzled(16 * warp + idx / Cfg::kChunks, idx % Cfg::kChunks, Cfg::kQPanelBytes);
+  };
+  float m = 0.f;
+#pragma unroll
+  for (int j = 0; j < kSteps; ++j) {
+    const uint4 v = *reinterpret_cast<const uint4*>(at(j));
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};  // bf16 pairs: a bf16 is the top half of its float
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      m = fmaxf(m, fabsf(__uint_as_float(w[e] << 16)));
+      m = fmaxf(m, fabsf(__uint_as_float(w[e] & 0xffff0000u)));
+    }
+  }
+  m = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(m)));  // (m >= 0: bits order as values)
+  const int exp2_m = static_cast<int>(__float_as_uint(m) >> 23) - 127;      // m's exponent (2^-127 for 0)
+  const int e = m == 0.f ? 0 : min(126, max(-126, 14 - exp2_m));
+  const float scale = __uint_as_float(static_cast<uint32_t>(127 + e) << 23);
+#pragma unroll
+  for (int j = 0; j < kSteps; ++j) {
+    const uint4 v = *reinterpret_cast<const uint4*>(at(j));
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    uint32_t h[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      h[e] = pack2<half>(__uint_as_float(w[e] << 16) * scale, __uint_as_float(w[e] & 0xffff0000u) * scale);
+    }
+    *reinterpret_cast<uint4*>(at(j)) = make_uint4(h[0], h[1], h[2], h[3]);
+  }
+  return __uint_as_float(static_cast<uint32_t>(127 - e) << 23);
+}
+
 // The persistent kernel's unit, for consume: its first tile in the CTA's stage ring, whether its Q is in
 // s_q already (issued under the previous unit's last P V: load_q_async), and last() (what runs under this
 // unit's last P V: the next unit's Q).
@@ -157,7 +200,7 @@ __device__ __forceinline__ void issue_qk_tile(float (&s)[Cfg::kBlockN / 2], cons
   for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk) {
     const uint32_t q_step = (kk / 4) * Cfg::kQPanelBytes + (kk % 4) * 32;
     const uint32_t k_step = (kk / 4) * Cfg::kKvPanelBytes + (kk % 4) * 32;
-    wgmma_ss<typename Cfg::T, Cfg::kBlockN>(s, q.at(q_step), k.at(k_stage + k_step), kk > 0);
+    wgmma_ss<typename Cfg::TM, Cfg::kBlockN>(s, q.at(q_step), k.at(k_stage + k_step), kk > 0);
   }
   wgmma_commit();
 }
@@ -170,7 +213,7 @@ __device__ __forceinline__ void issue_pv_tile(float (&o)[Cfg::kHeadDimV / 2],
                                               uint32_t v_stage) {
 #pragma unroll
   for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
-    wgmma_rs<typename Cfg::T, Cfg::kHeadDimV>(o, pa[kk], v.at(v_stage + kk * 2048), 1);
+    wgmma_rs<typename Cfg::TM, Cfg::kHeadDimV>(o, pa[kk], v.at(v_stage + kk * 2048), 1);
   }
   wgmma_commit();
 }
@@ -192,7 +235,7 @@ __device__ __forceinline__ void pack_p(const float (&s)[Cfg::kBlockN / 2],
 #pragma unroll
   for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) pa[kk][e] = pack2<typename Cfg::T>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+    for (int e = 0; e < 4; ++e) pa[kk][e] = pack2<typename Cfg::TM>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
   }
 }
 
@@ -210,7 +253,7 @@ __device__ __forceinline__ void store_p(const float (&s)[Cfg::kBlockN / 2], uint
     for (int h = 0; h < 2; ++h) {
       const int r = 16 * warp + lane / 4 + 8 * h;
       st_shared_b32(s_p + swizzled(r, j, Cfg::kPPanelBytes) + 4 * (lane % 4),
-                    pack2<typename Cfg::T>(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+                    pack2<typename Cfg::TM>(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
     }
   }
   fence_proxy_async();
@@ -224,7 +267,7 @@ __device__ __forceinline__ void issue_pv_tile_smem(float (&o)[Cfg::kHeadDimV / 2
 #pragma unroll
   for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
     const uint32_t p_step = (kk / 4) * Cfg::kPPanelBytes + (kk % 4) * 32;
-    wgmma_ss_mn<typename Cfg::T, Cfg::kHeadDimV>(o, pd.at(p_step), v.at(v_stage + kk * 2048), 1);
+    wgmma_ss_mn<typename Cfg::TM, Cfg::kHeadDimV>(o, pd.at(p_step), v.at(v_stage + kk * 2048), 1);
   }
   wgmma_commit();
 }
@@ -293,7 +336,7 @@ template <class Cfg>
 __device__ __forceinline__ void write_rows(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
                                            int64_t m0, const QueryRow (&row)[2],
                                            const float (&o)[Cfg::kHeadDimV / 2], const float (&row_max)[2],
-                                           float (&row_sum)[2], float factor) {
+                                           float (&row_sum)[2], float factor, float o_descale = 1.f) {
   using T = typename Cfg::T;
   constexpr int kD = Cfg::kHeadDimV;
   const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32, quad = lane % 4;
@@ -313,7 +356,7 @@ __device__ __forceinline__ void write_rows(const AttnParams& p, const Sequence& 
     if constexpr (Cfg::kSplit) {
       const int64_t prow = piece_partial_row(p, split_piece(cta), seq, r);
       if (prow >= 0) {  // a split's normalized partial, the sink left to the combine
-        const RowEnd part = end_row(st, row[k].attends, false, p.sinks, h, 1.f);
+        const RowEnd part = end_row(st, row[k].attends, false, p.sinks, h, o_descale);
         float* o_part = p.o_partial + prow * p.head_dim_v;  // (8-byte aligned: c is even)
 #pragma unroll
         for (int j = 0; j < kD / 8; ++j) {
@@ -325,7 +368,7 @@ __device__ __forceinline__ void write_rows(const AttnParams& p, const Sequence& 
         continue;
       }
     }
-    const RowEnd end = end_row(st, row[k].attends, true, p.sinks, h, 1.f);
+    const RowEnd end = end_row(st, row[k].attends, true, p.sinks, h, o_descale);
     const float lse = end.lse, inv_l = end.o_scale;
     T* out = out_row<T>(p, seq, cta.i, t, h);
     // A thread's two adjacent columns as one 32-bit store (half the store instructions) where the row
@@ -529,6 +572,18 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     fence_proxy_async();  // Q is read by wgmma (async proxy)
   }
   if (!Cfg::kSplit || n_tiles > 0) named_barrier_sync(Cfg::kQBarrier + consumer, 128);
+  // fp8 caches: the scores' descale (k's times q's) and, for bf16 q, Q to f16 (q_to_f16) and its scale back.
+  float qk_descale = 1.f;
+  if constexpr (Cfg::kKvFp8) {
+    qk_descale = load_descales<true>(p, cta.i, cta.kv_head).qk;
+    if constexpr (!std::is_same_v<T, typename Cfg::TM>) {
+      if (!Cfg::kSplit || n_tiles > 0) {
+        qk_descale *= q_to_f16<Cfg>(s_q);
+        fence_proxy_async();
+        named_barrier_sync(Cfg::kQBarrier + consumer, 128);
+      }
+    }
+  }
   KVATTN_PTL(pu_stamp(kPuTiles + kPuQReady));
 
   const int64_t kv_len = seq.end - seq.leftpad;
@@ -548,7 +603,9 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   float o[kD / 2];
 #pragma unroll
   for (int e = 0; e < kD / 2; ++e) o[e] = 0.f;
-  const float factor = score_factor(p);
+  // (fp8: the descales in the factor, or, where the score mods scale (softcap, ALiBi), in the scores first)
+  const bool descale_scores = Cfg::kKvFp8 && score_mods_scale(p);
+  const float factor = descale_scores ? score_factor(p) : score_factor(p) * qk_descale;
   float row_max[2] = {-INFINITY, -INFINITY};  // in the units of score_mods' output (x factor: log2)
   float row_sum[2] = {0.f, 0.f};              // this thread's share; quad-reduced at the end
   const uint32_t q_addr = smem_addr(s_q);
@@ -563,6 +620,9 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     const int t = static_cast<int>(tile);
     const bool inside = t >= in_first && t <= in_last;
     WgmmaScoreTile<kBlockN> score_tile{s, row, kp_first + t * kBlockN + 2 * quad};
+    if constexpr (Cfg::kKvFp8) {
+      if (descale_scores) score_tile.for_each([&](float& x, const QueryRow&, int32_t) { x *= qk_descale; });
+    }
     apply_score_mods<true>(p, static_cast<int32_t>(kv_len), inside, score_tile);
     online_softmax<kBlockN>(s, factor, row_max, row_sum, correction);
   };
@@ -586,7 +646,9 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   } else {
     run_tiles<Cfg>(n_tiles, q_addr, s_k, s_v, empty_bar, turns, wait_full, softmax, o);
   }
-  write_rows<Cfg>(p, seq, cta, m0, row, o, row_max, row_sum, factor);
+  // (v's descale loaded again here: one register less through the tiles)
+  write_rows<Cfg>(p, seq, cta, m0, row, o, row_max, row_sum, factor,
+                  Cfg::kKvFp8 ? load_descales<true>(p, cta.i, cta.kv_head).o : 1.f);
   KVATTN_PTL(pu_stamp(kPuTiles + kPuWritten));
 }
 

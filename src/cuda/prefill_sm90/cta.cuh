@@ -53,7 +53,10 @@ struct PrefillArgs {
 template <typename T_, int kHeadDim_, bool kPingPong_, bool kVarlen_ = false, bool kPersistent_ = false,
           bool kSplit_ = false>
 struct PrefillConfig {
-  using T = T_;
+  using T = T_;    // q and out
+  using TKV = T_;  // the caches' elements (KvFp8: fp8 e4m3)
+  using TM = T_;   // the tensor cores' operands (KvFp8: f16)
+  static constexpr bool kKvFp8 = false;
   static constexpr int kHeadDim = kHeadDim_;                       // d: q, k
   static constexpr int kHeadDimV = prefill_head_dim_v(kHeadDim_);  // dv: v, out (= d but at (192, 128))
   static constexpr bool kPingPong = kPingPong_;  // the consumers take turns on the tensor cores
@@ -111,6 +114,18 @@ struct PrefillConfig {
                     1024 + kQBytes + kConsumers * kPBytes + kStages * (kKStageBytes + kVStageBytes) +
                         16 * kStages + (kPersistent ? kPrefillPersistentBytes : 0),
                 "the launcher's shared memory is the kernel's");
+};
+
+// fp8 e4m3 caches under 16-bit q: the kernel of Base (a PrefillConfig) with K and V converted to f16 in the
+// stages by the cp.async producer (produce_fp8: the shared memory of the 16-bit kernel, each fp8 row landing
+// where its f16 row goes), f16 wgmma, and bf16 Q rescaled to f16 by a power of two a warp in shared memory
+// (consumer.cuh, q_to_f16; an f16 q is used as it is). The descales: k's (times q's) in the scores'
+// factor, v's in the epilogue's 1 / l.
+template <class Base>
+struct KvFp8 : Base {
+  using TKV = __nv_fp8_e4m3;
+  using TM = half;
+  static constexpr bool kKvFp8 = true;
 };
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -11,7 +11,8 @@
 //     stages in the wgmma 128B-swizzled layout; slots outside [leftpad, end) are zero-filled. Each stage
 //     has a "full" mbarrier (every producer thread's copies arrive on it as they land:
 //     cp.async.mbarrier.arrive) and an "empty" one (every consumer thread arrives after its last wgmma
-//     read of the stage).
+//     read of the stage). TMA instead where the layout allows (producer.cuh, produce_tma); fp8 e4m3 caches
+//     (cta.cuh KvFp8) land as fp8 and are converted to f16 in place before the stage is full (produce_fp8).
 //   consumers (warpgroups 1, 2 (, 3), 64 rows each, many registers): S = Q K^T by wgmma from shared memory (Q
 //     loaded once, rotary applied), the score modifications and the mask (attention/score_mod.cuh, through
 //     the accumulator layout's WgmmaScoreTile), online softmax in registers, O += P V by wgmma with P from
@@ -76,7 +77,7 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
     return;
   }
   KeyRange keys = key_range(p, seq, cta.m0, Cfg::kBlockM, Cfg::kBlockN);
-  const bool tma = (a.flags & kTma) != 0;
+  const bool tma = !Cfg::kKvFp8 && (a.flags & kTma) != 0;  // (fp8 caches: the cp.async producer)
   if (tma && keys.last >= keys.first) {  // the first tile starts at a multiple of align (produce_tma)
     const bool packed = p.seq.cu_seqlens_k != nullptr;
     const int align = tma_geometry(packed, p.seq.page_table != nullptr && !packed, p.seq.num_pages,

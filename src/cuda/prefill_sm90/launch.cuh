@@ -18,13 +18,19 @@
 
 namespace kvattn::cuda::sm90 {
 
-template <typename T, int kHeadDim>
+// The kernel configuration of (q dtype T, cache elements TKV, head dim) and the variant's flags.
+template <typename T, typename TKV, int kHeadDim, bool... kFlags>
+using PrefillCfgOf =
+    std::conditional_t<std::is_same_v<TKV, __nv_fp8_e4m3>, KvFp8<PrefillConfig<T, kHeadDim, kFlags...>>,
+                       PrefillConfig<T, kHeadDim, kFlags...>>;
+
+template <typename T, int kHeadDim, typename TKV>
 bool prefill_kernel_loaded() {
   if constexpr (!prefill_built(dtype_of_storage<T>(), kHeadDim)) {
     return false;
   } else {
     return sm90a_binary_loaded(
-        reinterpret_cast<const void*>(prefill_kernel<PrefillConfig<T, kHeadDim, true>>));
+        reinterpret_cast<const void*>(prefill_kernel<PrefillCfgOf<T, TKV, kHeadDim, true>>));
   }
 }
 
@@ -57,6 +63,7 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 template <class Cfg>
 bool make_kv_maps(const AttnParams& params, PrefillArgs& a) {
   using T = typename Cfg::T;
+  if (Cfg::kKvFp8) return false;  // fp8 caches: the cp.async producer, which converts them (produce_fp8)
   const SeqParams& sp = params.seq;
   if (const char* v = std::getenv("KVATTN_SM90_TMA"); v != nullptr && std::strcmp(v, "0") == 0) return false;
   const bool packed = sp.cu_seqlens_k != nullptr, paged = sp.page_table != nullptr && !packed;
@@ -103,13 +110,13 @@ bool make_kv_maps(const AttnParams& params, PrefillArgs& a) {
 // (as much as the cache holds a sequence) fit in kSectionL2 bytes, equal to within one pair, so that the
 // units in flight share K/V in L2 and each section is longest first. KVATTN_SM90_SECTIONS=n sets it (A/B:
 // the pairs' count is v1's unit-major order, 1 longest first over the whole grid).
-inline int64_t persistent_sections(const AttnParams& params, int head_dim) {
+inline int64_t persistent_sections(const AttnParams& params, int head_dim, int elem_bytes) {
   // 8 MiB (H200, W6 16x128 causal, 8-MiB pairs: one a section 2,064 us, three 2,119, all in one 2,248)
   constexpr int64_t kSectionL2 = int64_t{8} << 20;
   const int64_t pairs = std::max<int64_t>(1, static_cast<int64_t>(params.seq.batch) * params.num_kv_heads);
   const SeqParams& sp = params.seq;
   const int64_t keys = sp.cu_seqlens_k != nullptr ? sp.num_pages / std::max(1, sp.batch) : sp.capacity;
-  const int64_t pair_bytes = std::max<int64_t>(1, keys) * head_dim * 2 * 2;  // K and V, 16-bit
+  const int64_t pair_bytes = std::max<int64_t>(1, keys) * head_dim * 2 * elem_bytes;  // K and V
   int64_t per = std::clamp<int64_t>(kSectionL2 / pair_bytes, 1, pairs);
   int64_t sections = (pairs + per - 1) / per;
   if (const char* v = std::getenv("KVATTN_SM90_SECTIONS"); v != nullptr && std::atoll(v) > 0) {
@@ -160,7 +167,8 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream, bool 
     const DeviceInfo* info = nullptr;
     if (const kvattn_status st = device_info(device, &info); st != KVATTN_OK) return st;
     ctas = std::min<int64_t>(ctas, std::max(1, info->shape.sm_count));
-    a.sections = static_cast<int32_t>(persistent_sections(params, (Cfg::kHeadDim + Cfg::kHeadDimV) / 2));
+    a.sections = static_cast<int32_t>(persistent_sections(params, (Cfg::kHeadDim + Cfg::kHeadDimV) / 2,
+                                                          static_cast<int>(sizeof(typename Cfg::TKV))));
     // (Or the append kernel ahead of it zeroes it: counter_by_append, dispatch.cu.)
     if (const cudaError_t err =
             counter_by_append ? cudaSuccess : cudaMemsetAsync(params.unit_pieces, 0, sizeof(int32_t), stream);
@@ -198,7 +206,7 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream, bool 
   return KVATTN_OK;
 }
 
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, typename TKV>
 kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t stream, bool early_launch,
                                     bool counter_by_append) {
   if constexpr (!prefill_built(dtype_of_storage<T>(), kHeadDim)) {
@@ -210,8 +218,8 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
     // waits (H200, W6 16k: d 64 full 5,858 -> 5,450 us, session 9; d 128 full / causal -1% / -3%, d 256
     // -4% / -3%, session 10; bench/NOTES.md).
     if (params.seq.cu_seqlens_q == nullptr && params.unit_pieces != nullptr) {
-      return launch_config<PrefillConfig<T, kHeadDim, false, false, true>>(params, stream, early_launch,
-                                                                           counter_by_append);
+      return launch_config<PrefillCfgOf<T, TKV, kHeadDim, false, false, true>>(params, stream, early_launch,
+                                                                               counter_by_append);
     }
     // Static key splits (the plan's, for decode-like shapes that leave SMs idle) or a unit whose rows leave
     // a consumer without rows (idle instead of computing padding rows: launch.hpp,
@@ -219,8 +227,8 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
     const int64_t rows = static_cast<int64_t>(params.seq.max_seqlen_q) * params.group;
     constexpr int64_t kIdleRows = 64 * (prefill_tile(kHeadDim).consumers - 1);
     if (params.seq.cu_seqlens_q == nullptr && (params.num_splits > 1 || rows <= kIdleRows)) {
-      return launch_config<PrefillConfig<T, kHeadDim, kHeadDim != 128, false, false, true>>(params, stream,
-                                                                                            early_launch);
+      return launch_config<PrefillCfgOf<T, TKV, kHeadDim, kHeadDim != 128, false, false, true>>(
+          params, stream, early_launch);
     }
     // d = 128, q not varlen: the consumers issue their wgmma groups independently, 0-1.5% faster than
     // taking turns on every W3 / W6 case measured (bench/NOTES.md, session 6); KVATTN_SM90_PINGPONG=1 takes
@@ -229,7 +237,7 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
       const char* pingpong = std::getenv("KVATTN_SM90_PINGPONG");
       const bool turns = pingpong != nullptr && std::strcmp(pingpong, "1") == 0;
       if (!turns && params.seq.cu_seqlens_q == nullptr) {
-        return launch_config<PrefillConfig<T, kHeadDim, false>>(params, stream, early_launch);
+        return launch_config<PrefillCfgOf<T, TKV, kHeadDim, false>>(params, stream, early_launch);
       }
     }
     // Varlen q runs the varlen kernel (the m-block line: no CTA of an empty m-block, consumer 1 idle on a
@@ -237,9 +245,9 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
     const char* varlen = std::getenv("KVATTN_SM90_VARLEN");
     const bool line = varlen == nullptr || std::strcmp(varlen, "0") != 0;
     if (params.seq.cu_seqlens_q != nullptr && line) {
-      return launch_config<PrefillConfig<T, kHeadDim, true, true>>(params, stream, early_launch);
+      return launch_config<PrefillCfgOf<T, TKV, kHeadDim, true, true>>(params, stream, early_launch);
     }
-    return launch_config<PrefillConfig<T, kHeadDim, true>>(params, stream, early_launch);
+    return launch_config<PrefillCfgOf<T, TKV, kHeadDim, true>>(params, stream, early_launch);
   }
 }
 

@@ -33,10 +33,12 @@ constexpr DType dtype_of_storage() {
 // A cache whose rows the sm_90a producers copy by 16-byte cp.async and address as 32-bit offsets in 16-byte
 // units: 16-byte aligned base and strides, and the cache (rows of `width` elements) spanning < 64 GiB.
 inline bool cp_async_cache_rows_ok(const FwdProblem& p, const CacheTensor& c, int width) {
-  const bool aligned = reinterpret_cast<uintptr_t>(c.ptr) % 16 == 0 && c.page_stride % 8 == 0 &&
-                       c.slot_stride % 8 == 0 && c.head_stride % 8 == 0;
+  const int64_t per16 = p.kv_dtype == DType::fp8_e4m3 ? 16 : 8;  // elements in 16 bytes
+  const bool aligned = reinterpret_cast<uintptr_t>(c.ptr) % 16 == 0 && c.page_stride % per16 == 0 &&
+                       c.slot_stride % per16 == 0 && c.head_stride % per16 == 0;
   const int64_t rows = p.cu_seqlens_k ? p.num_pages * c.slot_stride : p.num_pages * c.page_stride;
-  const int64_t span16 = (rows + p.page_size * c.slot_stride + p.num_kv_heads * c.head_stride + width) / 8;
+  const int64_t span16 =
+      (rows + p.page_size * c.slot_stride + p.num_kv_heads * c.head_stride + width) / per16;
   return aligned && span16 < (int64_t{1} << 32) - 1;
 }
 // The kernel's sm_90a binary is the one the device runs (not an sm_80 one picked for lack of it).
@@ -168,10 +170,10 @@ inline AttentionPlan plan_prefill_sm90(const FwdProblem& p, const AttentionKerne
   return plan;
 }
 
-// One (dtype, head dim): the instantiation files define them. early_launch: programmatic dependent
-// launch behind the append kernel (launch_prefill_row decides); counter_by_append: the append zeroed the
-// persistent kernel's unit counter (else a memset node does, between the two kernels).
-template <typename T, int kHeadDim>
+// One (dtype, head dim, cache elements: T or fp8 e4m3): the instantiation files define them. early_launch:
+// programmatic dependent launch behind the append kernel (launch_prefill_row decides); counter_by_append: the
+// append zeroed the persistent kernel's unit counter (else a memset node does, between the two kernels).
+template <typename T, int kHeadDim, typename TKV = T>
 kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t stream, bool early_launch,
                                     bool counter_by_append);
 
@@ -179,13 +181,14 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
 // behind the append (the plan's early_launch) except behind q rotated ahead (KVATTN_SM90_QROT=1: the
 // consumers read that q before the kernel's wait) and, for the persistent kernel (the plan's unit
 // counter), unless the append zeroes its counter (counter_by_append): a memset node sits between them.
-template <DType kDType, int kHeadDim>
+template <DType kDType, int kHeadDim, DType kKvDType = kDType>
 kvattn_status launch_prefill_row(const AttnParams& params, const AttentionPlan& plan, cudaStream_t stream) {
   using T = std::conditional_t<kDType == DType::bf16, __nv_bfloat16, half>;
+  using TKV = std::conditional_t<kKvDType == DType::fp8_e4m3, __nv_fp8_e4m3, T>;
   const bool early = plan.early_launch && !plan.q_rotated && (!plan.unit_counter || plan.counter_by_append);
-  return launch_prefill_kernel<T, kHeadDim>(params, stream, early, plan.counter_by_append);
+  return launch_prefill_kernel<T, kHeadDim, TKV>(params, stream, early, plan.counter_by_append);
 }
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, typename TKV = T>
 bool prefill_kernel_loaded();  // the sm_90a binary of the kernel is the one the device runs
 
 #if defined(KVATTN_PREFILL_TIMELINE) && KVATTN_PREFILL_TIMELINE

@@ -12,26 +12,32 @@
 namespace kvattn::cuda::sm90 {
 namespace {
 
-template <typename T>
+template <typename T, typename TKV>
 bool loaded(int head_dim) {
   switch (head_dim) {
     case 64:
-      return prefill_kernel_loaded<T, 64>();
+      return prefill_kernel_loaded<T, 64, TKV>();
     case 128:
-      return prefill_kernel_loaded<T, 128>();
+      return prefill_kernel_loaded<T, 128, TKV>();
     case 192:
-      return prefill_kernel_loaded<T, 192>();
+      return prefill_kernel_loaded<T, 192, TKV>();
     case 256:
-      return prefill_kernel_loaded<T, 256>();
+      return prefill_kernel_loaded<T, 256, TKV>();
     default:
       return false;
   }
+}
+template <typename T>
+bool loaded(int head_dim, DType kv) {
+  return kv == DType::fp8_e4m3 ? loaded<T, __nv_fp8_e4m3>(head_dim) : loaded<T, T>(head_dim);
 }
 
 }  // namespace
 
 bool prefill_sm90_supports(const FwdProblem& p) {
-  if (p.q_dtype != p.kv_dtype || p.out_dtype != p.q_dtype || !prefill_built(p.q_dtype, p.head_dim)) {
+  // 16-bit q with a cache of its dtype or of fp8 e4m3 (converted to f16 in the kernel: cta.cuh, KvFp8)
+  if ((p.kv_dtype != p.q_dtype && p.kv_dtype != DType::fp8_e4m3) || p.out_dtype != p.q_dtype ||
+      !prefill_built(p.q_dtype, p.head_dim)) {
     return false;
   }
   // d = dv, or (192, 128) (prefill_head_dim_v)
@@ -57,7 +63,8 @@ bool prefill_sm90_supports(const FwdProblem& p) {
   }
   if (!shape_ok && !env_is_1("KVATTN_FORCE_SM90_PREFILL")) return false;
   // The sm_90a binary must be the one the device runs (not an sm_80 one picked for lack of it).
-  return p.q_dtype == DType::bf16 ? loaded<__nv_bfloat16>(p.head_dim) : loaded<half>(p.head_dim);
+  return p.q_dtype == DType::bf16 ? loaded<__nv_bfloat16>(p.head_dim, p.kv_dtype)
+                                  : loaded<half>(p.head_dim, p.kv_dtype);
 }
 
 #if KVATTN_PREFILL_TIMELINE

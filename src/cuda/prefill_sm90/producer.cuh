@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/common/fp8.cuh"
 #include "cuda/common/sequence.cuh"
 #include "cuda/prefill_sm90/cta.cuh"
 #include "cuda/prefill_sm90/ptx.cuh"
@@ -16,21 +17,23 @@ namespace kvattn::cuda::sm90 {
 
 // ---- producer: K/V tiles into the stage ring
 
-// Where a slot's row of kv_head starts in each cache, in 16-byte units (32 bits: the launcher checks that
-// the caches span less than 64 GiB), or kNoRow (the slot's copies are zero-filled) where it has no page.
+// Where a slot's row of kv_head starts in each cache, in 16-byte units of kElems16 elements (8: 16-bit
+// caches, 16: fp8; 32 bits: the launcher checks that the caches span less than 64 GiB), or kNoRow (the
+// slot's copies are zero-filled) where it has no page.
 constexpr uint32_t kNoRow = 0xffffffffu;
 struct KvRowUnits {
   uint32_t k = kNoRow, v = kNoRow;
 };
+template <int kElems16 = 8>
 __device__ __forceinline__ KvRowUnits kv_row_units(const AttnParams& p, const SlotAddress& a, int kv_head) {
   KvRowUnits r;
   if (a.page >= 0) {
     r.k = static_cast<uint32_t>((a.page * p.k_cache.page_stride + a.in_page * p.k_cache.slot_stride +
                                  kv_head * p.k_cache.head_stride) /
-                                8);
+                                kElems16);
     r.v = static_cast<uint32_t>((a.page * p.v_cache.page_stride + a.in_page * p.v_cache.slot_stride +
                                  kv_head * p.v_cache.head_stride) /
-                                8);
+                                kElems16);
   }
   return r;
 }
@@ -45,6 +48,96 @@ __device__ __forceinline__ void init_stage_barriers(uint32_t full_bar, uint32_t 
   }
 }
 
+// fp8 caches (Cfg::kKvFp8): tile n's fp8 rows land by 16-byte cp.async in its K / V stage where their f16
+// rows go (fp8 chunk j, 16 channels, at the place of f16 chunk j of the swizzled layout: a row's fp8 bytes
+// lie inside its own f16 row), then lane l of warp w converts key row w kBlockN / 4 + l in place, from its
+// last fp8 chunks down: the f16 chunks 2j and 2j + 1 of fp8 chunk j overwrite fp8 chunks 2j and 2j + 1,
+// which are read before (2j >= j + 2 for j >= 2; chunks 0 and 1 are read together, 2 and 3 before them).
+// So the stages and the shared memory are the 16-bit kernel's. The stage is full once every warp has
+// converted its rows and fenced them for wgmma (async proxy): unlike the 16-bit producer's copies, the
+// copies' latency is waited for here, between a slot's release and its fill (one consumer tile of slack
+// with three stages: the consumers hold K_t and V_t-1).
+template <int kChunks8>
+__device__ __forceinline__ void fp8_row_to_f16(uint32_t stage, int r, int panel_bytes) {
+#pragma unroll
+  for (int j = kChunks8 - 2; j >= 0; j -= 2) {
+    uint4 in[2], lo, hi;
+#pragma unroll
+    for (int e = 0; e < 2; ++e) in[e] = ld_shared_v4(stage + swizzled(r, j + e, panel_bytes));
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      e4m3x16_to_f16x16(in[e], lo, hi);
+      st_shared_v4(stage + swizzled(r, 2 * (j + e), panel_bytes), lo);
+      st_shared_v4(stage + swizzled(r, 2 * (j + e) + 1, panel_bytes), hi);
+    }
+  }
+}
+template <class Cfg>
+__device__ __forceinline__ void produce_fp8(const AttnParams& p, const Sequence& seq, int kv_head,
+                                            int64_t slot0, int64_t n_tiles, uint32_t s_k, uint32_t s_v,
+                                            uint32_t full_bar, uint32_t empty_bar, int64_t tile0 = 0) {
+  constexpr int kRowsPerWarp = Cfg::kBlockN / 4;
+  constexpr int kKChunks = Cfg::kHeadDim / 16, kVChunks = Cfg::kHeadDimV / 16;  // of an fp8 row
+  static_assert(kKChunks % 2 == 0 && kVChunks % 2 == 0 && kRowsPerWarp * kKChunks % 32 == 0 &&
+                    kRowsPerWarp * kVChunks % 32 == 0,
+                "pairs of fp8 chunks; whole warp copy steps");
+  const int ptid = threadIdx.x % 128, warp = ptid / 32, lane = ptid % 32;
+  const bool owns_row = lane < kRowsPerWarp;
+  const int key_row = warp * kRowsPerWarp + lane;
+  const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache.ptr);
+  const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache.ptr);
+  const bool paged = p.seq.page_table != nullptr && p.seq.cu_seqlens_k == nullptr;
+  auto entry_of = [&](int64_t tile) -> int32_t {  // this thread's key row's page-table entry, a tile ahead
+    const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
+    return paged && owns_row && tile < n_tiles && s < seq.end ? page_entry(p.seq, seq, s) : 0;
+  };
+  // Warp-wide steps of 32 chunks (lane l copies chunk (j * 32 + l) % kC of the warp's row (j * 32 + l) / kC).
+  // l: the lane, opaque (below).
+  const auto copy_rows = [&](uint32_t dst, const unsigned char* base, uint32_t off, int l, auto chunks) {
+    constexpr int kC = decltype(chunks)::value;
+#pragma unroll
+    for (int j = 0; j < kRowsPerWarp * kC / 32; ++j) {
+      const int idx = j * 32 + l;
+      const int row_in_warp = idx / kC, c = idx % kC;
+      const uint32_t row = __shfl_sync(0xffffffffu, off, row_in_warp);
+      const bool ok = row != kNoRow;
+      const uint32_t at = swizzled(warp * kRowsPerWarp + row_in_warp, c, Cfg::kKvPanelBytes);
+      cp_async_16(dst + at, base + static_cast<uint64_t>(ok ? row + c : 0) * 16, ok);
+    }
+  };
+  int32_t entry = entry_of(0);
+  for (int64_t tile = 0; tile < n_tiles; ++tile) {
+    int64_t ring_tile = tile;
+    if constexpr (Cfg::kPersistent) ring_tile += tile0;
+    const int stage = static_cast<int>(ring_tile % Cfg::kStages);
+    const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
+    uint32_t k_off = kNoRow, v_off = kNoRow;
+    if (owns_row && s < seq.end) {
+      const KvRowUnits row = kv_row_units<16>(p, slot_address_at(p.seq, seq, s, entry), kv_head);
+      k_off = row.k;
+      v_off = row.v;
+    }
+    entry = entry_of(tile + 1);
+    mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((ring_tile / Cfg::kStages) & 1) ^ 1u);
+    const uint32_t k_dst = s_k + stage * Cfg::kKStageBytes, v_dst = s_v + stage * Cfg::kVStageBytes;
+    // (The lane and its row opaque each tile: ptxas otherwise keeps every copy and conversion address of the
+    // lane in registers across the tiles, and spills them at the producer's 56.)
+    const int l = opaque(lane);
+    copy_rows(k_dst, k_base, k_off, l, std::integral_constant<int, kKChunks>{});
+    copy_rows(v_dst, v_base, v_off, l, std::integral_constant<int, kVChunks>{});
+    cp_async_wait_all();
+    __syncwarp();  // the warp's rows, copied by all its lanes, are in place for each lane
+    if (owns_row) {
+      const int r = warp * kRowsPerWarp + l;
+      fp8_row_to_f16<kKChunks>(k_dst, r, Cfg::kKvPanelBytes);
+      fp8_row_to_f16<kVChunks>(v_dst, r, Cfg::kKvPanelBytes);
+    }
+    fence_proxy_async();  // the f16 rows (generic proxy writes) before wgmma reads them
+    __syncwarp();
+    warp_arrive(full_bar + 8 * stage);
+  }
+}
+
 // Cfg::kPersistent: tile n is the CTA's tile tile0 + n of the stage ring (the units so far), and drain =
 // false leaves the copies in flight (the persistent kernel waits once, at its end).
 template <class Cfg>
@@ -52,6 +145,10 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
                                         int64_t n_tiles, uint32_t s_k, uint32_t s_v, uint32_t full_bar,
                                         uint32_t empty_bar, bool diag_no_load, int64_t tile0 = 0,
                                         bool drain = true) {
+  if constexpr (Cfg::kKvFp8) {
+    produce_fp8<Cfg>(p, seq, kv_head, slot0, n_tiles, s_k, s_v, full_bar, empty_bar, tile0);
+    return;
+  }
   constexpr int kRowsPerWarp = Cfg::kBlockN / 4;
   const int ptid = threadIdx.x;  // 0..127
   const int warp = ptid / 32, lane = ptid % 32;

@@ -1,0 +1,136 @@
+"""The sm_90a prefill kernel over fp8 e4m3 caches under fp16 / bf16 q (cta.cuh KvFp8) against the float64
+oracle: the cp.async producer converts each tile's fp8 rows to f16 in its stage, bf16 Q is rescaled to f16
+by a power of two a warp (consumer.cuh q_to_f16), the descales ride in the scores' factor and the
+epilogue's 1 / l. WRITTEN WITHOUT A GPU (session 30, branch pfp8): the cases were checked against the oracle
+on the CPU backend only. Every prefill case of test_cuda_prefill_sm90 runs again with fp8 caches, at every
+compiled head dim (KVATTN_FORCE_SM90_PREFILL=1), on the one-pass, persistent and split kernels; q far
+outside f16's range and far below it checks the rescaling; descales broadcast or absent.
+"""
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+
+import harness as H
+import test_cuda_prefill_sm90 as P
+from cases import build, run_and_compare
+from reference import reference_attention
+
+pytestmark = pytest.mark.skipif(not H._cuda_ready(), reason="needs torch, a GPU and a CUDA build")
+DEVICE = "cuda"
+HEAD_DIMS, dv_of = P.HEAD_DIMS, P.dv_of
+
+
+@pytest.fixture(autouse=True)
+def _force_sm90(monkeypatch):
+    monkeypatch.setenv("KVATTN_FORCE_SM90_PREFILL", "1")
+    monkeypatch.delenv("KVATTN_FORCE_PORTABLE", raising=False)
+
+
+def fp8(case, d, **kw):
+    return dataclasses.replace(case, kv_fp8=True, d=d, dv=dv_of(d), **kw)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", list(P.CASES))
+def test_prefill_sm90_fp8(name, d):
+    run_and_compare(fp8(P.CASES[name], d), DEVICE)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", ["causal contiguous", "paged 16", "packed varlen", "fp16", "append rotary"])
+@pytest.mark.parametrize("descales", ["broadcast", "none"])
+def test_prefill_sm90_fp8_descales(name, d, descales):
+    run_and_compare(fp8(P.CASES[name], d, descales=descales), DEVICE)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", list(P.MANY_UNITS))
+def test_prefill_sm90_fp8_persistent_many_units(monkeypatch, name, d):
+    monkeypatch.setenv("KVATTN_SM90_PERSISTENT", "1")
+    run_and_compare(fp8(P.MANY_UNITS[name], d), DEVICE)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", list(P.SPLIT_CASES))
+def test_prefill_sm90_fp8_splits(name, d):
+    run_and_compare(fp8(P.SPLIT_CASES[name], d), DEVICE)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_prefill_sm90_fp8_runs_on_hopper(d, dtype):
+    """The fp8 kernel of the head dim's own row ran (sm_90 devices with a 90a build only)."""
+    names = P._kernel_names(fp8(P.prefill(layout="paged", page_size=16, dtype=dtype), d))
+    assert any(re.search(rf"KvFp8<[^<]*PrefillConfig<[^,]*, {d},", n) for n in names), names
+
+
+def _run_scaled(case, q_scale, softmax_scale):
+    """kvattn on q * q_scale (exact: a power of two) with softmax_scale, against the oracle on q with the
+    case's own scale: the same logits."""
+    q, k_cache, v_cache, kw, ref_kw, _ = build(case)
+    ref = reference_attention(q, k_cache, v_cache, **ref_kw)
+    q_big = (H.f64(q) * q_scale).astype(q.dtype)
+    assert np.array_equal(H.f64(q_big) / q_scale, H.f64(q)), "q_scale must be exact in q's dtype"
+    kw = dict(kw, softmax_scale=softmax_scale)
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    with H.poisoned_outputs():
+        out, lse = H.kvattn.flash_attn_with_kvcache(H.to_device(q_big, DEVICE), H.to_device(k_cache, DEVICE),
+                                                    H.to_device(v_cache, DEVICE), return_softmax_lse=True, **dev)
+    H.sync_device_errors(DEVICE)
+    name = H.DTYPE_NAME[np.dtype(q.dtype)]
+    H.assert_close("out", H.to_numpy(out), ref["out"], H.TOL_OUT[name])
+    H.assert_close("lse", H.to_numpy(lse), ref["lse"], H.TOL_LSE[name])
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("q_scale", [2.0 ** 24, 2.0 ** -40], ids=["2^24 (past f16's max)", "2^-40 (below f16's)"])
+@pytest.mark.parametrize("persistent", ["0", "1"])
+def test_prefill_sm90_fp8_bf16_q_beyond_f16(monkeypatch, d, q_scale, persistent):
+    """bf16 q whose magnitudes f16 cannot hold (2^24 times N(0, 1): up to ~2^26, over 65504; 2^-40 times:
+    under f16's smallest subnormal): q_to_f16's power of two brings each warp's rows into range, and the
+    scores take it back."""
+    monkeypatch.setenv("KVATTN_SM90_PERSISTENT", persistent)
+    case = fp8(P.prefill(layout="paged", page_size=16, seqlens=(450, 300), seed=140), d)
+    _run_scaled(case, q_scale, 1.0 / np.sqrt(d) / q_scale)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_fp8_bf16_q_rows_of_different_magnitudes(d):
+    """Rows 2^12 times larger than the others in the same 64-row consumer (tokens 0-4 of 200, GQA 2: the
+    first 10 packed rows, inside warp 0's 16): each warp's own scale, scores near one-hot there."""
+    case = fp8(P.prefill(seqlens=(450, 201), seed=141), d)
+    q, k_cache, v_cache, kw, ref_kw, _ = build(case)
+    q = H.f64(q)
+    q[:, :5] *= 2.0 ** 12
+    q = q.astype(H.BF16)
+    ref = reference_attention(q, k_cache, v_cache, **ref_kw)
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    with H.poisoned_outputs():
+        out, lse = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
+                                                    H.to_device(v_cache, DEVICE), return_softmax_lse=True, **dev)
+    H.sync_device_errors(DEVICE)
+    H.assert_close("out", H.to_numpy(out), ref["out"], H.TOL_OUT["bf16"])
+    H.assert_close("lse", H.to_numpy(lse), ref["lse"], H.TOL_LSE["bf16"])
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_fp8_nan_page_is_contained(d):
+    """An out-of-range page id makes its sequence NaN (recorded as an error); the other stays right."""
+    case = fp8(P.prefill(layout="paged", page_size=16, seed=142), d)
+    q, k_cache, v_cache, kw, ref_kw, _ = build(case)
+    ref = reference_attention(q, k_cache, v_cache, **ref_kw)
+    kw = dict(kw)
+    table = kw["page_table"].copy()
+    table[0, 3] = 1 << 20
+    kw["page_table"] = table
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    with H.poisoned_outputs():
+        out, lse = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
+                                                    H.to_device(v_cache, DEVICE), return_softmax_lse=True, **dev)
+    with pytest.raises(H.kvattn.KvattnError, match="page_table"):
+        H.sync_device_errors(DEVICE)
+    out = H.to_numpy(out)
+    assert np.isnan(out[0]).all()
+    H.assert_close("out", out[1:], ref["out"][1:], H.TOL_OUT["bf16"])
