@@ -44,14 +44,14 @@ namespace {
         &launch_attention<DType::compute, DType::kv, d, dv>                        \
   }
 // The sm_90a kernels, each with the supports predicate of what it covers: prefill at d = dv = 64, 128, 256
-// and (d, dv) = (192, 128), 16-bit q over a cache of its dtype or of fp8 e4m3 (a problem runs on the row of
-// its own head dim: the smallest covering row wins, and the predicate declines head dims without a built
-// kernel), decode at d = dv = 128. Among rows of one arch and dims the first that supports a problem wins:
-// the prefill rows come first, so a problem both take (a decode shape under KVATTN_FORCE_SM90_PREFILL=1) runs
-// on the prefill kernel.
-#define KVATTN_PREFILL_SM90(dt, kv, d)                                                             \
+// and (d, dv) = (192, 128), 16-bit q over a cache of its dtype or of fp8 e4m3, fp8 q over fp8 (on the bf16
+// kernel) (a problem runs on the row of its own head dim: the smallest covering row wins, and the predicate
+// declines head dims without a built kernel), decode at d = dv = 128. Among rows of one arch and dims the
+// first that supports a problem wins: the prefill rows come first, so a problem both take (a decode shape
+// under KVATTN_FORCE_SM90_PREFILL=1) runs on the prefill kernel.
+#define KVATTN_PREFILL_SM90(q, kv, dt, d)                                                          \
   AttentionKernel {                                                                                \
-    kArchSm90, DType::dt, DType::kv, DType::dt, d, sm90::prefill_head_dim_v(d),                    \
+    kArchSm90, DType::q, DType::kv, DType::dt, d, sm90::prefill_head_dim_v(d),                     \
         sm90::prefill_built(DType::dt, d), &sm90::prefill_sm90_supports, &sm90::plan_prefill_sm90, \
         &sm90::launch_prefill_row<DType::dt, d, DType::kv>                                         \
   }
@@ -73,22 +73,26 @@ constexpr AttentionKernel kAttentionTable[] = {
     KVATTN_PAIRS(KVATTN_PORTABLE, f16, fp8_e4m3, f16),
     KVATTN_PAIRS(KVATTN_PORTABLE, bf16, fp8_e4m3, bf16),
     KVATTN_PAIRS(KVATTN_PORTABLE, fp8_e4m3, fp8_e4m3, bf16),
-    KVATTN_PREFILL_SM90(f16, f16, 64),
-    KVATTN_PREFILL_SM90(bf16, bf16, 64),
-    KVATTN_PREFILL_SM90(f16, f16, 128),
-    KVATTN_PREFILL_SM90(bf16, bf16, 128),
-    KVATTN_PREFILL_SM90(f16, f16, 192),
-    KVATTN_PREFILL_SM90(bf16, bf16, 192),
-    KVATTN_PREFILL_SM90(f16, f16, 256),
-    KVATTN_PREFILL_SM90(bf16, bf16, 256),
-    KVATTN_PREFILL_SM90(f16, fp8_e4m3, 64),
-    KVATTN_PREFILL_SM90(bf16, fp8_e4m3, 64),
-    KVATTN_PREFILL_SM90(f16, fp8_e4m3, 128),
-    KVATTN_PREFILL_SM90(bf16, fp8_e4m3, 128),
-    KVATTN_PREFILL_SM90(f16, fp8_e4m3, 192),
-    KVATTN_PREFILL_SM90(bf16, fp8_e4m3, 192),
-    KVATTN_PREFILL_SM90(f16, fp8_e4m3, 256),
-    KVATTN_PREFILL_SM90(bf16, fp8_e4m3, 256),
+    KVATTN_PREFILL_SM90(f16, f16, f16, 64),
+    KVATTN_PREFILL_SM90(bf16, bf16, bf16, 64),
+    KVATTN_PREFILL_SM90(f16, f16, f16, 128),
+    KVATTN_PREFILL_SM90(bf16, bf16, bf16, 128),
+    KVATTN_PREFILL_SM90(f16, f16, f16, 192),
+    KVATTN_PREFILL_SM90(bf16, bf16, bf16, 192),
+    KVATTN_PREFILL_SM90(f16, f16, f16, 256),
+    KVATTN_PREFILL_SM90(bf16, bf16, bf16, 256),
+    KVATTN_PREFILL_SM90(f16, fp8_e4m3, f16, 64),
+    KVATTN_PREFILL_SM90(bf16, fp8_e4m3, bf16, 64),
+    KVATTN_PREFILL_SM90(f16, fp8_e4m3, f16, 128),
+    KVATTN_PREFILL_SM90(bf16, fp8_e4m3, bf16, 128),
+    KVATTN_PREFILL_SM90(f16, fp8_e4m3, f16, 192),
+    KVATTN_PREFILL_SM90(bf16, fp8_e4m3, bf16, 192),
+    KVATTN_PREFILL_SM90(f16, fp8_e4m3, f16, 256),
+    KVATTN_PREFILL_SM90(bf16, fp8_e4m3, bf16, 256),
+    KVATTN_PREFILL_SM90(fp8_e4m3, fp8_e4m3, bf16, 64),
+    KVATTN_PREFILL_SM90(fp8_e4m3, fp8_e4m3, bf16, 128),
+    KVATTN_PREFILL_SM90(fp8_e4m3, fp8_e4m3, bf16, 192),
+    KVATTN_PREFILL_SM90(fp8_e4m3, fp8_e4m3, bf16, 256),
     KVATTN_DECODE_SM90(f16, f16, f16),
     KVATTN_DECODE_SM90(bf16, bf16, bf16),
     KVATTN_DECODE_SM90(f16, fp8_e4m3, f16),

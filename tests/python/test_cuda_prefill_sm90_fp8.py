@@ -1,10 +1,12 @@
-"""The sm_90a prefill kernel over fp8 e4m3 caches under fp16 / bf16 q (cta.cuh KvFp8) against the float64
-oracle: the cp.async producer converts each tile's fp8 rows to f16 in its stage, bf16 Q is rescaled to f16
-by a power of two a warp (consumer.cuh q_to_f16), the descales ride in the scores' factor and the
-epilogue's 1 / l. WRITTEN WITHOUT A GPU (session 30, branch pfp8): the cases were checked against the oracle
-on the CPU backend only. Every prefill case of test_cuda_prefill_sm90 runs again with fp8 caches, at every
-compiled head dim (KVATTN_FORCE_SM90_PREFILL=1), on the one-pass, persistent and split kernels; q far
-outside f16's range and far below it checks the rescaling; descales broadcast or absent.
+"""The sm_90a prefill kernel over fp8 e4m3 caches under fp16 / bf16 / fp8 q (cta.cuh KvFp8) against the
+float64 oracle: the cp.async producer converts each tile's fp8 rows to f16 in its stage, bf16 Q (and fp8 q,
+read to bf16 as the portable kernel reads it) is rescaled to f16 by a power of two a warp (consumer.cuh
+q_to_f16), the descales ride in the scores' factor and the epilogue's 1 / l. WRITTEN WITHOUT A GPU
+(session 30, branch pfp8): the cases were checked against the oracle on the CPU backend only. Every prefill
+case of test_cuda_prefill_sm90 runs again with fp8 caches, at every compiled head dim
+(KVATTN_FORCE_SM90_PREFILL=1), on the one-pass, persistent and split kernels (the profiler names the kernel
+that ran); fp8 q; q far outside f16's range and far below it, rows of different magnitudes and an inf check
+the rescaling; descales broadcast or absent.
 """
 import dataclasses
 import re
@@ -38,6 +40,31 @@ def test_prefill_sm90_fp8(name, d):
     run_and_compare(fp8(P.CASES[name], d), DEVICE)
 
 
+# fp8 q over fp8 caches: the bf16 kernel reading q as fp8 (load_q_fp8), out bf16.
+FP8_Q_CASES = ["causal contiguous", "paged 16", "paged 1", "packed varlen", "mixed chunk + decodes", "softcap",
+               "alibi per batch", "sinks", "GQA 8", "append rotary", "append varlen rotary paged",
+               "batch idx + leftpad", "strided q, given out"]
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("name", FP8_Q_CASES)
+def test_prefill_sm90_fp8_q(name, d):
+    run_and_compare(fp8(P.CASES[name], d, dtype="fp8"), DEVICE)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("variant", ["persistent", "split"])
+def test_prefill_sm90_fp8_q_variants(monkeypatch, d, variant):
+    """fp8 q on the persistent kernel (the next unit's Q through load_q_async's fp8 path) and the split one."""
+    if variant == "persistent":
+        monkeypatch.setenv("KVATTN_SM90_PERSISTENT", "1")
+        case, pattern = fp8(P.MANY_UNITS["causal paged 16"], d, dtype="fp8"), PERSISTENT_FP8
+    else:
+        case, pattern = fp8(P.SPLIT_CASES["append + rotary"], d, dtype="fp8"), SPLIT_FP8
+    _ran(case, pattern)
+    run_and_compare(case, DEVICE)
+
+
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("name", ["causal contiguous", "paged 16", "packed varlen", "fp16", "append rotary"])
 @pytest.mark.parametrize("descales", ["broadcast", "none"])
@@ -45,17 +72,31 @@ def test_prefill_sm90_fp8_descales(name, d, descales):
     run_and_compare(fp8(P.CASES[name], d, descales=descales), DEVICE)
 
 
+# The fp8 kernel of a variant: PrefillConfig's flags (ping-pong, varlen, persistent, split) after the head dim.
+PERSISTENT_FP8 = r"KvFp8<[^<]*PrefillConfig<[^,]*, \d+, false, false, true, false>"
+SPLIT_FP8 = r"KvFp8<[^<]*PrefillConfig<[^,]*, \d+, (true|false), false, false, true>"
+
+
+def _ran(case, pattern):
+    names = P._kernel_names(case)
+    assert any(re.search(pattern, n) for n in names), names
+
+
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("name", list(P.MANY_UNITS))
 def test_prefill_sm90_fp8_persistent_many_units(monkeypatch, name, d):
     monkeypatch.setenv("KVATTN_SM90_PERSISTENT", "1")
-    run_and_compare(fp8(P.MANY_UNITS[name], d), DEVICE)
+    case = fp8(P.MANY_UNITS[name], d)
+    _ran(case, PERSISTENT_FP8)
+    run_and_compare(case, DEVICE)
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("name", list(P.SPLIT_CASES))
 def test_prefill_sm90_fp8_splits(name, d):
-    run_and_compare(fp8(P.SPLIT_CASES[name], d), DEVICE)
+    case = fp8(P.SPLIT_CASES[name], d)
+    _ran(case, SPLIT_FP8)
+    run_and_compare(case, DEVICE)
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
@@ -93,26 +134,50 @@ def test_prefill_sm90_fp8_bf16_q_beyond_f16(monkeypatch, d, q_scale, persistent)
     scores take it back."""
     monkeypatch.setenv("KVATTN_SM90_PERSISTENT", persistent)
     case = fp8(P.prefill(layout="paged", page_size=16, seqlens=(450, 300), seed=140), d)
+    if persistent == "1":
+        _ran(case, PERSISTENT_FP8)
     _run_scaled(case, q_scale, 1.0 / np.sqrt(d) / q_scale)
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
-def test_prefill_sm90_fp8_bf16_q_rows_of_different_magnitudes(d):
-    """Rows 2^12 times larger than the others in the same 64-row consumer (tokens 0-4 of 200, GQA 2: the
-    first 10 packed rows, inside warp 0's 16): each warp's own scale, scores near one-hot there."""
-    case = fp8(P.prefill(seqlens=(450, 201), seed=141), d)
-    q, k_cache, v_cache, kw, ref_kw, _ = build(case)
-    q = H.f64(q)
-    q[:, :5] *= 2.0 ** 12
-    q = q.astype(H.BF16)
+def _run_q(case, q):
+    """kvattn on the case with q replaced, and the oracle on the same q: (out, lse, ref)."""
+    _, k_cache, v_cache, kw, ref_kw, _ = build(case)
     ref = reference_attention(q, k_cache, v_cache, **ref_kw)
     dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
     with H.poisoned_outputs():
         out, lse = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
                                                     H.to_device(v_cache, DEVICE), return_softmax_lse=True, **dev)
     H.sync_device_errors(DEVICE)
-    H.assert_close("out", H.to_numpy(out), ref["out"], H.TOL_OUT["bf16"])
-    H.assert_close("lse", H.to_numpy(lse), ref["lse"], H.TOL_LSE["bf16"])
+    return H.to_numpy(out), H.to_numpy(lse), ref
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_fp8_bf16_q_rows_of_different_magnitudes(d):
+    """Rows 2^12 times larger than the others (tokens 0-4 of 200, GQA 2: the first 10 packed rows, inside
+    warp 0's 16 of the first consumer): a scale taken from another warp's rows (max ~4: x 2^12) would
+    overflow them (~2^26), so this catches a warp reading other rows than its own S rows."""
+    case = fp8(P.prefill(seqlens=(450, 201), seed=141), d)
+    q = H.f64(build(case)[0])
+    q[:, :5] *= 2.0 ** 12
+    out, lse, ref = _run_q(case, q.astype(H.BF16))
+    H.assert_close("out", out, ref["out"], H.TOL_OUT["bf16"])
+    H.assert_close("lse", lse, ref["lse"], H.TOL_LSE["bf16"])
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_fp8_bf16_q_inf_stays_in_its_row(d):
+    """An inf in one q row (token 3, head 0 of sequence 0: packed row 6, warp 0's) does not touch the other
+    rows of its warp: their outputs match the oracle (the inf row's own output is not checked)."""
+    case = fp8(P.prefill(seqlens=(450, 201), seed=143), d)
+    q = H.f64(build(case)[0])
+    q[0, 3, 0, 5] = np.inf
+    out, lse, ref = _run_q(case, q.astype(H.BF16))
+    keep = np.ones(out.shape[:-1], bool)
+    keep[0, 3, 0] = False
+    H.assert_close("out", out[keep], ref["out"][keep], H.TOL_OUT["bf16"])
+    # (lse is (b, hq, sq))
+    H.assert_close("lse", lse.transpose(0, 2, 1)[keep], ref["lse"].transpose(0, 2, 1)[keep], H.TOL_LSE["bf16"])
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)

@@ -86,9 +86,51 @@ __device__ __forceinline__ void load_q_rows(const AttnParams& p, const Sequence&
     *reinterpret_cast<uint4*>(s_q + swizzled(row, c, panel_bytes)) = *reinterpret_cast<const uint4*>(vals);
   }
 }
+// fp8 q (under fp8 caches, in the bf16 kernel: p.q_fp8): the consumer's 64 Q rows as the portable kernel
+// reads them (attention/sm80/tile_io.cuh, load_q_as), to bf16 channel by channel (rotated in fp32), into
+// s_q, where q_to_f16 takes them as any bf16 Q (once a unit).
+template <class Cfg>
+__device__ __forceinline__ void load_q_fp8(const AttnParams& p, const Sequence& seq, int i, int kv_head,
+                                           int64_t m0, unsigned char* s_q) {
+  using T = typename Cfg::T;
+  const int ctid = threadIdx.x % 128;
+  const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
+  for (int idx = ctid; idx < 64 * Cfg::kChunks; idx += 128) {
+    const int row = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
+    const int64_t r = m0 + row;
+    alignas(16) T vals[8];
+    if (r < used_rows) {
+      const RowSplit split = split_row(r, p.group);
+      const __nv_fp8_e4m3* src =
+          token_row<const __nv_fp8_e4m3>(p.q, seq, i, split.t, kv_head * p.group + split.g);
+      const int64_t pos = seq.rotary_pos + (p.seq.rotary_q_per_token ? split.t : 0);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int ch = c * 8 + e;
+        vals[e] = ch < p.rotary.rotary_dim ? from_float<T>(rotated_channel(src, ch, pos, p.rotary))
+                                           : convert_to<T>(src[ch]);
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) vals[e] = from_float<T>(0.f);
+    }
+    *reinterpret_cast<uint4*>(s_q + swizzled(row, c, Cfg::kQPanelBytes)) =
+        *reinterpret_cast<const uint4*>(vals);
+  }
+}
+// Whether this kernel reads fp8 q: the bf16 kernel over fp8 caches (and there p.q_fp8).
+template <class Cfg>
+constexpr bool kMayReadFp8Q = Cfg::kKvFp8&& std::is_same_v<typename Cfg::T, __nv_bfloat16>;
+
 template <class Cfg>
 __device__ __forceinline__ void load_q(const AttnParams& p, const Sequence& seq, int i, int kv_head,
                                        int64_t m0, unsigned char* s_q) {
+  if constexpr (kMayReadFp8Q<Cfg>) {
+    if (p.q_fp8) {
+      load_q_fp8<Cfg>(p, seq, i, kv_head, m0, s_q);
+      return;
+    }
+  }
   load_q_rows<typename Cfg::T, Cfg::kChunks, Cfg::kChunks>(p, seq, i, kv_head, m0, s_q, Cfg::kQPanelBytes);
 }
 
@@ -101,6 +143,12 @@ template <class Cfg>
 __device__ __forceinline__ void load_q_async(const AttnParams& p, const Sequence& seq, int i, int kv_head,
                                              int64_t m0, unsigned char* s_q) {
   using T = typename Cfg::T;
+  if constexpr (kMayReadFp8Q<Cfg>) {
+    if (p.q_fp8) {  // (converted: no plain copies; consume's cp_async_wait_all then waits for none)
+      load_q_fp8<Cfg>(p, seq, i, kv_head, m0, s_q);
+      return;
+    }
+  }
   const int ctid = threadIdx.x % 128;
   const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
   const uint32_t q_addr = smem_addr(s_q);
@@ -128,10 +176,11 @@ __device__ __forceinline__ void load_q_async(const AttnParams& p, const Sequence
 }
 
 // fp8 caches under bf16 q (Cfg::kKvFp8, f16 math): warp w's 16 rows of the consumer's Q in s_q (its rows of
-// S in the wgmma layout) rescaled in place to f16 by 2^e, e such that their largest magnitude lands in
-// [2^14, 2^15) (clamped to [-126, 126]); returns 2^-e, which the scores take back. Exact from max 2^-28 up (a
+// S in the wgmma layout) rescaled in place to f16 by 2^k, k such that their largest magnitude lands in
+// [2^14, 2^15) (clamped to [-126, 126]); returns 2^-k, which the scores take back. Exact from max 2^-28 up (a
 // bf16 value's 8 significant bits fit f16's 11 above 2^-14); smaller values round to f16's subnormals, an
-// error far under the scores' own rounding. NaN stays NaN (not in the max); an inf row is inf again.
+// error far under the scores' own rounding. NaN and inf stay what they are, out of the max (an inf in it
+// would scale the warp's other rows to 0: rows of other tokens and heads, finite and wrong).
 template <class Cfg>
 __device__ __forceinline__ float q_to_f16(unsigned char* s_q) {
   const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32;
@@ -140,21 +189,22 @@ __device__ __forceinline__ float q_to_f16(unsigned char* s_q) {
     const int idx = j * 32 + lane;
     return s_q + swizzled(16 * warp + idx / Cfg::kChunks, idx % Cfg::kChunks, Cfg::kQPanelBytes);
   };
-  float m = 0.f;
+  uint32_t m = 0;  // the largest finite magnitude, as float bits
 #pragma unroll
   for (int j = 0; j < kSteps; ++j) {
     const uint4 v = *reinterpret_cast<const uint4*>(at(j));
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};  // bf16 pairs: a bf16 is the top half of its float
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      m = fmaxf(m, fabsf(__uint_as_float(w[e] << 16)));
-      m = fmaxf(m, fabsf(__uint_as_float(w[e] & 0xffff0000u)));
+    for (int e = 0; e < 4; ++e) {  // |x| as bits, 0 for NaN and inf (exponent all ones)
+      const uint32_t lo = (w[e] << 16) & 0x7fffffffu, hi = w[e] & 0x7fff0000u;
+      m = max(m, lo < 0x7f800000u ? lo : 0u);
+      m = max(m, hi < 0x7f800000u ? hi : 0u);
     }
   }
-  m = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(m)));  // (m >= 0: bits order as values)
-  const int exp2_m = static_cast<int>(__float_as_uint(m) >> 23) - 127;      // m's exponent (2^-127 for 0)
-  const int e = m == 0.f ? 0 : min(126, max(-126, 14 - exp2_m));
-  const float scale = __uint_as_float(static_cast<uint32_t>(127 + e) << 23);
+  m = __reduce_max_sync(0xffffffffu, m);  // (the bits of non-negative floats order as their values)
+  const int exp2_m = static_cast<int>(m >> 23) - 127;           // its exponent (-127 for 0 and subnormals)
+  const int k = m == 0 ? 0 : min(126, max(-126, 14 - exp2_m));  // the 2^k of the comment
+  const float scale = __uint_as_float(static_cast<uint32_t>(127 + k) << 23);
 #pragma unroll
   for (int j = 0; j < kSteps; ++j) {
     const uint4 v = *reinterpret_cast<const uint4*>(at(j));
@@ -166,7 +216,7 @@ __device__ __forceinline__ float q_to_f16(unsigned char* s_q) {
     }
     *reinterpret_cast<uint4*>(at(j)) = make_uint4(h[0], h[1], h[2], h[3]);
   }
-  return __uint_as_float(static_cast<uint32_t>(127 - e) << 23);
+  return __uint_as_float(static_cast<uint32_t>(127 - k) << 23);
 }
 
 // The persistent kernel's unit, for consume: its first tile in the CTA's stage ring, whether its Q is in

@@ -35,9 +35,11 @@ bool loaded(int head_dim, DType kv) {
 }  // namespace
 
 bool prefill_sm90_supports(const FwdProblem& p) {
-  // 16-bit q with a cache of its dtype or of fp8 e4m3 (converted to f16 in the kernel: cta.cuh, KvFp8)
-  if ((p.kv_dtype != p.q_dtype && p.kv_dtype != DType::fp8_e4m3) || p.out_dtype != p.q_dtype ||
-      !prefill_built(p.q_dtype, p.head_dim)) {
+  // 16-bit q with a cache of its dtype or of fp8 e4m3 (converted to f16 in the kernel: cta.cuh, KvFp8), or
+  // fp8 q with an fp8 cache (the bf16 kernel: out bf16, q read as fp8 by load_q_fp8)
+  const DType compute = p.q_dtype == DType::fp8_e4m3 ? DType::bf16 : p.q_dtype;
+  if ((p.kv_dtype != p.q_dtype && p.kv_dtype != DType::fp8_e4m3) || p.out_dtype != compute ||
+      !prefill_built(compute, p.head_dim)) {
     return false;
   }
   // d = dv, or (192, 128) (prefill_head_dim_v)
@@ -63,8 +65,8 @@ bool prefill_sm90_supports(const FwdProblem& p) {
   }
   if (!shape_ok && !env_is_1("KVATTN_FORCE_SM90_PREFILL")) return false;
   // The sm_90a binary must be the one the device runs (not an sm_80 one picked for lack of it).
-  return p.q_dtype == DType::bf16 ? loaded<__nv_bfloat16>(p.head_dim, p.kv_dtype)
-                                  : loaded<half>(p.head_dim, p.kv_dtype);
+  return compute == DType::bf16 ? loaded<__nv_bfloat16>(p.head_dim, p.kv_dtype)
+                                : loaded<half>(p.head_dim, p.kv_dtype);
 }
 
 #if KVATTN_PREFILL_TIMELINE
