@@ -48,6 +48,26 @@ __device__ __forceinline__ void init_stage_barriers(uint32_t full_bar, uint32_t 
   }
 }
 
+// One cache's rows of a warp's kRowsPerWarp key rows into a stage, by 16-byte cp.async in warp-wide steps of
+// 32 chunks: lane l copies chunk (j * 32 + l) % kC of the warp's row (j * 32 + l) / kC (consecutive lanes
+// read consecutive 16 bytes of a row) to its swizzled place; off: this lane's key row's offset in 16-byte
+// units (kv_row_units), shuffled from the row's lane; kNoRow: zeros. skip: copy nothing (the timing
+// diagnostic).
+template <int kRowsPerWarp, int kC>
+__device__ __forceinline__ void copy_key_rows(uint32_t dst, const unsigned char* base, uint32_t off, int warp,
+                                              int lane, int panel_bytes, bool skip = false) {
+#pragma unroll
+  for (int j = 0; j < kRowsPerWarp * kC / 32; ++j) {
+    if (skip) break;
+    const int idx = j * 32 + lane;
+    const int row_in_warp = idx / kC, c = idx % kC;
+    const uint32_t row = __shfl_sync(0xffffffffu, off, row_in_warp);
+    const bool ok = row != kNoRow;
+    const uint32_t at = swizzled(warp * kRowsPerWarp + row_in_warp, c, panel_bytes);
+    cp_async_16(dst + at, base + static_cast<uint64_t>(ok ? row + c : 0) * 16, ok);
+  }
+}
+
 // fp8 caches (Cfg::kKvFp8): tile n's fp8 rows land by 16-byte cp.async in its K / V stage where their f16
 // rows go (fp8 chunk j, 16 channels, at the place of f16 chunk j of the swizzled layout: a row's fp8 bytes
 // lie inside its own f16 row), then lane l of warp w converts key row w kBlockN / 4 + l in place, from its
@@ -91,20 +111,6 @@ __device__ __forceinline__ void produce_fp8(const AttnParams& p, const Sequence&
     const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
     return paged && owns_row && tile < n_tiles && s < seq.end ? page_entry(p.seq, seq, s) : 0;
   };
-  // Warp-wide steps of 32 chunks (lane l copies chunk (j * 32 + l) % kC of the warp's row (j * 32 + l) / kC).
-  // l: the lane, opaque (below).
-  const auto copy_rows = [&](uint32_t dst, const unsigned char* base, uint32_t off, int l, auto chunks) {
-    constexpr int kC = decltype(chunks)::value;
-#pragma unroll
-    for (int j = 0; j < kRowsPerWarp * kC / 32; ++j) {
-      const int idx = j * 32 + l;
-      const int row_in_warp = idx / kC, c = idx % kC;
-      const uint32_t row = __shfl_sync(0xffffffffu, off, row_in_warp);
-      const bool ok = row != kNoRow;
-      const uint32_t at = swizzled(warp * kRowsPerWarp + row_in_warp, c, Cfg::kKvPanelBytes);
-      cp_async_16(dst + at, base + static_cast<uint64_t>(ok ? row + c : 0) * 16, ok);
-    }
-  };
   int32_t entry = entry_of(0);
   for (int64_t tile = 0; tile < n_tiles; ++tile) {
     int64_t ring_tile = tile;
@@ -123,8 +129,8 @@ __device__ __forceinline__ void produce_fp8(const AttnParams& p, const Sequence&
     // (The lane and its row opaque each tile: ptxas otherwise keeps every copy and conversion address of the
     // lane in registers across the tiles, and spills them at the producer's 56.)
     const int l = opaque(lane);
-    copy_rows(k_dst, k_base, k_off, l, std::integral_constant<int, kKChunks>{});
-    copy_rows(v_dst, v_base, v_off, l, std::integral_constant<int, kVChunks>{});
+    copy_key_rows<kRowsPerWarp, kKChunks>(k_dst, k_base, k_off, warp, l, Cfg::kKvPanelBytes);
+    copy_key_rows<kRowsPerWarp, kVChunks>(v_dst, v_base, v_off, warp, l, Cfg::kKvPanelBytes);
     cp_async_wait_all();
     __syncwarp();  // the warp's rows, copied by all its lanes, are in place for each lane
     if (owns_row) {
@@ -197,21 +203,9 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
         cp_async_16(v_dst + at, v_base + static_cast<uint64_t>(v_unit) * 16, ok);
       }
     } else {  // (d, dv) = (192, 128): each cache's rows at its own width
-      const auto copy_rows = [&](uint32_t dst, const unsigned char* base, uint32_t off, auto chunks) {
-        constexpr int kC = decltype(chunks)::value;
-#pragma unroll
-        for (int j = 0; j < kRowsPerWarp * kC / 32; ++j) {
-          if (diag_no_load && tile >= Cfg::kStages) break;
-          const int idx = j * 32 + lane;
-          const int row_in_warp = idx / kC, c = idx % kC;
-          const uint32_t row = __shfl_sync(0xffffffffu, off, row_in_warp);
-          const bool ok = row != kNoRow;
-          const uint32_t at = swizzled(warp * kRowsPerWarp + row_in_warp, c, Cfg::kKvPanelBytes);
-          cp_async_16(dst + at, base + static_cast<uint64_t>(ok ? row + c : 0) * 16, ok);
-        }
-      };
-      copy_rows(k_dst, k_base, k_off, std::integral_constant<int, Cfg::kChunks>{});
-      copy_rows(v_dst, v_base, v_off, std::integral_constant<int, Cfg::kChunksV>{});
+      const bool skip = diag_no_load && tile >= Cfg::kStages;
+      copy_key_rows<kRowsPerWarp, Cfg::kChunks>(k_dst, k_base, k_off, warp, lane, Cfg::kKvPanelBytes, skip);
+      copy_key_rows<kRowsPerWarp, Cfg::kChunksV>(v_dst, v_base, v_off, warp, lane, Cfg::kKvPanelBytes, skip);
     }
     // The stage is full once every producer thread's copies of it have landed (no wait here).
     warp_arrive_after_copies(full_bar + 8 * stage);
