@@ -281,3 +281,35 @@ def profiled_kernel_names(fn):
     if not names:
         pytest.skip("the profiler saw no kernels here")
     return names
+
+
+def call_poisoned(q, k_cache, v_cache, kw, device):
+    """One flash_attn_with_kvcache call (return_softmax_lse) on host arrays a test built or changed, its
+    outputs NaN-poisoned: (out, lse) on the device, not synchronized (the caller checks the device errors)."""
+    dev = {k: to_device(v, device) for k, v in kw.items()}
+    with poisoned_outputs():
+        return kvattn.flash_attn_with_kvcache(to_device(q, device), to_device(k_cache, device),
+                                             to_device(v_cache, device), return_softmax_lse=True, **dev)
+
+
+def assert_bad_page_contained(case, page, device, lse_nan=False):
+    """The paged case (cases.Case) called with page_table[0, page] out of range: a page_table error is
+    recorded, sequence 0's out is NaN (its lse too with lse_nan), the other sequences match the oracle at
+    bf16 tolerances."""
+    from cases import build
+    from reference import reference_attention
+
+    q, k_cache, v_cache, kw, ref_kw, _ = build(case)
+    ref = reference_attention(q, k_cache, v_cache, **ref_kw)
+    kw = dict(kw)
+    table = kw["page_table"].copy()
+    table[0, page] = 1 << 20
+    kw["page_table"] = table
+    out, lse = call_poisoned(q, k_cache, v_cache, kw, device)
+    with pytest.raises(kvattn.KvattnError, match="page_table"):
+        sync_device_errors(device)
+    out, lse = to_numpy(out), to_numpy(lse)
+    assert np.isnan(out[0]).all()
+    if lse_nan:
+        assert np.isnan(lse[0]).all()
+    assert_close("out", out[1:], ref["out"][1:], TOL_OUT["bf16"])

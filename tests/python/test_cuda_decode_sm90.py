@@ -169,10 +169,7 @@ def test_row_groups_skewed_page1():
 def _compare_bf16(q, k_cache, v_cache, kw, ref_kw):
     """One call on arrays a test changed after build(): against the oracle at bf16 tolerances."""
     ref = reference_attention(q, k_cache, v_cache, **ref_kw)
-    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
-    with H.poisoned_outputs():
-        out, lse = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
-                                                    H.to_device(v_cache, DEVICE), return_softmax_lse=True, **dev)
+    out, lse = H.call_poisoned(q, k_cache, v_cache, kw, DEVICE)
     H.sync_device_errors(DEVICE)
     H.assert_close("out", H.to_numpy(out), ref["out"], H.TOL_OUT["bf16"])
     H.assert_close("lse", H.to_numpy(lse), ref["lse"], H.TOL_LSE["bf16"])

@@ -213,26 +213,7 @@ def test_prefill_sm90_long_append_launched_early(layout):
 @pytest.mark.parametrize("d", HEAD_DIMS)
 def test_prefill_sm90_nan_page_is_contained(d):
     """An out-of-range page id makes its sequence NaN (recorded as an error); the other stays right."""
-    case = prefill(layout="paged", page_size=16, d=d, dv=dv_of(d), seed=24)
-    # run_and_compare would raise the device error; build the call by hand instead
-    from cases import build
-    from reference import reference_attention
-
-    q, k_cache, v_cache, kw, ref_kw, info = build(case)
-    ref = reference_attention(q, k_cache, v_cache, **ref_kw)
-    kw = dict(kw)
-    table = kw["page_table"].copy()
-    table[0, 3] = 1 << 20
-    kw["page_table"] = table
-    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
-    with H.poisoned_outputs():
-        out, lse = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
-                                                    H.to_device(v_cache, DEVICE), return_softmax_lse=True, **dev)
-    with pytest.raises(H.kvattn.KvattnError, match="page_table"):
-        H.sync_device_errors(DEVICE)
-    out, lse = H.to_numpy(out), H.to_numpy(lse)
-    assert np.isnan(out[0]).all()
-    H.assert_close("out", out[1:], ref["out"][1:], H.TOL_OUT["bf16"])
+    H.assert_bad_page_contained(prefill(layout="paged", page_size=16, d=d, dv=dv_of(d), seed=24), 3, DEVICE)
 
 
 _kernel_names = H.kernel_names
@@ -388,25 +369,8 @@ def test_prefill_sm90_splits_nan_page_is_contained(d):
     """An out-of-range page id (in a middle split's share; every split checks the whole sequence): recorded,
     every split's partials of that sequence NaN, so its out and lse NaN through the combine; the other
     right."""
-    from cases import build
-    from reference import reference_attention
-
-    case = split(d=d, dv=dv_of(d), seed=125)
-    q, k_cache, v_cache, kw, ref_kw, _ = build(case)
-    ref = reference_attention(q, k_cache, v_cache, **ref_kw)
-    kw = dict(kw)
-    table = kw["page_table"].copy()
-    table[0, 90] = 1 << 20  # keys 1440-1455 of sequence 0's 3000
-    kw["page_table"] = table
-    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
-    with H.poisoned_outputs():
-        out, lse = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
-                                                    H.to_device(v_cache, DEVICE), return_softmax_lse=True, **dev)
-    with pytest.raises(H.kvattn.KvattnError, match="page_table"):
-        H.sync_device_errors(DEVICE)
-    out, lse = H.to_numpy(out), H.to_numpy(lse)
-    assert np.isnan(out[0]).all() and np.isnan(lse[0]).all()
-    H.assert_close("out", out[1:], ref["out"][1:], H.TOL_OUT["bf16"])
+    # keys 1440-1455 of sequence 0's 3000
+    H.assert_bad_page_contained(split(d=d, dv=dv_of(d), seed=125), 90, DEVICE, lse_nan=True)
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)

@@ -114,11 +114,7 @@ def _run_scaled(case, q_scale, softmax_scale):
     ref = reference_attention(q, k_cache, v_cache, **ref_kw)
     q_big = (H.f64(q) * q_scale).astype(q.dtype)
     assert np.array_equal(H.f64(q_big) / q_scale, H.f64(q)), "q_scale must be exact in q's dtype"
-    kw = dict(kw, softmax_scale=softmax_scale)
-    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
-    with H.poisoned_outputs():
-        out, lse = H.kvattn.flash_attn_with_kvcache(H.to_device(q_big, DEVICE), H.to_device(k_cache, DEVICE),
-                                                    H.to_device(v_cache, DEVICE), return_softmax_lse=True, **dev)
+    out, lse = H.call_poisoned(q_big, k_cache, v_cache, dict(kw, softmax_scale=softmax_scale), DEVICE)
     H.sync_device_errors(DEVICE)
     name = H.DTYPE_NAME[np.dtype(q.dtype)]
     H.assert_close("out", H.to_numpy(out), ref["out"], H.TOL_OUT[name])
@@ -144,10 +140,7 @@ def _run_q(case, q):
     """kvattn on the case with q replaced, and the oracle on the same q: (out, lse, ref)."""
     _, k_cache, v_cache, kw, ref_kw, _ = build(case)
     ref = reference_attention(q, k_cache, v_cache, **ref_kw)
-    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
-    with H.poisoned_outputs():
-        out, lse = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
-                                                    H.to_device(v_cache, DEVICE), return_softmax_lse=True, **dev)
+    out, lse = H.call_poisoned(q, k_cache, v_cache, kw, DEVICE)
     H.sync_device_errors(DEVICE)
     return H.to_numpy(out), H.to_numpy(lse), ref
 
@@ -183,19 +176,4 @@ def test_prefill_sm90_fp8_bf16_q_inf_stays_in_its_row(d):
 @pytest.mark.parametrize("d", HEAD_DIMS)
 def test_prefill_sm90_fp8_nan_page_is_contained(d):
     """An out-of-range page id makes its sequence NaN (recorded as an error); the other stays right."""
-    case = fp8(P.prefill(layout="paged", page_size=16, seed=142), d)
-    q, k_cache, v_cache, kw, ref_kw, _ = build(case)
-    ref = reference_attention(q, k_cache, v_cache, **ref_kw)
-    kw = dict(kw)
-    table = kw["page_table"].copy()
-    table[0, 3] = 1 << 20
-    kw["page_table"] = table
-    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
-    with H.poisoned_outputs():
-        out, lse = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
-                                                    H.to_device(v_cache, DEVICE), return_softmax_lse=True, **dev)
-    with pytest.raises(H.kvattn.KvattnError, match="page_table"):
-        H.sync_device_errors(DEVICE)
-    out = H.to_numpy(out)
-    assert np.isnan(out[0]).all()
-    H.assert_close("out", out[1:], ref["out"][1:], H.TOL_OUT["bf16"])
+    H.assert_bad_page_contained(fp8(P.prefill(layout="paged", page_size=16, seed=142), d), 3, DEVICE)
