@@ -95,6 +95,7 @@ __device__ __forceinline__ void load_q_fp8(const AttnParams& p, const Sequence& 
   using T = typename Cfg::T;
   const int ctid = threadIdx.x % 128;
   const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
+#pragma unroll 1  // (inlined under the persistent kernel's last P V, O live: as load_q_async's loop)
   for (int idx = ctid; idx < 64 * Cfg::kChunks; idx += 128) {
     const int row = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
     const int64_t r = m0 + row;

@@ -81,12 +81,13 @@ inline bool prefill_fills_sms_twice(const FwdProblem& p, int sm_count) {
   return units >= 2 * static_cast<int64_t>(sm_count);
 }
 // q with rotary rotated once ahead of the kernel (append/rotate_q.cu) into the workspace, which the kernel
-// then loads as a q without rotary: only under KVATTN_SM90_QROT=1 (A/B), 16-bit q (fp8 q never reaches
-// this kernel), rounded once to q's dtype as the Q load does, so the same bits. Not by default since
-// session 18: the persistent kernel rotates its next unit's Q itself under the last P V (RotaryChunk), and
-// on the H200 that was level with the extra pass or faster (W3 b8 +512 over 4k p16 623 -> 610 us, the
-// other W3 cases within their spread) while the pass costs a launch and a workspace the size of q (33.5 MB
-// at b8 +512); rotated ahead it had paid in session 8, when the Q load rotated channel by channel.
+// then loads as a q without rotary: only under KVATTN_SM90_QROT=1 (A/B), 16-bit q (fp8 q, on the fp8-cache
+// kernel, is rotated as it is read: load_q_fp8), rounded once to q's dtype as the Q load does, so the same
+// bits. Not by default since session 18: the persistent kernel rotates its next unit's Q itself under the
+// last P V (RotaryChunk), and on the H200 that was level with the extra pass or faster (W3 b8 +512 over 4k
+// p16 623 -> 610 us, the other W3 cases within their spread) while the pass costs a launch and a workspace
+// the size of q (33.5 MB at b8 +512); rotated ahead it had paid in session 8, when the Q load rotated channel
+// by channel.
 inline bool prefill_q_rotated_ahead(const FwdProblem& p) {
   if (p.rotary_dim == 0 || p.total_q == 0 || p.qv.ptr != nullptr) return false;
   if (p.q_dtype != DType::f16 && p.q_dtype != DType::bf16) return false;
