@@ -1,8 +1,8 @@
 """The sm_90a prefill kernel over fp8 e4m3 caches under fp16 / bf16 / fp8 q (cta.cuh KvFp8) against the
 float64 oracle: the cp.async producer converts each tile's fp8 rows to f16 in its stage, bf16 Q (and fp8 q,
 read to bf16 as the portable kernel reads it) is rescaled to f16 by a power of two a warp (consumer.cuh
-q_to_f16), the descales ride in the scores' factor and the epilogue's 1 / l. WRITTEN WITHOUT A GPU
-(session 30, branch pfp8): the cases were checked against the oracle on the CPU backend only. Every prefill
+q_to_f16), the descales ride in the scores' factor and the epilogue's 1 / l. Session 30 wrote it without a
+GPU; session 31 ran these tests at d 128 on an H200 (the default takes fp8 caches there only). Every prefill
 case of test_cuda_prefill_sm90 runs again with fp8 caches, at every compiled head dim
 (KVATTN_FORCE_SM90_PREFILL=1), on the one-pass, persistent and split kernels (the profiler names the kernel
 that ran); fp8 q; q far outside f16's range and far below it, rows of different magnitudes and an inf check
@@ -38,6 +38,18 @@ def fp8(case, d, **kw):
 @pytest.mark.parametrize("name", list(P.CASES))
 def test_prefill_sm90_fp8(name, d):
     run_and_compare(fp8(P.CASES[name], d), DEVICE)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_fp8_default_head_dims(monkeypatch, d):
+    """Without the test switch, fp8 caches take the sm_90a kernel at d 128 only (prefill.cu: the head dims
+    whose fp8 path has passed its GPU checks); a 16-bit cache at any head dim."""
+    monkeypatch.delenv("KVATTN_FORCE_SM90_PREFILL")
+    case = P.prefill(layout="paged", page_size=16, sq=300, seqlens=(700, 500), seed=143)
+    names = P._kernel_names(fp8(case, d))
+    assert any("KvFp8<" in n for n in names) == (d == 128), names
+    names = P._kernel_names(dataclasses.replace(case, d=d, dv=dv_of(d)))
+    assert any("prefill_kernel<" in n for n in names), names
 
 
 # fp8 q over fp8 caches: the bf16 kernel reading q as fp8 (load_q_fp8), out bf16.
