@@ -60,8 +60,27 @@ FP8_Q_CASES = ["causal contiguous", "paged 16", "paged 1", "packed varlen", "mix
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("name", FP8_Q_CASES)
-def test_prefill_sm90_fp8_q(name, d):
+@pytest.mark.parametrize("mma", ["1", "0"], ids=["e4m3 wgmma", "f16"])
+def test_prefill_sm90_fp8_q(monkeypatch, name, d, mma):
+    """fp8 q: at d 128 on e4m3 wgmma (KvFp8Mma, WRITTEN WITHOUT A GPU: branch pfp8w; its numerics emulated in
+    numpy within the fp8 tolerance, bench/NOTES.md session 30) and, with KVATTN_SM90_FP8_MMA=0, on the f16
+    kernel; other head dims take the f16 kernel either way."""
+    if mma == "0" and d != 128:
+        pytest.skip("the e4m3 kernel is d 128 only")
+    monkeypatch.setenv("KVATTN_SM90_FP8_MMA", mma)
     run_and_compare(fp8(P.CASES[name], d, dtype="fp8"), DEVICE)
+
+
+@pytest.mark.skipif(128 not in HEAD_DIMS, reason="the e4m3 kernel is d 128 only")
+@pytest.mark.parametrize("mma", ["1", "0"])
+def test_prefill_sm90_fp8_q_mma_rule(monkeypatch, mma):
+    """fp8 q at d 128 runs the e4m3 kernel unless KVATTN_SM90_FP8_MMA=0; bf16 q over fp8 never does."""
+    monkeypatch.setenv("KVATTN_SM90_FP8_MMA", mma)
+    names = P._kernel_names(fp8(P.prefill(layout="paged", page_size=16, dtype="fp8"), 128))
+    assert any("KvFp8Mma<" in n for n in names) == (mma == "1"), names
+    assert any(re.search(r"KvFp8(Mma)?<[^<]*PrefillConfig<[^,]*, 128,", n) for n in names), names
+    names = P._kernel_names(fp8(P.prefill(layout="paged", page_size=16), 128))
+    assert not any("KvFp8Mma<" in n for n in names), names
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
@@ -86,8 +105,9 @@ def test_prefill_sm90_fp8_descales(name, d, descales):
 
 
 # The fp8 kernel of a variant: PrefillConfig's flags (ping-pong, varlen, persistent, split) after the head dim.
-PERSISTENT_FP8 = r"KvFp8<[^<]*PrefillConfig<[^,]*, \d+, false, false, true, false>"
-SPLIT_FP8 = r"KvFp8<[^<]*PrefillConfig<[^,]*, \d+, (true|false), false, false, true>"
+# (KvFp8Mma: fp8 q at d 128, e4m3 wgmma)
+PERSISTENT_FP8 = r"KvFp8(Mma)?<[^<]*PrefillConfig<[^,]*, \d+, false, false, true, false>"
+SPLIT_FP8 = r"KvFp8(Mma)?<[^<]*PrefillConfig<[^,]*, \d+, (true|false), false, false, true>"
 
 
 def _ran(case, pattern):
@@ -117,7 +137,7 @@ def test_prefill_sm90_fp8_splits(name, d):
 def test_prefill_sm90_fp8_runs_on_hopper(d, dtype):
     """The fp8 kernel of the head dim's own row ran (sm_90 devices with a 90a build only)."""
     names = P._kernel_names(fp8(P.prefill(layout="paged", page_size=16, dtype=dtype), d))
-    assert any(re.search(rf"KvFp8<[^<]*PrefillConfig<[^,]*, {d},", n) for n in names), names
+    assert any(re.search(rf"KvFp8(Mma)?<[^<]*PrefillConfig<[^,]*, {d},", n) for n in names), names
 
 
 def _run_scaled(case, q_scale, softmax_scale):

@@ -3,6 +3,8 @@
 // for sm_90 only). e4m3 values are normal f16 and bf16 values: every conversion here is exact.
 #pragma once
 
+#include <cuda_fp8.h>
+
 #include <cstdint>
 
 namespace kvattn::cuda {
@@ -30,6 +32,18 @@ __device__ __forceinline__ void e4m3x16_to_f16x16(const uint4& in, uint4& lo, ui
   e4m3x4_to_f16x2x2(in.y, lo.z, lo.w);
   e4m3x4_to_f16x2x2(in.z, hi.x, hi.y);
   e4m3x4_to_f16x2x2(in.w, hi.z, hi.w);
+}
+
+// Two floats as e4m3 (round to nearest, saturating at +-448), a in the low byte.
+__device__ __forceinline__ uint32_t e4m3x2(float a, float b) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+}
+
+// Bytes of (y, x) by selector nibbles (0-3: x's bytes, 4-7: y's), low nibble to the low byte.
+__device__ __forceinline__ uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t selector) {
+  uint32_t out;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(x), "r"(y), "r"(selector));
+  return out;
 }
 
 }  // namespace kvattn::cuda

@@ -84,11 +84,5 @@ __device__ __forceinline__ bool consumers_or(bool flag) {
       flag);  // the consumer warps are the CTA's first (common/sequence.cuh)
 }
 
-// Bytes of (y, x) by selector nibbles (0-3: x's bytes, 4-7: y's), low nibble to the low byte.
-__device__ __forceinline__ uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t selector) {
-  uint32_t out;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(x), "r"(y), "r"(selector));
-  return out;
-}
 
 }  // namespace kvattn::cuda::sm90

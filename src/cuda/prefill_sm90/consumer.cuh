@@ -11,6 +11,7 @@
 #include "cuda/attention/schedule.cuh"
 #include "cuda/attention/score_mod.cuh"
 #include "cuda/common/dtype.cuh"
+#include "cuda/common/fp8.cuh"
 #include "cuda/common/mma.cuh"
 #include "cuda/common/rotary.cuh"
 #include "cuda/common/sequence.cuh"
@@ -89,9 +90,44 @@ __device__ __forceinline__ void load_q_rows(const AttnParams& p, const Sequence&
 // fp8 q (under fp8 caches, in the bf16 kernel: p.q_fp8): the consumer's 64 Q rows as the portable kernel
 // reads them (attention/sm80/tile_io.cuh, load_q_as), to bf16 channel by channel (rotated in fp32), into
 // s_q, where q_to_f16 takes them as any bf16 Q (once a unit).
+// Cfg::kFp8Mma: the same rows as e4m3 (rotated channels rounded to e4m3 once), 16 channels a 16-byte chunk,
+// for the e4m3 wgmma (Q K-major, 128-byte rows at d 128).
+template <class Cfg>
+__device__ __forceinline__ void load_q_e4m3(const AttnParams& p, const Sequence& seq, int i, int kv_head,
+                                            int64_t m0, unsigned char* s_q) {
+  using E = __nv_fp8_e4m3;
+  constexpr int kChunks8 = Cfg::kHeadDim / 16;
+  const int ctid = threadIdx.x % 128;
+  const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
+#pragma unroll 1
+  for (int idx = ctid; idx < 64 * kChunks8; idx += 128) {
+    const int row = idx / kChunks8, c = idx % kChunks8;
+    const int64_t r = m0 + row;
+    alignas(16) E vals[16];
+    if (r < used_rows) {
+      const RowSplit split = split_row(r, p.group);
+      const E* src = token_row<const E>(p.q, seq, i, split.t, kv_head * p.group + split.g);
+      const int64_t pos = seq.rotary_pos + (p.seq.rotary_q_per_token ? split.t : 0);
+#pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        const int ch = c * 16 + e;
+        vals[e] = ch < p.rotary.rotary_dim ? from_float<E>(rotated_channel(src, ch, pos, p.rotary)) : src[ch];
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 16; ++e) vals[e] = from_float<E>(0.f);
+    }
+    *reinterpret_cast<uint4*>(s_q + swizzled(row, c, Cfg::kQPanelBytes)) =
+        *reinterpret_cast<const uint4*>(vals);
+  }
+}
 template <class Cfg>
 __device__ __forceinline__ void load_q_fp8(const AttnParams& p, const Sequence& seq, int i, int kv_head,
                                            int64_t m0, unsigned char* s_q) {
+  if constexpr (Cfg::kFp8Mma) {
+    load_q_e4m3<Cfg>(p, seq, i, kv_head, m0, s_q);
+    return;
+  }
   using T = typename Cfg::T;
   const int ctid = threadIdx.x % 128;
   const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
@@ -242,13 +278,29 @@ struct WaitFullThenLast {
   __device__ __forceinline__ void last() const { last_(); }
 };
 
-// S = Q K^T of a tile into s (issued, not waited for): kD / 16 k-steps, 32 bytes apart within a 128-byte
+// Channels (S = Q K^T) and keys (O += P V) a wgmma k-step: 16 for 16-bit operands, 32 for e4m3 (32 bytes
+// either way).
+template <class Cfg>
+constexpr int kKStep = Cfg::kFp8Mma ? 32 : 16;
+// KvFp8Mma's P scale (log2) and V^T offset (0 elsewhere).
+template <class Cfg>
+constexpr int kPLog2Of = [] {
+  if constexpr (Cfg::kFp8Mma) return Cfg::kPLog2;
+  return 0;
+}();
+template <class Cfg>
+constexpr int kVtOffsetOf = [] {
+  if constexpr (Cfg::kFp8Mma) return Cfg::kVtOffset;
+  return 0;
+}();
+
+// S = Q K^T of a tile into s (issued, not waited for): kD / kKStep k-steps, 32 bytes apart within a 128-byte
 // panel row. q, k: the descriptors of Q and of stage 0's K; k_stage: the tile's stage offset (bytes).
 template <class Cfg>
 __device__ __forceinline__ void issue_qk_tile(float (&s)[Cfg::kBlockN / 2], const SmemDesc& q,
                                               const SmemDesc& k, uint32_t k_stage) {
 #pragma unroll
-  for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk) {
+  for (int kk = 0; kk < Cfg::kHeadDim / kKStep<Cfg>; ++kk) {
     const uint32_t q_step = (kk / 4) * Cfg::kQPanelBytes + (kk % 4) * 32;
     const uint32_t k_step = (kk / 4) * Cfg::kKvPanelBytes + (kk % 4) * 32;
     wgmma_ss<typename Cfg::TM, Cfg::kBlockN>(s, q.at(q_step), k.at(k_stage + k_step), kk > 0);
@@ -263,8 +315,9 @@ __device__ __forceinline__ void issue_pv_tile(float (&o)[Cfg::kHeadDimV / 2],
                                               const uint32_t (&pa)[Cfg::kBlockN / 16][4], const SmemDesc& v,
                                               uint32_t v_stage) {
 #pragma unroll
-  for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
-    wgmma_rs<typename Cfg::TM, Cfg::kHeadDimV>(o, pa[kk], v.at(v_stage + kk * 2048), 1);
+  for (int kk = 0; kk < Cfg::kBlockN / kKStep<Cfg>; ++kk) {
+    // (16-bit: V MN-major, a k-step 16 rows = 2048 bytes on; e4m3: V^T K-major, 32 key bytes on)
+    wgmma_rs<typename Cfg::TM, Cfg::kHeadDimV>(o, pa[kk], v.at(v_stage + kk * (Cfg::kFp8Mma ? 32 : 2048)), 1);
   }
   wgmma_commit();
 }
@@ -280,13 +333,30 @@ __device__ __forceinline__ void fence_fragments(uint32_t (&pa)[kKSteps][4]) {
 }
 
 // P leaves the S accumulators as the A fragments of P V (two 8-key blocks = one 16-key k-step).
+// Cfg::kFp8Mma: e4m3 (P already x 2^kPLog2: online_softmax), k32 steps; register (h, half) of step kk (row 8
+// h, keys 16 half ..) holds positions 4t .. 4t + 3, which V^T's pi order gives keys 2t, 2t + 1 (8-key block 4
+// kk + 2 half) and 2t + 8, 2t + 9 (the next block): the thread's own accumulators, no shuffle.
 template <class Cfg>
 __device__ __forceinline__ void pack_p(const float (&s)[Cfg::kBlockN / 2],
                                        uint32_t (&pa)[Cfg::kBlockN / 16][4]) {
+  if constexpr (Cfg::kFp8Mma) {
 #pragma unroll
-  for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
+    for (int kk = 0; kk < Cfg::kBlockN / 32; ++kk) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) pa[kk][e] = pack2<typename Cfg::TM>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+      for (int reg = 0; reg < 4; ++reg) {
+        const int h = reg % 2, j0 = 4 * kk + 2 * (reg / 2);
+        const uint32_t lo = e4m3x2(s[4 * j0 + 2 * h], s[4 * j0 + 2 * h + 1]);
+        const uint32_t hi = e4m3x2(s[4 * (j0 + 1) + 2 * h], s[4 * (j0 + 1) + 2 * h + 1]);
+        pa[kk][reg] = lo | (hi << 16);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        pa[kk][e] = pack2<typename Cfg::TM>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+    }
   }
 }
 
@@ -339,7 +409,8 @@ __device__ __forceinline__ float tree_max(float (&m)[kLen]) {
 // The online softmax of a tile's modified scores (rows spread over the 4 threads of a quad; scores times
 // factor are log2 units, score_factor): s becomes P, the rows' (max, sum) move on, correction = how much
 // each row's running max moved (what O must be scaled by).
-template <int kBlockN>
+// kLog2Scale: P comes out times 2^kLog2Scale (and so does the row sum; KvFp8Mma's P for e4m3).
+template <int kBlockN, int kLog2Scale = 0>
 __device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float factor, float (&row_max)[2],
                                                float (&row_sum)[2], float (&correction)[2]) {
   // Both rows' maxima first, each a balanced tree over the thread's kBlockN / 4 scores of the row (depth
@@ -367,8 +438,9 @@ __device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float fa
   // consumers are latency-bound, bench/NOTES.md).
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
-    const float base = safe_max_base(mx[k]) * factor;  // log2 units
-    correction[k] = mx[k] == row_max[k] ? 1.f : fast_exp2(row_max[k] * factor - base);
+    constexpr float kShift = static_cast<float>(kLog2Scale);
+    const float base = safe_max_base(mx[k]) * factor - kShift;  // log2 units
+    correction[k] = mx[k] == row_max[k] ? 1.f : fast_exp2(row_max[k] * factor - kShift - base);
     row_max[k] = mx[k];
     float sum[4] = {row_sum[k] * correction[k], 0.f, 0.f, 0.f};
 #pragma unroll
@@ -482,7 +554,9 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
   // (Q's address from lane 0: one value a warp, which the compiler can then keep in the uniform registers
   // that wgmma takes its descriptors from, instead of moving it there for every wgmma.)
   const SmemDesc q_desc(desc_k_major(__shfl_sync(0xffffffffu, q_addr, 0))), k_desc(desc_k_major(s_k));
-  const SmemDesc v_desc(desc_mn_major(s_v, Cfg::kKvPanelBytes));
+  // (e4m3: V^T, K-major, after the landed V in each stage)
+  const SmemDesc v_desc(Cfg::kFp8Mma ? desc_k_major(s_v + kVtOffsetOf<Cfg>)
+                                     : desc_mn_major(s_v, Cfg::kKvPanelBytes));
   uint32_t pa[kBlockN / 16][4];
   // Cfg::kPSmem: this consumer's P buffer, after the CTA's Q (kernel.cuh); nothing otherwise.
   const int c = turns.consumer;
@@ -504,7 +578,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     }
   };
   auto fence_p = [&] {
-    if constexpr (!Cfg::kPSmem) fence_fragments(pa);
+    if constexpr (!Cfg::kPSmem) fence_fragments(reinterpret_cast<uint32_t(&)[kBlockN / kKStep<Cfg>][4]>(pa));
   };
   int prev_stage = 0;
   if (n_tiles > 0) {
@@ -627,7 +701,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   float qk_descale = 1.f;
   if constexpr (Cfg::kKvFp8) {
     qk_descale = load_descales<true>(p, cta.i, cta.kv_head).qk;
-    if constexpr (!std::is_same_v<T, typename Cfg::TM>) {
+    if constexpr (std::is_same_v<typename Cfg::TM, half> && !std::is_same_v<T, half>) {
       if (!Cfg::kSplit || n_tiles > 0) {
         qk_descale *= q_to_f16<Cfg>(s_q);
         fence_proxy_async();
@@ -675,7 +749,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
       if (descale_scores) score_tile.for_each([&](float& x, const QueryRow&, int32_t) { x *= qk_descale; });
     }
     apply_score_mods<true>(p, static_cast<int32_t>(kv_len), inside, score_tile);
-    online_softmax<kBlockN>(s, factor, row_max, row_sum, correction);
+    online_softmax<kBlockN, kPLog2Of<Cfg>>(s, factor, row_max, row_sum, correction);
   };
   auto wait_full = [&](int64_t tile) {
     const bool edge = tile == 0 || tile == n_tiles - 1;
@@ -698,8 +772,15 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     run_tiles<Cfg>(n_tiles, q_addr, s_k, s_v, empty_bar, turns, wait_full, softmax, o);
   }
   // (v's descale loaded again here: one register less through the tiles)
-  write_rows<Cfg>(p, seq, cta, m0, row, o, row_max, row_sum, factor,
-                  Cfg::kKvFp8 ? load_descales<true>(p, cta.i, cta.kv_head).o : 1.f);
+  float o_descale = 1.f;
+  if constexpr (Cfg::kKvFp8) o_descale = load_descales<true>(p, cta.i, cta.kv_head).o;
+  if constexpr (Cfg::kFp8Mma) {  // O and l carry P's 2^kPLog2: l back to its value (the lse), O with it
+    constexpr float kInv = 1.f / static_cast<float>(1 << Cfg::kPLog2);
+    row_sum[0] *= kInv;
+    row_sum[1] *= kInv;
+    o_descale *= kInv;
+  }
+  write_rows<Cfg>(p, seq, cta, m0, row, o, row_max, row_sum, factor, o_descale);
   KVATTN_PTL(pu_stamp(kPuTiles + kPuWritten));
 }
 

@@ -55,8 +55,9 @@ template <typename T_, int kHeadDim_, bool kPingPong_, bool kVarlen_ = false, bo
 struct PrefillConfig {
   using T = T_;    // q and out
   using TKV = T_;  // the caches' elements (KvFp8: fp8 e4m3)
-  using TM = T_;   // the tensor cores' operands (KvFp8: f16)
+  using TM = T_;   // the tensor cores' operands (KvFp8: f16; KvFp8Mma: e4m3)
   static constexpr bool kKvFp8 = false;
+  static constexpr bool kFp8Mma = false;
   static constexpr int kHeadDim = kHeadDim_;                       // d: q, k
   static constexpr int kHeadDimV = prefill_head_dim_v(kHeadDim_);  // dv: v, out (= d but at (192, 128))
   static constexpr bool kPingPong = kPingPong_;  // the consumers take turns on the tensor cores
@@ -126,6 +127,21 @@ struct KvFp8 : Base {
   using TKV = __nv_fp8_e4m3;
   using TM = half;
   static constexpr bool kKvFp8 = true;
+};
+// fp8 q over fp8 caches on e4m3 wgmma (k32): Q (rotated q rounded to e4m3 once) and K as e4m3 in shared
+// memory; the producer transposes each V tile into V^T beside it (the K-major B of O = P V, e4m3 has no
+// transposed operand), its keys permuted within each 16 (pi: position 4t + m holds key 2t + {0, 1, 8, 9}[m],
+// the order ldmatrix.trans yields) so that P leaves the S accumulators for the A registers in place; P is
+// scaled by 2^8 into e4m3 (its small values stay normal; l sums the fp32 P) and O by 2^-8 at the end.
+// d = dv = 128, 128-key tiles. WRITTEN WITHOUT A GPU (session 30, branch pfp8w).
+template <class Base>
+struct KvFp8Mma : KvFp8<Base> {
+  using TM = __nv_fp8_e4m3;
+  static constexpr bool kFp8Mma = true;
+  static constexpr int kVtOffset = Base::kBlockN * Base::kHeadDimV;  // V^T after the landed V in its stage
+  static constexpr int kPLog2 = 8;  // P x 2^8 into e4m3 (online_softmax's shift)
+  static_assert(Base::kHeadDim == 128 && Base::kHeadDimV == 128 && Base::kBlockN == 128 && !Base::kPSmem,
+                "the fp8 wgmma kernel: d = dv = 128, 128-key tiles, P in registers");
 };
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -206,48 +206,73 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream, bool 
   return KVATTN_OK;
 }
 
+// The kernel variant of a call (persistent, split, turns, varlen), each as Wrap<PrefillConfig<...>>.
+template <template <class> class Wrap, typename T, int kHeadDim>
+kvattn_status launch_variant(const AttnParams& params, cudaStream_t stream, bool early_launch,
+                             bool counter_by_append) {
+  // The persistent kernel when the plan chose it (launch.hpp: prefill_persistent_selected) and so gave
+  // it its unit counter. Without turns: the consumers' units drift apart anyway, and the turns only add
+  // waits (H200, W6 16k: d 64 full 5,858 -> 5,450 us, session 9; d 128 full / causal -1% / -3%, d 256
+  // -4% / -3%, session 10; bench/NOTES.md).
+  if (params.seq.cu_seqlens_q == nullptr && params.unit_pieces != nullptr) {
+    return launch_config<Wrap<PrefillConfig<T, kHeadDim, false, false, true>>>(params, stream, early_launch,
+                                                                               counter_by_append);
+  }
+  // Static key splits (the plan's, for decode-like shapes that leave SMs idle) or a unit whose rows leave
+  // a consumer without rows (idle instead of computing padding rows: launch.hpp,
+  // prefill_split_kernel_rows): the split kernel, with the head dim's usual turns.
+  const int64_t rows = static_cast<int64_t>(params.seq.max_seqlen_q) * params.group;
+  constexpr int64_t kIdleRows = 64 * (prefill_tile(kHeadDim).consumers - 1);
+  if (params.seq.cu_seqlens_q == nullptr && (params.num_splits > 1 || rows <= kIdleRows)) {
+    return launch_config<Wrap<PrefillConfig<T, kHeadDim, kHeadDim != 128, false, false, true>>>(
+        params, stream, early_launch);
+  }
+  // d = 128, q not varlen: the consumers issue their wgmma groups independently, 0-1.5% faster than
+  // taking turns on every W3 / W6 case measured (bench/NOTES.md, session 6); KVATTN_SM90_PINGPONG=1 takes
+  // turns (A/B). The other head dims compile the ping-pong kernel only.
+  if constexpr (kHeadDim == 128) {
+    const char* pingpong = std::getenv("KVATTN_SM90_PINGPONG");
+    const bool turns = pingpong != nullptr && std::strcmp(pingpong, "1") == 0;
+    if (!turns && params.seq.cu_seqlens_q == nullptr) {
+      return launch_config<Wrap<PrefillConfig<T, kHeadDim, false>>>(params, stream, early_launch);
+    }
+  }
+  // Varlen q runs the varlen kernel (the m-block line: no CTA of an empty m-block, consumer 1 idle on a
+  // decode's rows). KVATTN_SM90_VARLEN=0: main's kernel on the max-length grid (for A/B timing).
+  const char* varlen = std::getenv("KVATTN_SM90_VARLEN");
+  const bool line = varlen == nullptr || std::strcmp(varlen, "0") != 0;
+  if (params.seq.cu_seqlens_q != nullptr && line) {
+    return launch_config<Wrap<PrefillConfig<T, kHeadDim, true, true>>>(params, stream, early_launch);
+  }
+  return launch_config<Wrap<PrefillConfig<T, kHeadDim, true>>>(params, stream, early_launch);
+}
+
+template <class C>
+using NoWrap = C;
+
+// KVATTN_SM90_FP8_MMA=0: fp8 q takes the f16 kernel (KvFp8) instead of the e4m3 one (A/B). Read on every
+// call.
+inline bool fp8_mma_enabled() {
+  const char* v = std::getenv("KVATTN_SM90_FP8_MMA");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
 template <typename T, int kHeadDim, typename TKV>
 kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t stream, bool early_launch,
                                     bool counter_by_append) {
   if constexpr (!prefill_built(dtype_of_storage<T>(), kHeadDim)) {
     return fail(KVATTN_ERROR_UNSUPPORTED, "the sm_90a prefill kernel for head_dim=" +
                                               std::to_string(kHeadDim) + " is not compiled in this build");
+  } else if constexpr (!std::is_same_v<TKV, __nv_fp8_e4m3>) {
+    return launch_variant<NoWrap, T, kHeadDim>(params, stream, early_launch, counter_by_append);
   } else {
-    // The persistent kernel when the plan chose it (launch.hpp: prefill_persistent_selected) and so gave
-    // it its unit counter. Without turns: the consumers' units drift apart anyway, and the turns only add
-    // waits (H200, W6 16k: d 64 full 5,858 -> 5,450 us, session 9; d 128 full / causal -1% / -3%, d 256
-    // -4% / -3%, session 10; bench/NOTES.md).
-    if (params.seq.cu_seqlens_q == nullptr && params.unit_pieces != nullptr) {
-      return launch_config<PrefillCfgOf<T, TKV, kHeadDim, false, false, true>>(params, stream, early_launch,
-                                                                               counter_by_append);
-    }
-    // Static key splits (the plan's, for decode-like shapes that leave SMs idle) or a unit whose rows leave
-    // a consumer without rows (idle instead of computing padding rows: launch.hpp,
-    // prefill_split_kernel_rows): the split kernel, with the head dim's usual turns.
-    const int64_t rows = static_cast<int64_t>(params.seq.max_seqlen_q) * params.group;
-    constexpr int64_t kIdleRows = 64 * (prefill_tile(kHeadDim).consumers - 1);
-    if (params.seq.cu_seqlens_q == nullptr && (params.num_splits > 1 || rows <= kIdleRows)) {
-      return launch_config<PrefillCfgOf<T, TKV, kHeadDim, kHeadDim != 128, false, false, true>>(
-          params, stream, early_launch);
-    }
-    // d = 128, q not varlen: the consumers issue their wgmma groups independently, 0-1.5% faster than
-    // taking turns on every W3 / W6 case measured (bench/NOTES.md, session 6); KVATTN_SM90_PINGPONG=1 takes
-    // turns (A/B). The other head dims compile the ping-pong kernel only.
-    if constexpr (kHeadDim == 128) {
-      const char* pingpong = std::getenv("KVATTN_SM90_PINGPONG");
-      const bool turns = pingpong != nullptr && std::strcmp(pingpong, "1") == 0;
-      if (!turns && params.seq.cu_seqlens_q == nullptr) {
-        return launch_config<PrefillCfgOf<T, TKV, kHeadDim, false>>(params, stream, early_launch);
+    // fp8 q over fp8 caches at d 128: e4m3 wgmma (KvFp8Mma); otherwise f16 (KvFp8).
+    if constexpr (kHeadDim == 128 && std::is_same_v<T, __nv_bfloat16>) {
+      if (params.q_fp8 && fp8_mma_enabled()) {
+        return launch_variant<KvFp8Mma, T, kHeadDim>(params, stream, early_launch, counter_by_append);
       }
     }
-    // Varlen q runs the varlen kernel (the m-block line: no CTA of an empty m-block, consumer 1 idle on a
-    // decode's rows). KVATTN_SM90_VARLEN=0: main's kernel on the max-length grid (for A/B timing).
-    const char* varlen = std::getenv("KVATTN_SM90_VARLEN");
-    const bool line = varlen == nullptr || std::strcmp(varlen, "0") != 0;
-    if (params.seq.cu_seqlens_q != nullptr && line) {
-      return launch_config<PrefillCfgOf<T, TKV, kHeadDim, true, true>>(params, stream, early_launch);
-    }
-    return launch_config<PrefillCfgOf<T, TKV, kHeadDim, true>>(params, stream, early_launch);
+    return launch_variant<KvFp8, T, kHeadDim>(params, stream, early_launch, counter_by_append);
   }
 }
 

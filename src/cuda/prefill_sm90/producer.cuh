@@ -92,6 +92,37 @@ __device__ __forceinline__ void fp8_row_to_f16(uint32_t stage, int r, int panel_
     }
   }
 }
+// Cfg::kFp8Mma: warp w's 32 landed fp8 V rows (keys 32 w ..) into V^T at vt (KvFp8Mma, cta.cuh): channel c's
+// row of 128 key bytes, 128B swizzle, position 16 G + 4 t + m holding key 16 G + 2 t + {0, 1, 8, 9}[m] (G
+// the 16-key group). ldmatrix.trans of 8 keys x 8 channel pairs gives lane (t, p = lane / 4) keys 2t and 2t +
+// 1 of channels 2p, 2p + 1; with the next 8 keys' matrix, two byte permutes make the words of channels 2p and
+// 2p + 1. Per lane: 8 ldmatrix, 32 permutes, 32 4-byte stores a tile.
+template <class Cfg>
+__device__ __forceinline__ void fp8_v_transpose(uint32_t v_dst, int warp, int lane) {
+  const uint32_t vt = v_dst + Cfg::kVtOffset;
+  const int t = lane % 4, p = lane / 4, q = lane / 8, i = lane % 8;
+#pragma unroll
+  for (int g = 0; g < 2; ++g) {
+    const int group = 2 * warp + g;
+    const int r =
+        16 * group + (q % 2) * 8 + i;  // the row this lane addresses: matrices 0 / 2 keys 0-7, 1 / 3 8-15
+#pragma unroll
+    for (int j = 0; j < Cfg::kHeadDimV / 16; j += 2) {  // chunks j (matrices 0, 1) and j + 1 (2, 3)
+      uint32_t m[4];
+      ldsm_x4_trans(m, v_dst + swizzled(r, j + q / 2, Cfg::kKvPanelBytes));
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int c = 16 * (j + h) + 2 * p + e;
+          st_shared_b32(vt + c * 128 + ((group ^ (c % 8)) << 4) + 4 * t,
+                        byte_perm(m[2 * h], m[2 * h + 1], e == 0 ? 0x6420u : 0x7531u));
+        }
+      }
+    }
+  }
+}
+
 template <class Cfg>
 __device__ __forceinline__ void produce_fp8(const AttnParams& p, const Sequence& seq, int kv_head,
                                             int64_t slot0, int64_t n_tiles, uint32_t s_k, uint32_t s_v,
@@ -132,8 +163,10 @@ __device__ __forceinline__ void produce_fp8(const AttnParams& p, const Sequence&
     copy_key_rows<kRowsPerWarp, kKChunks>(k_dst, k_base, k_off, warp, l, Cfg::kKvPanelBytes);
     copy_key_rows<kRowsPerWarp, kVChunks>(v_dst, v_base, v_off, warp, l, Cfg::kKvPanelBytes);
     cp_async_wait_all();
-    __syncwarp();  // the warp's rows, copied by all its lanes, are in place for each lane
-    if (owns_row) {
+    __syncwarp();                  // the warp's rows, copied by all its lanes, are in place for each lane
+    if constexpr (Cfg::kFp8Mma) {  // K stays e4m3 as it landed; V^T beside V
+      fp8_v_transpose<Cfg>(v_dst, warp, l);
+    } else if (owns_row) {
       const int r = warp * kRowsPerWarp + l;
       fp8_row_to_f16<kKChunks>(k_dst, r, Cfg::kKvPanelBytes);
       fp8_row_to_f16<kVChunks>(v_dst, r, Cfg::kKvPanelBytes);
