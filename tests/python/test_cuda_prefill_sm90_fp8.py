@@ -205,6 +205,26 @@ def test_prefill_sm90_fp8_bf16_q_inf_stays_in_its_row(d):
     H.assert_close("lse", lse.transpose(0, 2, 1)[keep], ref["lse"].transpose(0, 2, 1)[keep], H.TOL_LSE["bf16"])
 
 
+@pytest.mark.parametrize("mma", ["1", "0"], ids=["e4m3 wgmma", "f16"])
+def test_prefill_sm90_fp8_q_rotated_near_448(monkeypatch, mma):
+    """fp8 q at e4m3's largest values with rotary: a rotated pair reaches 448 sqrt 2, past e4m3's 448 (the
+    e4m3 kernel halves Q first and the scores take the 2 back; the f16 kernel rounds to bf16). Against the
+    oracle on the same q, with the softmax scale shrunk by as much as q grew (logits of the usual size: with
+    q's own size the softmax is one-hot and a rounding of the rotated q, which the oracle keeps in float64,
+    could pick another key)."""
+    if 128 not in HEAD_DIMS:
+        pytest.skip("the e4m3 kernel is d 128 only")
+    monkeypatch.setenv("KVATTN_SM90_FP8_MMA", mma)
+    case = fp8(P.CASES["append rotary"], 128, dtype="fp8", seed=144)
+    q = H.f64(build(case)[0])
+    grow = 440.0 / np.abs(q).max()
+    case = dataclasses.replace(case, scale=128 ** -0.5 / grow)
+    q = np.clip(q * grow, -448, 448).astype(H.FP8)
+    out, lse, ref = _run_q(case, q)
+    H.assert_close("out", out, ref["out"], H.TOL_OUT["fp8"])
+    H.assert_close("lse", lse, ref["lse"], H.TOL_LSE["fp8"])
+
+
 @pytest.mark.parametrize("d", HEAD_DIMS)
 def test_prefill_sm90_fp8_nan_page_is_contained(d):
     """An out-of-range page id makes its sequence NaN (recorded as an error); the other stays right."""

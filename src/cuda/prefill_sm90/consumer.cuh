@@ -91,7 +91,9 @@ __device__ __forceinline__ void load_q_rows(const AttnParams& p, const Sequence&
 // reads them (attention/sm80/tile_io.cuh, load_q_as), to bf16 channel by channel (rotated in fp32), into
 // s_q, where q_to_f16 takes them as any bf16 Q (once a unit).
 // Cfg::kFp8Mma: the same rows as e4m3 (rotated channels rounded to e4m3 once), 16 channels a 16-byte chunk,
-// for the e4m3 wgmma (Q K-major, 128-byte rows at d 128).
+// for the e4m3 wgmma (Q K-major, 128-byte rows at d 128). With rotary the whole row is halved first (exact
+// but for e4m3's last subnormal bit), since a rotated pair reaches 448 sqrt 2, past e4m3's 448: the scores
+// take the 2 back (kFp8MmaQHalf).
 template <class Cfg>
 __device__ __forceinline__ void load_q_e4m3(const AttnParams& p, const Sequence& seq, int i, int kv_head,
                                             int64_t m0, unsigned char* s_q) {
@@ -108,10 +110,17 @@ __device__ __forceinline__ void load_q_e4m3(const AttnParams& p, const Sequence&
       const RowSplit split = split_row(r, p.group);
       const E* src = token_row<const E>(p.q, seq, i, split.t, kv_head * p.group + split.g);
       const int64_t pos = seq.rotary_pos + (p.seq.rotary_q_per_token ? split.t : 0);
+      const bool half = p.rotary.rotary_dim > 0;
 #pragma unroll
       for (int e = 0; e < 16; ++e) {
         const int ch = c * 16 + e;
-        vals[e] = ch < p.rotary.rotary_dim ? from_float<E>(rotated_channel(src, ch, pos, p.rotary)) : src[ch];
+        if (!half) {
+          vals[e] = src[ch];
+        } else {
+          const float x =
+              ch < p.rotary.rotary_dim ? rotated_channel(src, ch, pos, p.rotary) : to_float(src[ch]);
+          vals[e] = from_float<E>(0.5f * x);
+        }
       }
     } else {
 #pragma unroll
@@ -162,6 +171,10 @@ constexpr bool kMayReadFp8Q = Cfg::kKvFp8&& std::is_same_v<typename Cfg::T, __nv
 template <class Cfg>
 __device__ __forceinline__ void load_q(const AttnParams& p, const Sequence& seq, int i, int kv_head,
                                        int64_t m0, unsigned char* s_q) {
+  if constexpr (Cfg::kFp8Mma) {  // (launched for fp8 q only: launch.cuh)
+    load_q_e4m3<Cfg>(p, seq, i, kv_head, m0, s_q);
+    return;
+  }
   if constexpr (kMayReadFp8Q<Cfg>) {
     if (p.q_fp8) {
       load_q_fp8<Cfg>(p, seq, i, kv_head, m0, s_q);
@@ -701,6 +714,9 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   float qk_descale = 1.f;
   if constexpr (Cfg::kKvFp8) {
     qk_descale = load_descales<true>(p, cta.i, cta.kv_head).qk;
+    if constexpr (Cfg::kFp8Mma) {
+      if (p.rotary.rotary_dim > 0) qk_descale *= 2.f;  // Q was halved (load_q_e4m3)
+    }
     if constexpr (std::is_same_v<typename Cfg::TM, half> && !std::is_same_v<T, half>) {
       if (!Cfg::kSplit || n_tiles > 0) {
         qk_descale *= q_to_f16<Cfg>(s_q);
