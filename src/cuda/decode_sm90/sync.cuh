@@ -84,5 +84,4 @@ __device__ __forceinline__ bool consumers_or(bool flag) {
       flag);  // the consumer warps are the CTA's first (common/sequence.cuh)
 }
 
-
 }  // namespace kvattn::cuda::sm90
