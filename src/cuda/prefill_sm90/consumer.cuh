@@ -93,7 +93,7 @@ __device__ __forceinline__ void load_q_rows(const AttnParams& p, const Sequence&
 // Cfg::kFp8Mma: the same rows as e4m3 (rotated channels rounded to e4m3 once), 16 channels a 16-byte chunk,
 // for the e4m3 wgmma (Q K-major, 128-byte rows at d 128). With rotary the whole row is halved first (exact
 // but for e4m3's last subnormal bit), since a rotated pair reaches 448 sqrt 2, past e4m3's 448: the scores
-// take the 2 back (kFp8MmaQHalf).
+// take the 2 back (consume: qk_descale x 2).
 template <class Cfg>
 __device__ __forceinline__ void load_q_e4m3(const AttnParams& p, const Sequence& seq, int i, int kv_head,
                                             int64_t m0, unsigned char* s_q) {
