@@ -38,7 +38,8 @@ namespace kvattn::cuda::sm90 {
 template <typename T_>
 struct MlaConfig : MlaTile {
   using T = T_;
-  using TM = T_;  // the tensor cores' operands (the prefill consumer's functions read it)
+  using TM = T_;  // the tensor cores' operands (the prefill consumer's functions read it, and kFp8Mma)
+  static constexpr bool kFp8Mma = false;
   static constexpr bool kVarlen = false;  // (cta_rows: the fixed-q grid)
   static constexpr int kThreads = 384;
   static constexpr int kChunksK = kDimK / 8, kChunks = (kDimK + kDimV) / 8;  // 16-byte chunks of a row
