@@ -88,43 +88,37 @@ __device__ __forceinline__ void load_q_rows(const AttnParams& p, const Sequence&
   }
 }
 // fp8 q (under fp8 caches, in the bf16 kernel: p.q_fp8): the consumer's 64 Q rows as the portable kernel
-// reads them (attention/sm80/tile_io.cuh, load_q_as), to bf16 channel by channel (rotated in fp32), into
-// s_q, where q_to_f16 takes them as any bf16 Q (once a unit).
-// Cfg::kFp8Mma: the same rows as e4m3 (rotated channels rounded to e4m3 once), 16 channels a 16-byte chunk,
-// for the e4m3 wgmma (Q K-major, 128-byte rows at d 128). With rotary the whole row is halved first (exact
-// but for e4m3's last subnormal bit), since a rotated pair reaches 448 sqrt 2, past e4m3's 448: the scores
-// take the 2 back (consume: qk_descale x 2).
-template <class Cfg>
-__device__ __forceinline__ void load_q_e4m3(const AttnParams& p, const Sequence& seq, int i, int kv_head,
-                                            int64_t m0, unsigned char* s_q) {
-  using E = __nv_fp8_e4m3;
-  constexpr int kChunks8 = Cfg::kHeadDim / 16;
+// reads them (attention/sm80/tile_io.cuh, load_q_as): channel by channel, rotated in fp32, times `scale`,
+// rounded once to TQ, into s_q (16-byte chunks of 16 / sizeof(TQ) channels). TQ = bf16: q_to_f16 then takes
+// them as any bf16 Q (once a unit). Cfg::kFp8Mma: TQ = e4m3 for the e4m3 wgmma (Q K-major, 128-byte rows at
+// d 128), halved with rotary (exact but for e4m3's last subnormal bit), since a rotated pair reaches
+// 448 sqrt 2, past e4m3's 448: the scores take the 2 back (consume: qk_descale x 2).
+template <class Cfg, typename TQ>
+__device__ __forceinline__ void load_q_fp8_as(const AttnParams& p, const Sequence& seq, int i, int kv_head,
+                                              int64_t m0, unsigned char* s_q, float scale) {
+  constexpr int kPer = 16 / static_cast<int>(sizeof(TQ)), kChunksQ = Cfg::kHeadDim / kPer;
   const int ctid = threadIdx.x % 128;
   const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
-#pragma unroll 1
-  for (int idx = ctid; idx < 64 * kChunks8; idx += 128) {
-    const int row = idx / kChunks8, c = idx % kChunks8;
+#pragma unroll 1  // (inlined under the persistent kernel's last P V, O live: as load_q_async's loop)
+  for (int idx = ctid; idx < 64 * kChunksQ; idx += 128) {
+    const int row = idx / kChunksQ, c = idx % kChunksQ;
     const int64_t r = m0 + row;
-    alignas(16) E vals[16];
+    alignas(16) TQ vals[kPer];
     if (r < used_rows) {
       const RowSplit split = split_row(r, p.group);
-      const E* src = token_row<const E>(p.q, seq, i, split.t, kv_head * p.group + split.g);
+      const __nv_fp8_e4m3* src =
+          token_row<const __nv_fp8_e4m3>(p.q, seq, i, split.t, kv_head * p.group + split.g);
       const int64_t pos = seq.rotary_pos + (p.seq.rotary_q_per_token ? split.t : 0);
-      const bool half = p.rotary.rotary_dim > 0;
 #pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        const int ch = c * 16 + e;
-        if (!half) {
-          vals[e] = src[ch];
-        } else {
-          const float x =
-              ch < p.rotary.rotary_dim ? rotated_channel(src, ch, pos, p.rotary) : to_float(src[ch]);
-          vals[e] = from_float<E>(0.5f * x);
-        }
+      for (int e = 0; e < kPer; ++e) {
+        const int ch = c * kPer + e;
+        const float x =
+            ch < p.rotary.rotary_dim ? rotated_channel(src, ch, pos, p.rotary) : to_float(src[ch]);
+        vals[e] = from_float<TQ>(scale * x);
       }
     } else {
 #pragma unroll
-      for (int e = 0; e < 16; ++e) vals[e] = from_float<E>(0.f);
+      for (int e = 0; e < kPer; ++e) vals[e] = from_float<TQ>(0.f);
     }
     *reinterpret_cast<uint4*>(s_q + swizzled(row, c, Cfg::kQPanelBytes)) =
         *reinterpret_cast<const uint4*>(vals);
@@ -134,34 +128,9 @@ template <class Cfg>
 __device__ __forceinline__ void load_q_fp8(const AttnParams& p, const Sequence& seq, int i, int kv_head,
                                            int64_t m0, unsigned char* s_q) {
   if constexpr (Cfg::kFp8Mma) {
-    load_q_e4m3<Cfg>(p, seq, i, kv_head, m0, s_q);
-    return;
-  }
-  using T = typename Cfg::T;
-  const int ctid = threadIdx.x % 128;
-  const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
-#pragma unroll 1  // (inlined under the persistent kernel's last P V, O live: as load_q_async's loop)
-  for (int idx = ctid; idx < 64 * Cfg::kChunks; idx += 128) {
-    const int row = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
-    const int64_t r = m0 + row;
-    alignas(16) T vals[8];
-    if (r < used_rows) {
-      const RowSplit split = split_row(r, p.group);
-      const __nv_fp8_e4m3* src =
-          token_row<const __nv_fp8_e4m3>(p.q, seq, i, split.t, kv_head * p.group + split.g);
-      const int64_t pos = seq.rotary_pos + (p.seq.rotary_q_per_token ? split.t : 0);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int ch = c * 8 + e;
-        vals[e] = ch < p.rotary.rotary_dim ? from_float<T>(rotated_channel(src, ch, pos, p.rotary))
-                                           : convert_to<T>(src[ch]);
-      }
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) vals[e] = from_float<T>(0.f);
-    }
-    *reinterpret_cast<uint4*>(s_q + swizzled(row, c, Cfg::kQPanelBytes)) =
-        *reinterpret_cast<const uint4*>(vals);
+    load_q_fp8_as<Cfg, __nv_fp8_e4m3>(p, seq, i, kv_head, m0, s_q, p.rotary.rotary_dim > 0 ? 0.5f : 1.f);
+  } else {
+    load_q_fp8_as<Cfg, typename Cfg::T>(p, seq, i, kv_head, m0, s_q, 1.f);
   }
 }
 // Whether this kernel reads fp8 q: the bf16 kernel over fp8 caches (and there p.q_fp8).
@@ -172,7 +141,7 @@ template <class Cfg>
 __device__ __forceinline__ void load_q(const AttnParams& p, const Sequence& seq, int i, int kv_head,
                                        int64_t m0, unsigned char* s_q) {
   if constexpr (Cfg::kFp8Mma) {  // (launched for fp8 q only: launch.cuh)
-    load_q_e4m3<Cfg>(p, seq, i, kv_head, m0, s_q);
+    load_q_fp8<Cfg>(p, seq, i, kv_head, m0, s_q);
     return;
   }
   if constexpr (kMayReadFp8Q<Cfg>) {
@@ -715,7 +684,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   if constexpr (Cfg::kKvFp8) {
     qk_descale = load_descales<true>(p, cta.i, cta.kv_head).qk;
     if constexpr (Cfg::kFp8Mma) {
-      if (p.rotary.rotary_dim > 0) qk_descale *= 2.f;  // Q was halved (load_q_e4m3)
+      if (p.rotary.rotary_dim > 0) qk_descale *= 2.f;  // Q was halved (load_q_fp8_as)
     }
     if constexpr (std::is_same_v<typename Cfg::TM, half> && !std::is_same_v<T, half>) {
       if (!Cfg::kSplit || n_tiles > 0) {
