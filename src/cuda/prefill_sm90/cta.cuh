@@ -133,7 +133,7 @@ struct KvFp8 : Base {
 // transposed operand), its keys permuted within each 16 (pi: position 4t + m holds key 2t + {0, 1, 8, 9}[m],
 // the order ldmatrix.trans yields) so that P leaves the S accumulators for the A registers in place; P is
 // scaled by 2^8 into e4m3 (its small values stay normal; l sums the fp32 P) and O by 2^-8 at the end.
-// d = dv = 128, 128-key tiles. WRITTEN WITHOUT A GPU (session 30, branch pfp8w).
+// d = dv = 128, 128-key tiles; not with rotary (launch.cuh).
 template <class Base>
 struct KvFp8Mma : KvFp8<Base> {
   using TM = __nv_fp8_e4m3;
