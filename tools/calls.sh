@@ -16,36 +16,35 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="main128:main:128 pfp8_128:pfp8w:128 pfp8_192:pfp8w:192 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 pfp8tma_128:pfp8tma:128"
+LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 pfp8tma_128:pfp8tma:128"
 
 show() {
   cat << 'END'
-In order of value (bench/NOTES.md, "Where to go next"). Tree at branch pfp8w (on pfp8 on p192 on psplit)
-for calls 1-6, at wide for 7-9.
-1. run(command="bash tools/calls.sh run 1", carry=[".dev/pfp8_128.so.xz", ".whl"], timeout_s=590)
-   checks of psplit + pfp8 + pfp8w at d 128: every prefill test and the fp8 ones, racecheck, memcheck.
-2. run(command="bash tools/calls.sh run 2", carry=[".dev/main128.so.xz", ".dev/pfp8_128.so.xz", ".whl"], timeout_s=590)
-   timing, main against pfp8w: W4 64/8 (psplit's splits), W3 fp8kv and their bf16 twins (main runs fp8-cache
-   prefill on the portable kernel), W6 16x128 (level: the 16-bit kernels' SASS is unchanged).
-3. run(command="bash tools/calls.sh run 3", carry=[".dev/pfp8_128.so.xz", ".whl"], timeout_s=300)
-   fp8 prefill timing (bench/fp8_prefill.py): bf16, fp8 cache under bf16 q, fp8 q on e4m3 wgmma and on the
-   f16 kernel, W6 16x128 and W3 b8 +2048 over 32k.
-4. run(command="bash tools/calls.sh run 4", carry=[".dev/pfp8_192.so.xz", ".whl"], timeout_s=590)
-   checks at (192, 128) (p192, pfp8 at d 192): every prefill test and the fp8 ones, racecheck, memcheck.
-5. run(command="bash tools/calls.sh run 5", carry=[".dev/pfp8_192.so.xz", ".whl"], timeout_s=590)
-   timing at (192, 128) against the portable kernel (same library, KVATTN_FORCE_PORTABLE for A), W6
-   16x192/128.
-6. run(command="bash tools/calls.sh run 6", carry=[".dev/pfp8_128.so.xz", ".whl"], timeout_s=590)
+In order of value (bench/NOTES.md, "Where to go next", session 31). Tree at main for calls 1-6, at wide for
+7-9, at pfp8tma for 10. Calls 1-3 are the checks that would lift the force switch off (192, 128) and off
+fp8 caches at d 64 / 192 / 256 (prefill.cu: `KVATTN_FORCE_SM90_PREFILL=1` only, until these pass).
+1. run(command="bash tools/calls.sh run 1", carry=[".dev/main192.so.xz", ".whl"], timeout_s=590)
+   checks at (192, 128): every prefill test and the fp8 ones (forced), racecheck, memcheck.
+2. run(command="bash tools/calls.sh run 2", carry=[".dev/main64.so.xz", ".whl"], timeout_s=400)
+   fp8 caches at d 64: the fp8 tests (forced), racecheck, memcheck.
+3. run(command="bash tools/calls.sh run 3", carry=[".dev/main256.so.xz", ".whl"], timeout_s=400)
+   fp8 caches at d 256: the same.
+4. run(command="bash tools/calls.sh run 4", carry=[".dev/main192.so.xz", ".whl"], timeout_s=590)
+   timing at (192, 128): the sm_90a kernel (forced) against the portable kernel (the default), W6 16x192/128.
+5. run(command="bash tools/calls.sh run 5", carry=[".dev/main128.so.xz", ".whl"], timeout_s=590)
+   W3's fp8kv cases and their bf16 twins: the landed fp8 path against the portable kernel
+   (KVATTN_FORCE_PORTABLE=1 for A), same library.
+6. run(command="bash tools/calls.sh run 6", carry=[".dev/main128.so.xz", ".whl"], timeout_s=590)
    psplit's rules, timing only: 32 packed rows on the split kernel (KVATTN_SM90_SPLIT_ROWS=32) against the
    decode kernel's two row groups; short decodes on it (SPLIT_ROWS=1) against the decode kernel's ~10 us
    start; 64-row units on the persistent kernel (KVATTN_SM90_PERSISTENT=1) against the split kernel.
-7. run(command="bash tools/calls.sh run 7", carry=[".dev/wide512.so.xz", ".whl"], timeout_s=500)
+7. run(command="bash tools/calls.sh run 7", carry=[".dev/wide512.so.xz", ".whl"], timeout_s=500)   [tree at wide]
    the d 512 decode kernel against the portable kernel on W1's d512 cases, with its checks.
-8. run(command="bash tools/calls.sh run 8", carry=[".dev/mla4.so.xz", ".dev/wide64.so.xz", ".whl"], timeout_s=580)
+8. run(command="bash tools/calls.sh run 8", carry=[".dev/mla4.so.xz", ".dev/wide64.so.xz", ".whl"], timeout_s=580)   [tree at wide]
    the MLA stack (splits, rows kernel) against mla4 on W5 128 heads, then 16 heads rows kernel vs ROWS=0.
-9. run(command="bash tools/calls.sh run 9", carry=[".dev/mla.so.xz", ".dev/mla4.so.xz", ".whl"], timeout_s=400)
+9. run(command="bash tools/calls.sh run 9", carry=[".dev/mla.so.xz", ".dev/mla4.so.xz", ".whl"], timeout_s=400)   [tree at wide]
    mla4 against main's MLA kernel on W5 128 heads.
-10. run(command="bash tools/calls.sh run 10", carry=[".dev/pfp8tma_128.so.xz", ".whl"], timeout_s=590)   [tree at branch pfp8tma]
+10. run(command="bash tools/calls.sh run 10", carry=[".dev/pfp8tma_128.so.xz", ".whl"], timeout_s=590)   [tree at pfp8tma]
    fp8 K / V by TMA (opt-in KVATTN_SM90_FP8_TMA=1) against the cp.async producer, same library: its tests,
    sanitizers, then W3's fp8kv cases.
 END
@@ -57,39 +56,35 @@ case "${1:-show}" in
   run)
     export OUT=${OUT:-/tmp/kvattn_calls} KVATTN_TEST_DTYPES=bf16
     case "${2:?call number}" in
-      1)  # (no timing rounds: the checks alone take most of a call)
-        KVATTN_AB_A=.dev/pfp8_128.so.xz KVATTN_AB_B=.dev/pfp8_128.so.xz KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=0 \
-          KVATTN_AB_TESTS="tests/python/test_cuda_prefill_sm90.py tests/python/test_cuda_prefill_sm90_fp8.py" \
-          KVATTN_AB_TEST_TIMEOUT=300 KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_SAN_TIMEOUT=75 KVATTN_AB_RACE_K="persistent_cp_async_producer or fp8_nan_page" \
-          KVATTN_AB_MEM_K="persistent_nan_page or fp8_nan_page" bash tools/prefill_ab.sh
-        ;;
-      2)
-        KVATTN_AB_CHECK=0 KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/pfp8_128.so.xz \
-          KVATTN_AB_SUITES=W4,W3,W6 KVATTN_AB_ROUNDS=2 \
-          KVATTN_AB_FILTER="W4 64/8 b8|W4 64/8 b32|W4 64/8 b64 16k|fp8kv|W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16|W6 prefill 16k 16x128" \
-          bash tools/prefill_ab.sh
-        ;;
-      3)
-        source tools/device_env.sh
-        KVATTN_LIBRARY=$(device_lib .dev/pfp8_128.so.xz b) timeout -k 5 280 python3 -m bench.fp8_prefill \
-          --json "$OUT/fp8_prefill.json" 2>&1 | tee "$OUT/fp8_prefill.txt"
-        ;;
-      4)  # checks only
-        KVATTN_AB_A=.dev/pfp8_192.so.xz KVATTN_AB_B=.dev/pfp8_192.so.xz KVATTN_AB_ROUNDS=0 KVATTN_AB_DIMS=192 \
+      1)  # checks only
+        KVATTN_AB_A=.dev/main192.so.xz KVATTN_AB_B=.dev/main192.so.xz KVATTN_AB_ROUNDS=0 KVATTN_AB_DIMS=192 \
           KVATTN_AB_TEST_TIMEOUT=300 KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_SAN_TIMEOUT=75 \
           KVATTN_AB_RACE_K="persistent_cp_async_producer or fp8_nan_page" \
           KVATTN_AB_MEM_K="persistent_nan_page or fp8_nan_page" \
           KVATTN_AB_TESTS="tests/python/test_cuda_prefill_sm90.py tests/python/test_cuda_prefill_sm90_fp8.py" \
           bash tools/prefill_ab.sh
         ;;
-      5)
-        export KVATTN_FORCE_PORTABLE=1  # A: the portable kernel; B overrides it
-        KVATTN_AB_CHECK=0 KVATTN_AB_A=.dev/pfp8_192.so.xz KVATTN_AB_B=.dev/pfp8_192.so.xz \
-          KVATTN_AB_ENV_B="KVATTN_FORCE_PORTABLE=0" KVATTN_AB_SUITES=W6 KVATTN_AB_FILTER="192/128" \
+      2 | 3)  # fp8 checks at d 64 / 256
+        d=$([ "$2" = 2 ] && echo 64 || echo 256)
+        KVATTN_AB_A=.dev/main$d.so.xz KVATTN_AB_B=.dev/main$d.so.xz KVATTN_AB_ROUNDS=0 KVATTN_AB_DIMS=$d \
+          KVATTN_AB_TESTS=tests/python/test_cuda_prefill_sm90_fp8.py KVATTN_AB_SMOKE_K="fp8_q_variants and persistent" \
+          KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=200 KVATTN_AB_SAN_TIMEOUT=60 \
+          KVATTN_AB_RACE_K="fp8_q_variants and split" KVATTN_AB_MEM_K="fp8_nan_page" bash tools/prefill_ab.sh
+        ;;
+      4)  # A: the default (the portable kernel at (192, 128)); B: the sm_90a kernel, forced
+        KVATTN_AB_CHECK=0 KVATTN_AB_A=.dev/main192.so.xz KVATTN_AB_B=.dev/main192.so.xz \
+          KVATTN_AB_ENV_B="KVATTN_FORCE_SM90_PREFILL=1" KVATTN_AB_SUITES=W6 KVATTN_AB_FILTER="192/128" \
           KVATTN_AB_ROUNDS=2 bash tools/prefill_ab.sh
         ;;
+      5)
+        export KVATTN_FORCE_PORTABLE=1  # A: the portable kernel; B overrides it
+        KVATTN_AB_CHECK=0 KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/main128.so.xz \
+          KVATTN_AB_ENV_B="KVATTN_FORCE_PORTABLE=0" KVATTN_AB_SUITES=W3 KVATTN_AB_ROUNDS=2 \
+          KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
+          bash tools/prefill_ab.sh
+        ;;
       6)
-        export KVATTN_AB_CHECK=0 KVATTN_AB_ROUNDS=1 KVATTN_AB_A=.dev/pfp8_128.so.xz KVATTN_AB_B=.dev/pfp8_128.so.xz
+        export KVATTN_AB_CHECK=0 KVATTN_AB_ROUNDS=1 KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/main128.so.xz
         base=$OUT
         OUT=$base/rows32 KVATTN_AB_ENV_B="KVATTN_SM90_SPLIT_ROWS=32" KVATTN_AB_SUITES=W4 \
           KVATTN_AB_FILTER="W4 32/8 b8 4k q8|W4 32/8 b32 16k q8|W4 64/8 b8 4k q4|W4 64/8 b32 16k q4" \
