@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 pfp8tma_128:pfp8tma:128"
+LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 pfp8tma_128:pfp8tma:128 fp8diag128:main:128:-DKVATTN_PREFILL_FP8_DIAG=1"
 
 show() {
   cat << 'END'
@@ -47,6 +47,11 @@ fp8 caches at d 64 / 192 / 256 (prefill.cu: `KVATTN_FORCE_SM90_PREFILL=1` only, 
 10. run(command="bash tools/calls.sh run 10", carry=[".dev/pfp8tma_128.so.xz", ".whl"], timeout_s=590)   [tree at pfp8tma]
    fp8 K / V by TMA (opt-in KVATTN_SM90_FP8_TMA=1) against the cp.async producer, same library: its tests,
    sanitizers, then W3's fp8kv cases.
+11. run(command="bash tools/calls.sh run 11", carry=[".dev/fp8diag128.so.xz", ".whl"], timeout_s=300)
+   where fp8 prefill's time goes (issue #12's 1.5x): bench/fp8_prefill.py on W6 16x128 full with
+   KVATTN_SM90_DIAG unset / 4 (no K/V loads, and for fp8 no conversion or transpose) / 8 (no softmax) /
+   12 (neither), a -DKVATTN_PREFILL_FP8_DIAG=1 build. If fp8 with DIAG=4 runs at or past bf16 with DIAG=4,
+   the producer's per-tile work is the bound.
 END
 }
 
@@ -127,6 +132,15 @@ case "${1:-show}" in
           KVATTN_AB_SMOKE_K="fp8_tma_variants" KVATTN_AB_RACE_K="fp8_tma_variants and split" \
           KVATTN_AB_MEM_K="fp8_tma_variants" KVATTN_AB_SAN_TIMEOUT=90 KVATTN_AB_SUITES=W3 KVATTN_AB_FILTER="fp8kv" \
           KVATTN_AB_ROUNDS=2 bash tools/prefill_ab.sh
+        ;;
+      11)
+        source tools/device_env.sh
+        lib=$(device_lib .dev/fp8diag128.so.xz d)
+        for diag in none 4 8 12; do
+          env $([ $diag = none ] || echo KVATTN_SM90_DIAG=$diag) KVATTN_LIBRARY="$lib" timeout -k 5 65 \
+            python3 -m bench.fp8_prefill --filter "16k full" --json "$OUT/diag_$diag.json" 2>&1 |
+            tee "$OUT/diag_$diag.txt"
+        done
         ;;
       *) echo "no call $2" >&2; exit 2 ;;
     esac

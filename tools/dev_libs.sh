@@ -5,12 +5,13 @@
 # cores; an existing .dev/NAME.so.xz is kept if built from the branch's current commit (.dev/NAME.commit)
 # unless DEV_LIBS_FORCE=1.
 #   tools/dev_libs.sh main128:main:128 pfp8:pfp8:128
+#   tools/dev_libs.sh diag128:main:128:-DKVATTN_PREFILL_FP8_DIAG=1   # a fourth field: CMAKE_CUDA_FLAGS
 # The libraries of the pending device calls (tools/calls.sh): `tools/dev_libs.sh $(tools/calls.sh libs)`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .dev
 for spec in "$@"; do
-  IFS=: read -r name branch dim <<< "$spec"
+  IFS=: read -r name branch dim flags <<< "$spec"  # flags (optional): CMAKE_CUDA_FLAGS, e.g. -DX=1
   out=.dev/$name.so.xz
   commit=$(git rev-parse "$branch")
   # Kept only when built from the branch's commit of now (.dev/NAME.commit): a rebase rebuilds it.
@@ -23,7 +24,8 @@ for spec in "$@"; do
   git archive "$branch" | tar -x -C "$src"
   t0=$(date +%s)
   cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVATTN_CUDA=ON -DKVATTN_CUDA_ARCHS=90a \
-    -DKVATTN_DEV_HEAD_DIM="$dim" -DKVATTN_DEV_DTYPE=bf16 > "$src/cmake.log" 2>&1 || { tail -20 "$src/cmake.log"; exit 1; }
+    -DKVATTN_DEV_HEAD_DIM="$dim" -DKVATTN_DEV_DTYPE=bf16 ${flags:+"-DCMAKE_CUDA_FLAGS=$flags"} > "$src/cmake.log" 2>&1 ||
+    { tail -20 "$src/cmake.log"; exit 1; }
   ninja -C "$src/build" kvattn > "$src/build.log" 2>&1 || { tail -20 "$src/build.log"; exit 1; }
   xz -T2 -c "$src/build/libkvattn.so" > "$out"
   echo "$commit" > ".dev/$name.commit"

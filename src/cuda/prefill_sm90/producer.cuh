@@ -11,6 +11,10 @@
 #include "cuda/prefill_sm90/ptx.cuh"
 #include "cuda/prefill_sm90/timeline.cuh"
 
+#ifndef KVATTN_PREFILL_FP8_DIAG
+#define KVATTN_PREFILL_FP8_DIAG 0
+#endif
+
 namespace kvattn::cuda::sm90 {
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -126,7 +130,8 @@ __device__ __forceinline__ void fp8_v_transpose(uint32_t v_dst, int warp, int la
 template <class Cfg>
 __device__ __forceinline__ void produce_fp8(const AttnParams& p, const Sequence& seq, int kv_head,
                                             int64_t slot0, int64_t n_tiles, uint32_t s_k, uint32_t s_v,
-                                            uint32_t full_bar, uint32_t empty_bar, int64_t tile0 = 0) {
+                                            uint32_t full_bar, uint32_t empty_bar, bool diag_no_load,
+                                            int64_t tile0 = 0) {
   constexpr int kRowsPerWarp = Cfg::kBlockN / 4;
   constexpr int kKChunks = Cfg::kHeadDim / 16, kVChunks = Cfg::kHeadDimV / 16;  // of an fp8 row
   static_assert(kKChunks % 2 == 0 && kVChunks % 2 == 0 && kRowsPerWarp * kKChunks % 32 == 0 &&
@@ -156,20 +161,24 @@ __device__ __forceinline__ void produce_fp8(const AttnParams& p, const Sequence&
     }
     entry = entry_of(tile + 1);
     mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((ring_tile / Cfg::kStages) & 1) ^ 1u);
-    const uint32_t k_dst = s_k + stage * Cfg::kKStageBytes, v_dst = s_v + stage * Cfg::kVStageBytes;
-    // (The lane and its row opaque each tile: ptxas otherwise keeps every copy and conversion address of the
-    // lane in registers across the tiles, and spills them at the producer's 56.)
-    const int l = opaque(lane);
-    copy_key_rows<kRowsPerWarp, kKChunks>(k_dst, k_base, k_off, warp, l, Cfg::kKvPanelBytes);
-    copy_key_rows<kRowsPerWarp, kVChunks>(v_dst, v_base, v_off, warp, l, Cfg::kKvPanelBytes);
-    cp_async_wait_all();
-    __syncwarp();                  // the warp's rows, copied by all its lanes, are in place for each lane
-    if constexpr (Cfg::kFp8Mma) {  // K stays e4m3 as it landed; V^T beside V
-      fp8_v_transpose<Cfg>(v_dst, warp, l);
-    } else if (owns_row) {
-      const int r = warp * kRowsPerWarp + l;
-      fp8_row_to_f16<kKChunks>(k_dst, r, Cfg::kKvPanelBytes);
-      fp8_row_to_f16<kVChunks>(v_dst, r, Cfg::kKvPanelBytes);
+    // (The timing diagnostic of a -DKVATTN_PREFILL_FP8_DIAG=1 developer build, KVATTN_SM90_DIAG=4: past the
+    // first kStages tiles no copy and no conversion, stale stages; compiled out otherwise.)
+    if (!(KVATTN_PREFILL_FP8_DIAG && diag_no_load && tile >= Cfg::kStages)) {
+      const uint32_t k_dst = s_k + stage * Cfg::kKStageBytes, v_dst = s_v + stage * Cfg::kVStageBytes;
+      // (The lane and its row opaque each tile: ptxas otherwise keeps every copy and conversion address of
+      // the lane in registers across the tiles, and spills them at the producer's 56.)
+      const int l = opaque(lane);
+      copy_key_rows<kRowsPerWarp, kKChunks>(k_dst, k_base, k_off, warp, l, Cfg::kKvPanelBytes);
+      copy_key_rows<kRowsPerWarp, kVChunks>(v_dst, v_base, v_off, warp, l, Cfg::kKvPanelBytes);
+      cp_async_wait_all();
+      __syncwarp();                  // the warp's rows, copied by all its lanes, are in place for each lane
+      if constexpr (Cfg::kFp8Mma) {  // K stays e4m3 as it landed; V^T beside V
+        fp8_v_transpose<Cfg>(v_dst, warp, l);
+      } else if (owns_row) {
+        const int r = warp * kRowsPerWarp + l;
+        fp8_row_to_f16<kKChunks>(k_dst, r, Cfg::kKvPanelBytes);
+        fp8_row_to_f16<kVChunks>(v_dst, r, Cfg::kKvPanelBytes);
+      }
     }
     fence_proxy_async();  // the f16 rows (generic proxy writes) before wgmma reads them
     __syncwarp();
@@ -185,7 +194,7 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
                                         uint32_t empty_bar, bool diag_no_load, int64_t tile0 = 0,
                                         bool drain = true) {
   if constexpr (Cfg::kKvFp8) {
-    produce_fp8<Cfg>(p, seq, kv_head, slot0, n_tiles, s_k, s_v, full_bar, empty_bar, tile0);
+    produce_fp8<Cfg>(p, seq, kv_head, slot0, n_tiles, s_k, s_v, full_bar, empty_bar, diag_no_load, tile0);
     return;
   }
   constexpr int kRowsPerWarp = Cfg::kBlockN / 4;
