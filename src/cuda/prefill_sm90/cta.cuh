@@ -128,7 +128,7 @@ struct KvFp8 : Base {
   using TM = half;
   static constexpr bool kKvFp8 = true;
 };
-// fp8 q over fp8 caches on e4m3 wgmma (k32): Q (rotated q rounded to e4m3 once) and K as e4m3 in shared
+// fp8 q over fp8 caches on e4m3 wgmma (k32): Q (fp8 q as it is: no rotary) and K as e4m3 in shared
 // memory; the producer transposes each V tile into V^T beside it (the K-major B of O = P V, e4m3 has no
 // transposed operand), its keys permuted within each 16 (pi: position 4t + m holds key 2t + {0, 1, 8, 9}[m],
 // the order ldmatrix.trans yields) so that P leaves the S accumulators for the A registers in place; P is

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "cuda/common/fp8.cuh"
+#include "cuda/common/mma.cuh"
 #include "cuda/common/sequence.cuh"
 #include "cuda/prefill_sm90/cta.cuh"
 #include "cuda/prefill_sm90/ptx.cuh"
@@ -113,7 +114,7 @@ __device__ __forceinline__ void fp8_v_transpose(uint32_t v_dst, int warp, int la
 #pragma unroll
     for (int j = 0; j < Cfg::kHeadDimV / 16; j += 2) {  // chunks j (matrices 0, 1) and j + 1 (2, 3)
       uint32_t m[4];
-      ldsm_x4_trans(m, v_dst + swizzled(r, j + q / 2, Cfg::kKvPanelBytes));
+      ldmatrix_x4_trans(m, v_dst + swizzled(r, j + q / 2, Cfg::kKvPanelBytes));
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
 #pragma unroll

@@ -151,15 +151,6 @@ __device__ __forceinline__ void st_shared_v4(uint32_t addr, const uint4& v) {
                "r"(v.w)
                : "memory");
 }
-// ldmatrix .x4 .trans (four 8 x 8 b16 matrices, row addresses from lanes 8 q .. 8 q + 7): thread T gets of
-// matrix q the b16 pair (row 2 (T % 4), row 2 (T % 4) + 1) of column T / 4. Ordered after this thread's
-// earlier shared-memory writes and waits ("memory").
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
 __device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
   uint4 v;
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
