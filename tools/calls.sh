@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 pfp8tma_128:pfp8tma:128 fp8diag128:main:128:-DKVATTN_PREFILL_FP8_DIAG=1"
+LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 pfp8tma_128:pfp8tma:128 fp8diag128:main:128:-DKVATTN_PREFILL_FP8_DIAG=1 e4m3dead128:e4m3dead:128"
 
 show() {
   cat << 'END'
@@ -52,6 +52,10 @@ fp8 caches at d 64 / 192 / 256 (prefill.cu: `KVATTN_FORCE_SM90_PREFILL=1` only, 
    KVATTN_SM90_DIAG unset / 4 (no K/V loads, and for fp8 no conversion or transpose) / 8 (no softmax) /
    12 (neither), a -DKVATTN_PREFILL_FP8_DIAG=1 build. If fp8 with DIAG=4 runs at or past bf16 with DIAG=4,
    the producer's per-tile work is the bound.
+12. run(command="bash tools/calls.sh run 12", carry=[".dev/main128.so.xz", ".dev/e4m3dead128.so.xz", ".whl"], timeout_s=400)
+   branch e4m3dead (the e4m3 kernel without its unreachable paths; its SASS changed after session 31's GPU
+   run): the fp8 tests at d 128, racecheck and memcheck on e4m3 cases, then bench/fp8_prefill.py on main
+   and on it (level expected). If green, land it.
 END
 }
 
@@ -140,6 +144,18 @@ case "${1:-show}" in
           env $([ $diag = none ] || echo KVATTN_SM90_DIAG=$diag) KVATTN_LIBRARY="$lib" timeout -k 5 65 \
             python3 -m bench.fp8_prefill --filter "16k full" --json "$OUT/diag_$diag.json" 2>&1 |
             tee "$OUT/diag_$diag.txt"
+        done
+        ;;
+      12)
+        KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/e4m3dead128.so.xz KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=0 \
+          KVATTN_AB_TESTS=tests/python/test_cuda_prefill_sm90_fp8.py KVATTN_AB_SMOKE_K="fp8_q_variants and persistent" \
+          KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=150 KVATTN_AB_SAN_TIMEOUT=60 \
+          KVATTN_AB_RACE_K="fp8_q_variants and split" KVATTN_AB_MEM_K="fp8_q_variants and persistent" \
+          bash tools/prefill_ab.sh
+        source tools/device_env.sh
+        for lib in a:.dev/main128.so.xz b:.dev/e4m3dead128.so.xz; do
+          KVATTN_LIBRARY=$(device_lib "${lib#*:}" "${lib%%:*}") timeout -k 5 60 python3 -m bench.fp8_prefill \
+            --filter "16k full" --json "$OUT/fp8_${lib%%:*}.json" 2>&1 | tee "$OUT/fp8_${lib%%:*}.txt"
         done
         ;;
       *) echo "no call $2" >&2; exit 2 ;;
