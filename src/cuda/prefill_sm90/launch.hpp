@@ -13,6 +13,7 @@
 #include "api/problem.hpp"
 #include "api/status.hpp"
 #include "cuda/attention/params.cuh"
+#include "cuda/common/cache_rows.hpp"
 #include "cuda/common/host.hpp"
 #include "cuda/heuristics.hpp"
 #include "cuda/kernel_table.hpp"
@@ -29,17 +30,6 @@ inline bool env_is_1(const char* name) {
 template <typename T>
 constexpr DType dtype_of_storage() {
   return std::is_same_v<T, half> ? DType::f16 : DType::bf16;
-}
-// A cache whose rows the sm_90a producers copy by 16-byte cp.async and address as 32-bit offsets in 16-byte
-// units: 16-byte aligned base and strides, and the cache (rows of `width` elements) spanning < 64 GiB.
-inline bool cp_async_cache_rows_ok(const FwdProblem& p, const CacheTensor& c, int width) {
-  const int64_t per16 = p.kv_dtype == DType::fp8_e4m3 ? 16 : 8;  // elements in 16 bytes
-  const bool aligned = reinterpret_cast<uintptr_t>(c.ptr) % 16 == 0 && c.page_stride % per16 == 0 &&
-                       c.slot_stride % per16 == 0 && c.head_stride % per16 == 0;
-  const int64_t rows = p.cu_seqlens_k ? p.num_pages * c.slot_stride : p.num_pages * c.page_stride;
-  const int64_t span16 =
-      (rows + p.page_size * c.slot_stride + p.num_kv_heads * c.head_stride + width) / per16;
-  return aligned && span16 < (int64_t{1} << 32) - 1;
 }
 // The kernel's sm_90a binary is the one the device runs (not an sm_80 one picked for lack of it).
 inline bool sm90a_binary_loaded(const void* kernel) {
