@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 pfp8tma_128:pfp8tma:128 fp8diag128:main:128:-DKVATTN_PREFILL_FP8_DIAG=1 e4m3dead128:e4m3dead:128"
+LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 pfp8tma_128:pfp8tma:128 fp8diag128:main:128:-DKVATTN_PREFILL_FP8_DIAG=1 e4m3dead128:e4m3dead:128 pfp8lean128:pfp8lean:128"
 
 show() {
   cat << 'END'
@@ -56,6 +56,15 @@ fp8 caches at d 64 / 192 / 256 (prefill.cu: `KVATTN_FORCE_SM90_PREFILL=1` only, 
    branch e4m3dead (the e4m3 kernel without its unreachable paths; its SASS changed after session 31's GPU
    run): the fp8 tests at d 128, racecheck and memcheck on e4m3 cases, then bench/fp8_prefill.py on main
    and on it (level expected). If green, land it.
+13. run(command="bash tools/calls.sh run 13", carry=[".dev/pfp8lean128.so.xz", ".whl"], timeout_s=450)   [tree at pfp8lean]
+   branch pfp8lean's checks (its fp8 producer: lane addresses made once, V^T by stmatrix, 32-bit row
+   offsets): the fp8 tests at d 128 (e4m3 and f16 kernels), racecheck and memcheck on fp8 cases.
+14. run(command="bash tools/calls.sh run 14", carry=[".dev/main128.so.xz", ".dev/pfp8lean128.so.xz", ".whl"], timeout_s=590)   [tree at pfp8lean]
+   its timing: bench/fp8_prefill.py A B A B (main, pfp8lean) on W6 16k full and W3. The producer's tile
+   loop (static SASS): e4m3 kernel 699 -> 310 instructions, f16 kernel 570 -> 455 (bench/NOTES.md).
+   Predicted: e4m3 4,420 -> ~4,050 us on W6 16k full, fp8 cache 4,610 -> ~4,500, if the producer's issue
+   slots are the gap; level if not. If green and not slower, land it. More direct than call 11: run 13-14
+   before 11.
 END
 }
 
@@ -156,6 +165,21 @@ case "${1:-show}" in
         for lib in a:.dev/main128.so.xz b:.dev/e4m3dead128.so.xz; do
           KVATTN_LIBRARY=$(device_lib "${lib#*:}" "${lib%%:*}") timeout -k 5 60 python3 -m bench.fp8_prefill \
             --filter "16k full" --json "$OUT/fp8_${lib%%:*}.json" 2>&1 | tee "$OUT/fp8_${lib%%:*}.txt"
+        done
+        ;;
+      13)
+        KVATTN_AB_A=.dev/pfp8lean128.so.xz KVATTN_AB_B=.dev/pfp8lean128.so.xz KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=0 \
+          KVATTN_AB_TESTS=tests/python/test_cuda_prefill_sm90_fp8.py KVATTN_AB_SMOKE_K="fp8_q_variants and persistent" \
+          KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=200 KVATTN_AB_SAN_TIMEOUT=60 \
+          KVATTN_AB_RACE_K="fp8_q_variants and split" KVATTN_AB_MEM_K="fp8_nan_page" bash tools/prefill_ab.sh
+        ;;
+      14)
+        source tools/device_env.sh
+        for round in 1 2; do
+          for lib in a:.dev/main128.so.xz b:.dev/pfp8lean128.so.xz; do
+            KVATTN_LIBRARY=$(device_lib "${lib#*:}" "${lib%%:*}") timeout -k 5 120 python3 -m bench.fp8_prefill \
+              --filter "16k full,W3" --json "$OUT/fp8_${lib%%:*}$round.json" 2>&1 | tee "$OUT/fp8_${lib%%:*}$round.txt"
+          done
         done
         ;;
       *) echo "no call $2" >&2; exit 2 ;;
