@@ -20,8 +20,8 @@ LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:
 
 show() {
   cat << 'END'
-In order of value (bench/NOTES.md, "Where to go next", session 31). Tree at main for calls 1-6, at wide for
-7-9, at pfp8tma for 10. Calls 1-3 are the checks that would lift the force switch off (192, 128) and off
+In order of value: 13-14 first, then 1-12 (bench/NOTES.md, "Where to go next", sessions 32 and 31). Tree at
+main for calls 1-6 and 11-14, at wide for 7-9, at pfp8tma for 10. Calls 1-3 are the checks that would lift the force switch off (192, 128) and off
 fp8 caches at d 64 / 192 / 256 (prefill.cu: `KVATTN_FORCE_SM90_PREFILL=1` only, until these pass).
 1. run(command="bash tools/calls.sh run 1", carry=[".dev/main192.so.xz", ".whl"], timeout_s=590)
    checks at (192, 128): every prefill test and the fp8 ones (forced), racecheck, memcheck.
@@ -56,10 +56,10 @@ fp8 caches at d 64 / 192 / 256 (prefill.cu: `KVATTN_FORCE_SM90_PREFILL=1` only, 
    branch e4m3dead (the e4m3 kernel without its unreachable paths; its SASS changed after session 31's GPU
    run): the fp8 tests at d 128, racecheck and memcheck on e4m3 cases, then bench/fp8_prefill.py on main
    and on it (level expected). If green, land it.
-13. run(command="bash tools/calls.sh run 13", carry=[".dev/pfp8lean128.so.xz", ".whl"], timeout_s=450)   [tree at pfp8lean]
+13. run(command="bash tools/calls.sh run 13", carry=[".dev/pfp8lean128.so.xz", ".whl"], timeout_s=450)
    branch pfp8lean's checks (its fp8 producer: lane addresses made once, V^T by stmatrix, 32-bit row
    offsets): the fp8 tests at d 128 (e4m3 and f16 kernels), racecheck and memcheck on fp8 cases.
-14. run(command="bash tools/calls.sh run 14", carry=[".dev/main128.so.xz", ".dev/pfp8lean128.so.xz", ".whl"], timeout_s=590)   [tree at pfp8lean]
+14. run(command="bash tools/calls.sh run 14", carry=[".dev/main128.so.xz", ".dev/pfp8lean128.so.xz", ".whl"], timeout_s=590)
    its timing: bench/fp8_prefill.py A B A B (main, pfp8lean) on W6 16k full and W3. The producer's tile
    loop (static SASS): e4m3 kernel 699 -> 310 instructions, f16 kernel 570 -> 455 (bench/NOTES.md).
    Predicted: e4m3 4,420 -> ~4,050 us on W6 16k full, fp8 cache 4,610 -> ~4,500, if the producer's issue
