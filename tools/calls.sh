@@ -21,8 +21,8 @@ LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:
 show() {
   cat << 'END'
 In order of value: 13-14 first, then 1-12 (bench/NOTES.md, "Where to go next", sessions 32 and 31). Tree at
-main for calls 1-6 and 11-14, at wide for 7-9, at pfp8tma for 10. Calls 1-3 are the checks that would lift the force switch off (192, 128) and off
-fp8 caches at d 64 / 192 / 256 (prefill.cu: `KVATTN_FORCE_SM90_PREFILL=1` only, until these pass).
+main for calls 1-6 and 11-14, at wide for 7-9, at pfp8tma for 10. Calls 1-3 are the checks that would
+lift the force switch off (192, 128) and off fp8 caches at d 64 / 192 / 256 (prefill.cu: `KVATTN_FORCE_SM90_PREFILL=1` only, until these pass).
 1. run(command="bash tools/calls.sh run 1", carry=[".dev/main192.so.xz", ".whl"], timeout_s=590)
    checks at (192, 128): every prefill test and the fp8 ones (forced), racecheck, memcheck.
 2. run(command="bash tools/calls.sh run 2", carry=[".dev/main64.so.xz", ".whl"], timeout_s=400)
