@@ -2,8 +2,9 @@
 # Developer builds of branches for device A/B calls, here (no GPU needed): for each NAME:BRANCH:HEAD_DIM, the
 # branch's tree (git archive, no worktree) built for sm_90a, one head dim, bf16 (KVATTN_DEV_DTYPE), into
 # .dev/NAME.so.xz (git-ignored; ~9 MB at most, under the 64 MiB a device call carries). ~1.5-3 min each on 2
-# cores; an existing .dev/NAME.so.xz is kept if built from the branch's current commit (.dev/NAME.commit)
-# unless DEV_LIBS_FORCE=1.
+# cores; an existing .dev/NAME.so.xz is kept if built from the same library sources (.dev/NAME.key: the
+# branch's src/, include/ and CMakeLists.txt trees, the head dim and the flags; a commit that changes only
+# docs, tests or tools keeps it) unless DEV_LIBS_FORCE=1. .dev/NAME.commit: the commit it was built from.
 #   tools/dev_libs.sh main128:main:128 pfp8:pfp8:128
 #   tools/dev_libs.sh diag128:main:128:-DKVATTN_PREFILL_FP8_DIAG=1   # a fourth field: CMAKE_CUDA_FLAGS
 # The libraries of the pending device calls (tools/calls.sh): `tools/dev_libs.sh $(tools/calls.sh libs)`.
@@ -14,9 +15,9 @@ for spec in "$@"; do
   IFS=: read -r name branch dim flags <<< "$spec"  # flags (optional): CMAKE_CUDA_FLAGS, e.g. -DX=1
   out=.dev/$name.so.xz
   commit=$(git rev-parse "$branch")
-  # Kept only when built from the branch's commit of now (.dev/NAME.commit): a rebase rebuilds it.
-  if [ -f "$out" ] && [ "$(cat ".dev/$name.commit" 2> /dev/null)" = "$commit" ] && [ "${DEV_LIBS_FORCE:-0}" != 1 ]; then
-    echo "$out: kept ($branch at ${commit:0:7})"
+  key="$(git rev-parse "$branch:src" "$branch:include" "$branch:CMakeLists.txt" | tr '\n' ' ')$dim ${flags:-}"
+  if [ -f "$out" ] && [ "$(cat ".dev/$name.key" 2> /dev/null)" = "$key" ] && [ "${DEV_LIBS_FORCE:-0}" != 1 ]; then
+    echo "$out: kept (the library sources of $branch at ${commit:0:7}; built from $(cut -c1-7 ".dev/$name.commit"))"
     continue
   fi
   src=/tmp/kvattn-devlib/$name
@@ -29,5 +30,6 @@ for spec in "$@"; do
   ninja -C "$src/build" kvattn > "$src/build.log" 2>&1 || { tail -20 "$src/build.log"; exit 1; }
   xz -T2 -c "$src/build/libkvattn.so" > "$out"
   echo "$commit" > ".dev/$name.commit"
+  echo "$key" > ".dev/$name.key"
   echo "$out: $branch ($(git rev-parse --short "$branch")) d $dim, $(($(date +%s) - t0)) s, $(du -h "$out" | cut -f1)"
 done
