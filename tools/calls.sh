@@ -61,7 +61,7 @@ lift the force switch off (192, 128) and off fp8 caches at d 64 / 192 / 256 (pre
    offsets): the fp8 tests at d 128 (e4m3 and f16 kernels), racecheck and memcheck on fp8 cases.
 14. run(command="bash tools/calls.sh run 14", carry=[".dev/main128.so.xz", ".dev/pfp8lean128.so.xz", ".whl"], timeout_s=590)
    its timing: bench/fp8_prefill.py A B A B (main, pfp8lean) on W6 16k full and W3. The producer's tile
-   loop (static SASS): e4m3 kernel 699 -> 310 instructions, f16 kernel 570 -> 455 (bench/NOTES.md).
+   loop (static SASS): e4m3 kernel 699 -> 292 instructions, f16 kernel 570 -> 441 (bench/NOTES.md).
    Predicted: e4m3 4,420 -> ~4,050 us on W6 16k full, fp8 cache 4,610 -> ~4,500, if the producer's issue
    slots are the gap; level if not. If green and not slower, land it. More direct than call 11: run 13-14
    before 11.
