@@ -18,6 +18,10 @@ WHEELS=(
   pluggy==1.6.0
   packaging==25.0
   "$(pin ml_dtypes)"
+  # The device's test steps in worker processes (tools/device_env.sh test_workers): device-only, so pinned
+  # here; both pure Python.
+  pytest-xdist==3.6.1
+  execnet==2.1.1
 )
 for w in "${WHEELS[@]}"; do
   [ -n "$w" ] || { echo "fetch_gpu_wheels: no pytest/ml_dtypes pin in requirements-dev.txt" >&2; exit 1; }

@@ -82,9 +82,11 @@ record environment "${PIPESTATUS[0]}"
 
 # ---- 3. the CUDA tests
 say "== pytest tests/python -k cuda (timeout ${PYTEST_TIMEOUT}s)"
-# shellcheck disable=SC2086
-timeout -k 10 "$PYTEST_TIMEOUT" python3 -m pytest -q tests/python -k cuda -rs -p no:cacheprovider \
-  ${KVATTN_PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest_cuda.log"
+# (In worker processes where .whl/ brought pytest-xdist: device_env.sh test_workers.)
+source tools/device_env.sh
+# shellcheck disable=SC2086,SC2046
+env "${TEST_WORKER_ENV[@]}" timeout -k 10 "$PYTEST_TIMEOUT" python3 -m pytest -q tests/python -k cuda -rs \
+  -p no:cacheprovider $(test_workers) ${KVATTN_PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest_cuda.log"
 rc=${PIPESTATUS[0]}
 summary=$(grep -E "^=*.*(passed|failed|error|skipped|no tests ran)" "$OUT/pytest_cuda.log" | tail -1)
 if [ "$rc" -eq 0 ] && ! echo "$summary" | grep -q "passed"; then

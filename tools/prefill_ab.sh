@@ -3,7 +3,9 @@
 # (the change) checked, then timed against library A (main) in alternating rounds, with the SM clock logged.
 #   1. a smoke test of B (the persistent kernel's many-unit cases, 45 s at most): if it fails or hangs, the call
 #      stops there (session 23 lost 570 s of device time to a hang that every later step hit again);
-#   2. B's prefill tests (tests/python/test_cuda_prefill_sm90.py at the head dims of KVATTN_AB_DIMS);
+#   2. B's prefill tests (tests/python/test_cuda_prefill_sm90.py at the head dims of KVATTN_AB_DIMS), in
+#      worker processes where .whl/ brought pytest-xdist (device_env.sh test_workers; KVATTN_TEST_WORKERS=0:
+#      one process);
 #   3. racecheck and memcheck of B on small persistent cases;
 #   4. bench.run (no peers) of the cases of KVATTN_AB_FILTER, A B A B ..., and tools/gpu_ab.py's table with
 #      the samples in time order; nvidia-smi's clocks (SM, memory), power, temperatures (GPU, memory) and
@@ -48,8 +50,8 @@ if [ $rc -ne 0 ]; then  # (5: no test ran, which is a failure here too)
   say "B failed its smoke test: nothing else runs"
   exit 1
 fi
-"${B_RUN[@]}" timeout -k 5 "${KVATTN_AB_TEST_TIMEOUT:-200}" $PT ${KVATTN_AB_K:+-k "$KVATTN_AB_K"} \
-  > "$OUT/tests.log" 2>&1
+"${B_RUN[@]}" "${TEST_WORKER_ENV[@]}" timeout -k 5 "${KVATTN_AB_TEST_TIMEOUT:-200}" $PT $(test_workers) \
+  ${KVATTN_AB_K:+-k "$KVATTN_AB_K"} > "$OUT/tests.log" 2>&1
 say "tests rc=$? $(tail -1 "$OUT/tests.log")"
 grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head -8
 "${B_RUN[@]}" timeout -k 5 "${KVATTN_AB_SAN_TIMEOUT:-45}" compute-sanitizer --tool racecheck --report-api-errors no $PT \
