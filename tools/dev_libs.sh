@@ -31,5 +31,5 @@ for spec in "$@"; do
   xz -T2 -c "$src/build/libkvattn.so" > "$out"
   echo "$commit" > ".dev/$name.commit"
   echo "$key" > ".dev/$name.key"
-  echo "$out: $branch ($(git rev-parse --short "$branch")) d $dim, $(($(date +%s) - t0)) s, $(du -h "$out" | cut -f1)"
+  echo "$out: $branch (${commit:0:7}) d $dim, $(($(date +%s) - t0)) s, $(du -h "$out" | cut -f1)"
 done
