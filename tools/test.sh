@@ -6,7 +6,8 @@
 #  3. the examples (examples/): the numpy decode loop, the C program, the torch loop (compiled; run where
 #     torch is importable);
 #  4. the suites that need torch on the CPU (kvattn.distributed over gloo; the engine call replays on
-#     torch CPU tensors; kvattn inside transformers' models; the optional stable-ABI torch op, built here),
+#     torch CPU tensors; kvattn inside transformers' models; the optional stable-ABI torch op, built here;
+#     caches with negative strides given through torch tensors' descriptors),
 #     in the torch venv of `tools/deps.sh torch` (installed once per machine, reused), against the sanitized
 #     library; KVATTN_TORCH_TESTS=0 skips this stage;
 #  5. only with --cuda-build or KVATTN_TEST_CUDA_BUILD=1 (CI sets it, .ci/run), and when nvcc is present:
@@ -67,7 +68,8 @@ if [ "${KVATTN_TORCH_TESTS:-1}" != 0 ]; then
     PYTHONPATH="$root/python:$root" "$torch_python" -m pytest -q -p no:cacheprovider -rs \
     tests/python/test_distributed.py tests/python/test_engine_replays.py \
     tests/python/test_transformers_integration.py tests/python/test_torch_stable_op.py \
-    tests/python/test_transformers_paged.py tests/python/test_ragged.py tests/python/test_engine_replays_ragged.py
+    tests/python/test_transformers_paged.py tests/python/test_ragged.py tests/python/test_engine_replays_ragged.py \
+    tests/python/test_negative_strides.py
 fi
 
 nvcc_path=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)
