@@ -58,7 +58,8 @@ lift the force switch off (192, 128) and off fp8 caches at d 64 / 192 / 256 (pre
    and on it (level expected). If green, land it.
 13. run(command="bash tools/calls.sh run 13", carry=[".dev/pfp8lean128.so.xz", ".whl"], timeout_s=450)
    branch pfp8lean's checks (its fp8 producer: lane addresses made once, V^T by stmatrix, 32-bit row
-   offsets): the fp8 tests at d 128 (e4m3 and f16 kernels), racecheck and memcheck on fp8 cases.
+   offsets): the fp8 tests at d 128 (e4m3 and f16 kernels), racecheck and memcheck on fp8 cases; and
+   main's negative-stride test (session 32: its first run on a GPU; memcheck on it too).
 14. run(command="bash tools/calls.sh run 14", carry=[".dev/main128.so.xz", ".dev/pfp8lean128.so.xz", ".whl"], timeout_s=590)
    its timing: bench/fp8_prefill.py A B A B (main, pfp8lean) on W6 16k full and W3. The producer's tile
    loop (static SASS): e4m3 kernel 699 -> 292 instructions, f16 kernel 570 -> 441 (bench/NOTES.md).
@@ -85,9 +86,11 @@ case "${1:-show}" in
       2 | 3)  # fp8 checks at d 64 / 256
         d=$([ "$2" = 2 ] && echo 64 || echo 256)
         KVATTN_AB_A=.dev/main$d.so.xz KVATTN_AB_B=.dev/main$d.so.xz KVATTN_AB_ROUNDS=0 KVATTN_AB_DIMS=$d \
-          KVATTN_AB_TESTS=tests/python/test_cuda_prefill_sm90_fp8.py KVATTN_AB_SMOKE_K="fp8_q_variants and persistent" \
+          KVATTN_AB_TESTS="tests/python/test_cuda_prefill_sm90_fp8.py tests/python/test_negative_strides.py" \
+          KVATTN_AB_SMOKE_K="fp8_q_variants and persistent" \
           KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=200 KVATTN_AB_SAN_TIMEOUT=60 \
-          KVATTN_AB_RACE_K="fp8_q_variants and split" KVATTN_AB_MEM_K="fp8_nan_page" bash tools/prefill_ab.sh
+          KVATTN_AB_RACE_K="fp8_q_variants and split" KVATTN_AB_MEM_K="fp8_nan_page or negative_strides" \
+          bash tools/prefill_ab.sh
         ;;
       4)  # A: the default (the portable kernel at (192, 128)); B: the sm_90a kernel, forced
         KVATTN_AB_CHECK=0 KVATTN_AB_A=.dev/main192.so.xz KVATTN_AB_B=.dev/main192.so.xz \
@@ -169,9 +172,11 @@ case "${1:-show}" in
         ;;
       13)
         KVATTN_AB_A=.dev/pfp8lean128.so.xz KVATTN_AB_B=.dev/pfp8lean128.so.xz KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=0 \
-          KVATTN_AB_TESTS=tests/python/test_cuda_prefill_sm90_fp8.py KVATTN_AB_SMOKE_K="fp8_q_variants and persistent" \
+          KVATTN_AB_TESTS="tests/python/test_cuda_prefill_sm90_fp8.py tests/python/test_negative_strides.py" \
+          KVATTN_AB_SMOKE_K="fp8_q_variants and persistent" \
           KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=200 KVATTN_AB_SAN_TIMEOUT=60 \
-          KVATTN_AB_RACE_K="fp8_q_variants and split" KVATTN_AB_MEM_K="fp8_nan_page" bash tools/prefill_ab.sh
+          KVATTN_AB_RACE_K="fp8_q_variants and split" KVATTN_AB_MEM_K="fp8_nan_page or negative_strides" \
+          bash tools/prefill_ab.sh
         ;;
       14)
         source tools/device_env.sh

@@ -23,7 +23,7 @@ def reversed_view(x, axis):
 def cases(rng, dtype, kind, sq):
     """(q, k_view, v_view, kw): caches whose `kind` axis runs backwards in memory, with the arguments that
     address the same logical keys through them."""
-    b, s, hk, hq, d = 2, 150, 2, 8, 64
+    b, s, hk, hq, d = 2, 150, 2, 8, 128  # (d 128: the head dim of the developer builds)
     dt = DTYPES[dtype]
     seqlens = np.array([150, 97], np.int32)
     k = nan_fill_invalid(randn(rng, (b, s, hk, d), dt), seqlens)
