@@ -28,9 +28,6 @@ if [[ "$KVATTN_LIBRARY" == *.xz ]]; then
   mkdir -p /tmp/kvattn_lib && xz -dc "$KVATTN_LIBRARY" > /tmp/kvattn_lib/libkvattn.so
   export KVATTN_LIBRARY=/tmp/kvattn_lib/libkvattn.so
 fi
-export PYTHONPATH=python:/tmp/site:.
-export PYTHONUNBUFFERED=1
-export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1  # the image's pytest plugins are not needed, nor their versions
 PYTEST_TIMEOUT=${KVATTN_PYTEST_TIMEOUT:-280}
 SAN_TIMEOUT=${KVATTN_SANITIZER_TIMEOUT:-120}
 SAN_FLAGS=${KVATTN_SANITIZER_FLAGS:---report-api-errors no}
@@ -57,6 +54,9 @@ if ls .whl/*.whl > /dev/null 2>&1; then
 else
   say "wheels: no .whl/ (carry it, after tools/fetch_gpu_wheels.sh); using the image's packages"
 fi
+# PYTHONPATH (the package, the wheels), PYTEST_DISABLE_PLUGIN_AUTOLOAD (the image's pytest plugins are not
+# needed, nor their versions), test_workers (below).
+source tools/device_env.sh
 
 # ---- 2. the machine, the library, the Python side
 nvidia-smi 2>&1 | tee -a "$LOG"
@@ -83,7 +83,6 @@ record environment "${PIPESTATUS[0]}"
 # ---- 3. the CUDA tests
 say "== pytest tests/python -k cuda (timeout ${PYTEST_TIMEOUT}s)"
 # (In worker processes where .whl/ brought pytest-xdist: device_env.sh test_workers.)
-source tools/device_env.sh
 # shellcheck disable=SC2086,SC2046
 env "${TEST_WORKER_ENV[@]}" timeout -k 10 "$PYTEST_TIMEOUT" python3 -m pytest -q tests/python -k cuda -rs \
   -p no:cacheprovider $(test_workers) ${KVATTN_PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest_cuda.log"

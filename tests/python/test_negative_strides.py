@@ -16,10 +16,6 @@ kvattn = H.kvattn
 from kvattn import tensors as kv_tensors  # noqa: E402  (the binding's descriptor, patched on torch devices)
 
 
-def reversed_view(x, axis):
-    return np.flip(x, axis)
-
-
 def cases(rng, dtype, kind, sq):
     """(q, k_view, v_view, kw): caches whose `kind` axis runs backwards in memory, with the arguments that
     address the same logical keys through them."""
@@ -33,12 +29,12 @@ def cases(rng, dtype, kind, sq):
     if kind == "pages":  # page p of the view is page P - 1 - p of memory: the table maps to the view's ids
         (kp, vp), table = paged_from_contiguous(rng, [k, v], 16)
         kw["page_table"] = (kp.shape[0] - 1 - table).astype(np.int32)
-        return q, reversed_view(kp, 0), reversed_view(vp, 0), kw
+        return q, np.flip(kp, 0), np.flip(vp, 0), kw
     if kind == "rows":  # cache row r of the view is row R - 1 - r of memory, chosen by cache_batch_idx
         kw["cache_batch_idx"] = np.array([1, 0], np.int32)
-        return q, reversed_view(k, 0), reversed_view(v, 0), kw
+        return q, np.flip(k, 0), np.flip(v, 0), kw
     assert kind == "heads"  # kv head h of the view is memory's hk - 1 - h
-    return q, reversed_view(k, 2), reversed_view(v, 2), kw
+    return q, np.flip(k, 2), np.flip(v, 2), kw
 
 
 def device_cache(view, device, patches):
@@ -46,9 +42,7 @@ def device_cache(view, device, patches):
     its memory in increasing order, whose descriptor `patches` rewrites to the view's."""
     if device == "cpu":
         return view
-    base = view.base if view.base is not None else view
-    while base.base is not None:
-        base = base.base
+    base = H._base_of(view)
     memory = H.to_device(np.ascontiguousarray(base), device)
     itemsize = view.itemsize
     offset = (view.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // itemsize
@@ -94,7 +88,4 @@ def test_negative_strides(device, dtype, sq, kind, described_as):
     # The caches were only read (bytes: NaN slots included).
     if device != "cpu":
         for view, memory in ((k_view, kc), (v_view, vc)):
-            base = view
-            while base.base is not None:
-                base = base.base
-            assert H.to_numpy(memory).tobytes() == np.ascontiguousarray(base).tobytes()
+            assert H.to_numpy(memory).tobytes() == np.ascontiguousarray(H._base_of(view)).tobytes()
