@@ -49,6 +49,12 @@ struct CacheTensor {
   int64_t head_stride = 0;
 };
 
+// The most keys a sequence may hold, L_i = cache_seqlens[i] + n_i (both backends; kvattn.h): the kernels'
+// key positions are int32, and their tiles and stages (<= 256 keys) round a position up, so a margin of
+// 2^16 below 2^31 keeps every such sum in range. A paged capacity (pages_per_row * page_size) may be larger:
+// only the keys a sequence holds are bounded. The planners take it as the longest sequence.
+constexpr int64_t kMaxSequenceKeys = (int64_t{1} << 31) - (int64_t{1} << 16);
+
 struct FwdProblem {
   kvattn_device_type device_type = KVATTN_DEVICE_CPU;
   int32_t device_id = 0;
@@ -153,6 +159,13 @@ struct FwdProblem {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };
+
+// Keys of the longest sequence a call may have, the plans' bound: the capacity (packed: total_k), at most
+// kMaxSequenceKeys.
+inline int64_t max_sequence_keys(const FwdProblem& p) {
+  const int64_t keys = p.cu_seqlens_k != nullptr ? p.num_pages : p.capacity;
+  return keys < kMaxSequenceKeys ? keys : kMaxSequenceKeys;
+}
 
 struct AppendProblem {
   kvattn_device_type device_type = KVATTN_DEVICE_CPU;

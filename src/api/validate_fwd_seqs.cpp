@@ -2,6 +2,7 @@
 // rules of CONTRACT.md. On the CPU backend the index tensors are host memory and every value is read. On
 // CUDA a value held in a device tensor is unknown here (the kernels check it, see kvattn_device_errors);
 // what shapes and scalars fix is still checked, e.g. cache_seqlens_value + s_new against the capacity.
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -159,9 +160,13 @@ class SequenceChecker {
       invalid(at("cache_seqlens", i) + " = " + str(*cache_len) + " is negative");
     }
     if (!cache_len || !capacity) return cache_len;
-    if (!n_new || *cache_len <= *capacity - *n_new) return cache_len;
+    // The capacity, or the most keys a sequence may hold (problem.hpp: key positions are int32) when less.
+    const int64_t bound = std::min(*capacity, kMaxSequenceKeys);
+    if (!n_new || *cache_len <= bound - *n_new) return cache_len;
     const std::string where =
-        "the capacity " + str(*capacity) + " of sequence " + str(i) + " (" + capacity_source(i) + ")";
+        bound < *capacity && *cache_len <= *capacity - *n_new
+            ? "the most keys a sequence may hold, " + str(kMaxSequenceKeys) + " (key positions are int32)"
+            : "the capacity " + str(*capacity) + " of sequence " + str(i) + " (" + capacity_source(i) + ")";
     if (*n_new > 0 && p_.cache_seqlens == nullptr && p_.cache_seqlens_value < 0) {
       invalid("k: " + str(*n_new) + " new tokens of sequence " + str(i) +
               " do not fit: without cache_seqlens the cache is full, " + where);

@@ -254,7 +254,7 @@ inline AttentionPlan plan_attention(const FwdProblem& p, int kernel_head_dim, in
   plan.static_smem_bytes = attention_static_smem_bytes(kernel_head_dim, kernel_head_dim_v, plan.key_split);
   SplitInputs in;
   in.ctas = static_cast<int64_t>(p.batch) * p.num_kv_heads * plan.m_blocks;
-  in.max_keys = p.cu_seqlens_k ? p.num_pages : p.capacity;
+  in.max_keys = max_sequence_keys(p);
   in.block_n = plan.tile.block_n;
   in.sm_count = std::max(1, sm_count - std::max(0, p.sm_margin));
   // CTAs that fit an SM: the variant's register-bound residency, or fewer when shared memory says so (1 KiB

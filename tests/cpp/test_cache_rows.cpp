@@ -11,6 +11,7 @@ namespace {
 using kvattn::CacheTensor;
 using kvattn::DType;
 using kvattn::FwdProblem;
+using kvattn::cuda::cache_strides_non_negative;
 using kvattn::cuda::cp_async_cache_rows_ok;
 
 alignas(16) unsigned char g_cache[64];
@@ -66,7 +67,12 @@ TEST(CacheRows, LeavesNegativeStridesToThePortableKernels) {
     int64_t& s = which == 0 ? a.c.page_stride : which == 1 ? a.c.slot_stride : a.c.head_stride;
     s = -s;
     EXPECT_FALSE(cp_async_cache_rows_ok(a.p, a.c, 128)) << "stride " << which;
+    EXPECT_FALSE(cache_strides_non_negative(a.c)) << "stride " << which;  // the decode kernel's gate
   }
+  Paged a(1000, 16, 8, 128);
+  EXPECT_TRUE(cache_strides_non_negative(a.c));
+  a.c.page_stride = 0;  // a broadcast page (every page the same memory): offsets stay >= 0
+  EXPECT_TRUE(cache_strides_non_negative(a.c));
 }
 
 }  // namespace

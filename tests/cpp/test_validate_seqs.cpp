@@ -167,6 +167,28 @@ TEST(FwdSequences, PagedCapacityIsPagesPerRowTimesPageSize) {
       invalid(c.p, {"cache_seqlens[1] = 9 exceeds the capacity 8", "pages_per_row * page_size = 2 * 4"}));
 }
 
+// A paged capacity past 2^31 keys (65537 pages of 32768 slots a row) is fine; a sequence holds at most
+// 2^31 - 2^16 keys of it (the kernels' int32 key positions), whether its length is given or the default.
+TEST(FwdSequences, ASequenceHoldsAtMost2To31Minus2To16Keys) {
+  constexpr int64_t kMax = (int64_t{1} << 31) - (int64_t{1} << 16);
+  FwdCall c;
+  c.make_paged(2, 32768, 65537);
+  EXPECT_TRUE(ok(check(c.p)));
+  c.cache_seqlens->set_i32({3, static_cast<int32_t>(kMax)});
+  EXPECT_TRUE(ok(check(c.p)));
+  c.cache_seqlens->set_i32({3, static_cast<int32_t>(kMax + 1)});
+  EXPECT_TRUE(
+      invalid(c.p, {"cache_seqlens[1] = 2147418113 exceeds the most keys a sequence may hold, 2147418112"}));
+  c.cache_seqlens->set_i32({3, static_cast<int32_t>(kMax - 1)});
+  c.add_new_tokens(2);
+  EXPECT_TRUE(invalid(c.p, {"cache_seqlens[1] = 2147418111 plus 2 new tokens of k exceeds the most keys"}));
+  c.p.cache_seqlens.data = nullptr;  // the default: the full capacity, 65537 * 32768
+  c.p.k.data = c.p.v.data = nullptr;
+  EXPECT_TRUE(invalid(c.p, {"the default cache_seqlens (full capacity) = 2147516416 exceeds the most keys"}));
+  c.p.cache_seqlens_value = kMax;
+  EXPECT_TRUE(ok(check(c.p)));
+}
+
 TEST(FwdSequences, CacheBatchIdxIndexesPageTableRows) {
   FwdCall c;
   c.make_paged(8, 4, 4);

@@ -288,6 +288,8 @@ inline Expected fwd_expected(const kvattn_fwd_params& a, const Memory& mem) {
                     : a.cache_seqlens_value >= 0 ? a.cache_seqlens_value
                                                  : capacity;
       if (s.cache_len < 0 || s.cache_len + s.n_new > capacity) throw Invalid{"cache_seqlens beyond capacity"};
+      // A sequence holds at most 2^31 - 2^16 keys (kvattn.h), whatever its capacity.
+      if (s.cache_len + s.n_new > (int64_t{1} << 31) - (int64_t{1} << 16)) throw Invalid{"sequence too long"};
       s.leftpad = given(a.cache_leftpad) ? ival(a.cache_leftpad, "cache_leftpad", i) : 0;
       if (s.leftpad < 0 || s.leftpad > s.cache_len) throw Invalid{"leftpad"};
       s.kv_len = s.cache_len + s.n_new - s.leftpad;

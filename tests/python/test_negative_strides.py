@@ -1,10 +1,12 @@
 """Caches with negative strides (a C-ABI caller's reversed views: pages, kv heads or cache rows in reverse
 memory order) against the float64 oracle, on every device. numpy expresses such views; torch cannot, so on
 the torch devices each cache is given in its memory's order and its descriptor rewritten to the reversed
-view (tensors._describe_torch), as an engine's C call would pass it. The sm_90a prefill and MLA kernels
-address cache rows as unsigned 32-bit offsets and leave such caches to the portable kernels
-(src/cuda/common/cache_rows.hpp); the shape of the prefill cases is one the sm_90a kernel takes with
-positive strides (the test switch on), so a regression of that rule reads out of bounds here."""
+view (tensors._describe_torch), as an engine's C call would pass it. The sm_90a kernels leave such caches
+to the portable kernels (src/cuda/common/cache_rows.hpp): the prefill and MLA kernels address cache rows as
+unsigned 32-bit offsets (a regression reads out of bounds), the decode kernel takes a negative row offset
+for "no row" (a regression reads valid rows as zeros). The sq = 80 cases have a shape the sm_90a prefill
+kernel takes with positive strides (the test switch on), the sq = 1 cases one the sm_90a decode kernel
+takes."""
 import numpy as np
 import pytest
 

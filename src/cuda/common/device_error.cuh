@@ -15,7 +15,7 @@ enum class ErrorArg : int32_t {
   cu_seqlens_k_new,  // like cu_seqlens_q, bound total_k_new / max_seqlen_k_new
   cu_seqlens_k,      // like cu_seqlens_q, bound total_k
   cache_batch_idx,   // index i, value, bound = rows of the cache (or of page_table); or a duplicate (aux = j)
-  cache_seqlens,     // index i, value, aux = n_i, bound = capacity of i
+  cache_seqlens,     // index i, value, aux = n_i, bound = capacity of i (or kMaxSequenceKeys when less)
   cache_leftpad,     // index i, value, bound = cache_seqlens[i]
   page_table,        // index (row, column) = (aux, index), value, bound = num_pages
   rotary_seqlens,    // index i, value = the position, bound = seqlen_ro (aux = 1 when p_i is cache_seqlens)

@@ -52,7 +52,9 @@ std::string format(const DeviceErrorRecord& r) {
     case ErrorArg::cache_seqlens:
       if (r.value < 0) return "cache_seqlens" + idx + " = " + s(r.value) + " is negative";
       return "cache_seqlens" + idx + " = " + s(r.value) + " plus " + s(r.aux) +
-             " new tokens = " + s(r.value + r.aux) + " exceeds the capacity " + s(r.bound);
+             " new tokens = " + s(r.value + r.aux) + " exceeds " +
+             (r.bound == kMaxSequenceKeys ? "the most keys a sequence may hold, " : "the capacity ") +
+             s(r.bound);
     case ErrorArg::cache_leftpad:
       return "cache_leftpad" + idx + " = " + s(r.value) + " is outside [0, cache_seqlens" + idx + " = " +
              s(r.bound) + "]";

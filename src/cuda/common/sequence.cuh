@@ -165,9 +165,11 @@ __device__ inline Sequence load_sequence(const SeqParams& p, int i, DeviceErrorR
   s.cache_len =
       p.cache_seqlens ? p.cache_seqlens[i] : (p.cache_seqlens_value >= 0 ? p.cache_seqlens_value : capacity);
   s.end = s.cache_len + s.new_len;
-  if (s.cache_len < 0 || s.end > capacity) {
+  // The capacity, or the most keys a sequence may hold (problem.hpp: key positions are int32) when less.
+  const int64_t bound = min(capacity, kMaxSequenceKeys);
+  if (s.cache_len < 0 || s.end > bound) {
     if (s.ok && record) {
-      record_error(err, ErrorArg::cache_seqlens, ErrorKind::above_bound, i, s.cache_len, capacity, s.new_len);
+      record_error(err, ErrorArg::cache_seqlens, ErrorKind::above_bound, i, s.cache_len, bound, s.new_len);
     }
     s.ok = false;
   }

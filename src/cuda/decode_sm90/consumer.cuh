@@ -74,7 +74,9 @@ __device__ inline QRows<Cfg> load_q_values(const AttnParams& p, const Sequence& 
 #pragma unroll
   for (int g = 0; g < Cfg::kGroups; ++g) {
     const int row = g * Cfg::kGroupRows + tid / (Cfg::kHeadDim / kPerThread);
-    if (row < used_rows) {
+    // An offending sequence (seq.ok false: its rows are written NaN) is not read: its rotary position is
+    // unchecked, and rotating with it would read the cos / sin tables out of bounds.
+    if (row < used_rows && seq.ok) {
       const int64_t t = row / p.group;
       const int h = kv_head * p.group + row % p.group;
       const TQ* src = token_row<const TQ>(p.q, seq, i, t, h);

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "cuda/attention/launch.hpp"
+#include "cuda/common/cache_rows.hpp"
 #include "cuda/common/host.hpp"
 #include "cuda/decode_sm90/decode_sm90.hpp"
 #include "cuda/decode_sm90/kernel.cuh"
@@ -205,7 +206,12 @@ bool decode_sm90_supports(const FwdProblem& p) {
   if (warps.producers == 0) return false;
   const bool balanced = plan_balanced(p, rows <= S::kMaxRows) ||
                         (decode_sm90_deterministic() && plan_balanced_deterministic(p, rows <= S::kMaxRows));
-  if (!balanced || !kv_rows_vec16(p)) return false;
+  // The producer's row offsets are signed 64-bit with -1 for "no row" (a bad page id): a cache with a
+  // negative stride (a reversed view) would have valid rows read as zeros.
+  if (!balanced || !kv_rows_vec16(p) || !cache_strides_non_negative(p.k_cache) ||
+      !cache_strides_non_negative(p.v_cache)) {
+    return false;
+  }
   const DType compute_dtype = p.q_dtype == DType::fp8_e4m3 ? DType::bf16 : p.q_dtype;
   const DecodeKernel kernel =
       pick_kernel(compute_dtype, p.kv_dtype, warps.producers, S::row_groups(rows), warps.consumers).kernel;
@@ -228,7 +234,7 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
   if (p.deterministic) {
     // Whole chunks of the static splits' keys (decode_sm90_deterministic): their partials in the static
     // splits' layout (splits, total_q, hq, dv) and (splits, total_q, hq), then unit_pieces (unused).
-    const int64_t max_keys = p.cu_seqlens_k ? p.num_pages : p.capacity;
+    const int64_t max_keys = max_sequence_keys(p);
     const DeterministicSplits d =
         deterministic_splits(max_keys, S::kBlockN, kMaxSplits, decode_sm90_det_chunk_keys());
     plan.splits = d.splits;

@@ -65,7 +65,8 @@ __device__ __forceinline__ void produce(const AttnParams& p, const BalancedStart
         const uint32_t g = first_stage + s;
         const int slot = static_cast<int>(g % Cfg::kStages);
         // Row offsets (elements) of this lane's keys; an out-of-range page id (the consumers record it and
-        // write NaN) reads a row of zeros instead (offset -1).
+        // write NaN) reads a row of zeros instead (offset -1: every valid row's offset is >= 0, the gate
+        // leaves caches with negative strides to the portable kernel).
         int64_t k_off[Cfg::kKeysPerLane], v_off[Cfg::kKeysPerLane];
 #pragma unroll
         for (int j = 0; j < Cfg::kKeysPerLane; ++j) {

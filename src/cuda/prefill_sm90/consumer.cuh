@@ -177,7 +177,9 @@ __device__ __forceinline__ void load_q_async(const AttnParams& p, const Sequence
     const int64_t r = m0 + row;
     const uint32_t at = swizzled(row, c, Cfg::kQPanelBytes);
     if (r >= used_rows) {
-      cp_async_16(q_addr + at, p.q.ptr, false);  // zeros
+      // Zeros. The source must still be 16-byte aligned (PTX: no exception for a zero-byte copy), which
+      // q.ptr need not be; the gate (cp_async_cache_rows_ok) makes the K cache's base so.
+      cp_async_16(q_addr + at, p.k_cache.ptr, false);
       continue;
     }
     const RowSplit split = split_row(r, p.group);

@@ -115,7 +115,8 @@ inline int64_t persistent_sections(const AttnParams& params, int head_dim, int e
   constexpr int64_t kSectionL2 = int64_t{8} << 20;
   const int64_t pairs = std::max<int64_t>(1, static_cast<int64_t>(params.seq.batch) * params.num_kv_heads);
   const SeqParams& sp = params.seq;
-  const int64_t keys = sp.cu_seqlens_k != nullptr ? sp.num_pages / std::max(1, sp.batch) : sp.capacity;
+  const int64_t keys = std::min(
+      kMaxSequenceKeys, sp.cu_seqlens_k != nullptr ? sp.num_pages / std::max(1, sp.batch) : sp.capacity);
   const int64_t pair_bytes = std::max<int64_t>(1, keys) * head_dim * 2 * elem_bytes;  // K and V
   int64_t per = std::clamp<int64_t>(kSectionL2 / pair_bytes, 1, pairs);
   int64_t sections = (pairs + per - 1) / per;

@@ -120,7 +120,7 @@ inline int prefill_sm90_splits(const FwdProblem& p, int sm_count) {
   const int64_t block_m = 64 * tile.consumers;
   SplitInputs in;
   in.ctas = (prefill_rows(p) + block_m - 1) / block_m * p.batch * p.num_kv_heads;
-  in.max_keys = p.cu_seqlens_k ? p.num_pages : p.capacity;
+  in.max_keys = max_sequence_keys(p);
   in.block_n = tile.block_n;
   in.sm_count = std::max(1, sm_count - std::max(0, p.sm_margin));
   in.ctas_per_sm = 1;
@@ -140,8 +140,7 @@ inline AttentionPlan plan_prefill_sm90(const FwdProblem& p, const AttentionKerne
   plan.splits = prefill_sm90_splits(p, device.sm_count);
   if (plan.splits > 1) {    // the split kernel (launch.cuh), its partials and the split combine
     if (p.deterministic) {  // whole tiles of the capacity a split (kernel.cuh)
-      plan.chunk_keys = split_chunk_keys(p.cu_seqlens_k ? p.num_pages : p.capacity, plan.splits,
-                                         prefill_tile(p.head_dim).block_n);
+      plan.chunk_keys = split_chunk_keys(max_sequence_keys(p), plan.splits, prefill_tile(p.head_dim).block_n);
     }
     plan_partials(plan, p, static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits, false);
   } else if (prefill_persistent_selected(p, device.sm_count) &&
