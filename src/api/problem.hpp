@@ -54,6 +54,9 @@ struct CacheTensor {
 // 2^16 below 2^31 keeps every such sum in range. A paged capacity (pages_per_row * page_size) may be larger:
 // only the keys a sequence holds are bounded. The planners take it as the longest sequence.
 constexpr int64_t kMaxSequenceKeys = (int64_t{1} << 31) - (int64_t{1} << 16);
+// The most query rows a (sequence, kv head) may pack, its tokens x hq / hk (both backends): the kernels
+// divide a packed row index in 32 bits.
+constexpr int64_t kMaxPackedRows = (int64_t{1} << 31) - 1;
 
 struct FwdProblem {
   kvattn_device_type device_type = KVATTN_DEVICE_CPU;

@@ -246,6 +246,13 @@ class FwdValidator {
     }
     p_.num_kv_heads = to_int32("k_cache: hk", hk_);
     p_.head_dim_v = to_int32("v_cache: dv", dv_);
+    // The kernels index the rows a (sequence, kv head) packs, tokens x the hq / hk heads of its group, in 32
+    // bits. q can hold 2^31 of them (a broadcast view, or a small head dim): an error, not a wrong row.
+    if (const int64_t rows = sq_ * (hq_ / hk_); rows > kMaxPackedRows) {
+      invalid("q: " + std::string(varlen_q() ? "max_seqlen_q" : "sq") + " * (hq / hk) = " +
+              std::to_string(sq_) + " * " + std::to_string(hq_ / hk_) + " = " + std::to_string(rows) +
+              " packed rows of a sequence and kv head, more than " + std::to_string(kMaxPackedRows));
+    }
     p_.k_cache = ragged() && kc.ndim == 3 ? slot_pool_tensor(kc) : cache_tensor(kc, packed());
     p_.v_cache = ragged() && kc.ndim == 3 ? slot_pool_tensor(vc) : cache_tensor(vc, packed());
     p_.cu_seqlens_k = ints(a_.cu_seqlens_k);

@@ -158,6 +158,26 @@ TEST(FwdValidation, HkMustDivideHq) {
   EXPECT_TRUE(invalid(c.p, {"k_cache: hk = 3 kv heads does not divide hq = 4"}));
 }
 
+// 2^20 tokens x 2048 heads a kv head = 2^31 packed rows of one (sequence, kv head), past the kernels' 32-bit
+// row index: an error (q a broadcast view, out a descriptor validation never reads through).
+TEST(FwdValidation, PackedRowsOfASequenceAndKvHeadFit31Bits) {
+  FwdCall c;
+  const int64_t sq = int64_t{1} << 20, hq = 4096;
+  for (kvattn_tensor* t : {&c.p.q, &c.p.out}) {
+    t->shape[1] = sq;
+    t->shape[2] = hq;
+    t->strides[0] = t == &c.p.q ? 0 : sq * hq * 8;
+    t->strides[1] = t == &c.p.q ? 0 : hq * 8;
+    t->strides[2] = t == &c.p.q ? 0 : 8;
+  }
+  EXPECT_TRUE(
+      invalid(c.p, {"q: sq * (hq / hk) = 1048576 * 2048 = 2147483648 packed rows of a sequence and kv "
+                    "head, more than 2147483647"}));
+  c.p.q.shape[1] = c.p.out.shape[1] = sq - 1;  // 2^31 - 2048 rows
+  const Result r = check(c.p);
+  EXPECT_EQ(r.message.find("packed rows"), std::string::npos) << r.message;
+}
+
 TEST(FwdValidation, OutIsRequiredWithDvAndQsDtype) {
   FwdCall c;
   c.p.out.data = nullptr;

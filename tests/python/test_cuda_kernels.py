@@ -278,6 +278,68 @@ def test_device_error_capacity():
     assert np.isnan(H.f64(H.to_numpy(kc))[1, k_cache.shape[1] - 1:]).all()
 
 
+@pytest.mark.parametrize("kernel", ["decode", "prefill"])
+@pytest.mark.parametrize("end", ["first", "last"])
+def test_device_error_cu_seqlens_q_ends(kernel, end):
+    """cu_seqlens_q must start at 0 and end at total_q (the CPU backend's host check, made on the device): a
+    row outside [cu[0], cu[b]) would belong to no sequence. The first / last sequence is offending (NaN), the
+    others are the oracle's, and the error names the entry. d 128: decode-sized rows take the sm_90a decode
+    kernel, 300-token chunks the sm_90a prefill kernel (its varlen line), where built."""
+    q_lens = (1, 1, 1) if kernel == "decode" else (300, 40, 300)
+    case = Case(dtype="bf16", d=128, hq=8, hk=2, seqlens=(400, 90, 350), q_lens=q_lens, sq=0, causal=True,
+                layout="paged", page_size=16, seed=81)
+    q, k_cache, v_cache, kw, ref_kw, _ = build(case)
+    ref = reference_attention(q, k_cache, v_cache, **ref_kw)
+    cuq = kw["cu_seqlens_q"].copy()
+    total = int(cuq[-1])
+    if end == "first":  # rows [0, 1) before sequence 0: q has one row more at its start
+        q = np.concatenate([q[:1], q])
+        cuq = cuq + 1
+        bad, name = 0, "cu_seqlens_q[0] = 1, expected 0"
+    else:  # one row past sequence 2: q has one row more at its end
+        q = np.concatenate([q, q[-1:]])
+        bad, name = 2, f"cu_seqlens_q[3] = {total} does not match the number of rows ({total + 1})"
+    kw = dict(kw, cu_seqlens_q=cuq)
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    with H.poisoned_outputs():
+        out = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
+                                               H.to_device(v_cache, DEVICE), **dev)
+    with pytest.raises(H.kvattn.KvattnError) as e:
+        H.sync_device_errors(DEVICE)
+    assert name in str(e.value), str(e.value)
+    got = H.f64(H.to_numpy(out))
+    shift = 1 if end == "first" else 0
+    for i in range(3):
+        rows = slice(int(cuq[i]), int(cuq[i + 1]))
+        ref_rows = slice(int(cuq[i]) - shift, int(cuq[i + 1]) - shift)
+        if i == bad:
+            assert np.isnan(got[rows]).all(), i
+        else:
+            H.assert_close(f"out of sequence {i}", got[rows], ref["out"][ref_rows], H.TOL_OUT["bf16"])
+    H.sync_device_errors(DEVICE)  # the record was cleared
+
+
+def test_device_error_offending_sequence_with_rotary_reads_no_table():
+    """A decode whose second sequence is offending (cache_seqlens past the capacity) with rotary on: that
+    sequence's rotary position (its cache_seqlens, ~2e9) is unchecked, so its Q must not be rotated (the
+    sm_90a decode kernel read the cos / sin tables ~256 GB out of bounds). Sequence 0 is the oracle's."""
+    case = Case(dtype="bf16", d=128, hq=8, hk=2, seqlens=(100, 200), new=(1, 1), sq=1, causal=True,
+                layout="paged", page_size=16, rotary="neox", seed=82)
+    q, k_cache, v_cache, kw, ref_kw, _ = build(case)
+    ref = reference_attention(q, k_cache, v_cache, **ref_kw)
+    kw = dict(kw, cache_seqlens=np.array([kw["cache_seqlens"][0], 2_000_000_000], np.int32))
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    with H.poisoned_outputs():
+        out = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
+                                               H.to_device(v_cache, DEVICE), **dev)
+    with pytest.raises(H.kvattn.KvattnError) as e:
+        H.sync_device_errors(DEVICE)  # an illegal address would surface here as a CUDA error instead
+    assert str(e.value).startswith("cache_seqlens[1]"), str(e.value)
+    got = H.f64(H.to_numpy(out))
+    assert np.isnan(got[1]).all()
+    H.assert_close("out of sequence 0", got[0], ref["out"][0], H.TOL_OUT["bf16"])
+
+
 @pytest.mark.parametrize("kv_fp8", [False, True])
 def test_nan_outside_valid_slots_bit_identical(kv_fp8):
     """NaN garbage in every unused slot and page gives the same bits as finite garbage there."""
