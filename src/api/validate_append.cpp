@@ -34,6 +34,9 @@ void check_append(const kvattn_append_params& a, AppendProblem& p) {
   expect_shape("value", a.value, {{num_tokens, "num_tokens"}, {hk, "hk"}, {kAny, "dv"}});
   expect_dim_at_least("value", a.value, 2, "dv", 1);
   const int64_t dv = a.value.shape[2];
+  // A token's channels over its heads: the CUDA kernels' 32-bit loop bound.
+  to_int32("key: hk * d", hk * d);
+  to_int32("value: hk * dv", hk * dv);
   expect_ndim("k_cache", a.k_cache, 4, "(num_pages, page_size, hk, d)");
   expect_shape("k_cache", a.k_cache, {{kAny, "num_pages"}, {kAny, "page_size"}, {hk, "hk"}, {d, "d"}});
   expect_dim_at_least("k_cache", a.k_cache, 1, "page_size", 1);

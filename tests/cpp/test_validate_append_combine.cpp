@@ -69,6 +69,24 @@ TEST(AppendValidation, SlotsInsideTheCache) {
   EXPECT_EQ(c.k_cache->f32()[0], 0.f);
 }
 
+// 2 heads of 2^30 channels: a token's channels over its heads do not fit int32 (the CUDA kernels' loop
+// bound). Descriptors only: hk's stride 0 and an 8-byte row validation never reads.
+TEST(AppendValidation, ChannelsOfATokenFitInt32) {
+  AppendCall c;
+  const int64_t d = int64_t{1} << 30;
+  for (kvattn_tensor* t : {&c.p.key, &c.p.k_cache}) {
+    t->shape[t->ndim - 1] = d;
+    for (int i = 0; i < t->ndim - 1; ++i) t->strides[i] = 0;
+  }
+  c.p.k_cache.strides[0] = 2 * d;  // pages apart (written: no two slots may share memory)
+  c.p.k_cache.strides[1] = d;
+  c.p.k_cache.strides[2] = 0;
+  const Result r = c.run();
+  EXPECT_EQ(r.status, KVATTN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(r.message.find("hk * d = 2147483648 does not fit in int32"), std::string::npos)
+      << "[" << r.message << "]";
+}
+
 TEST(AppendValidation, Dtypes) {
   AppendCall c;
   c.p.value.dtype = F16;

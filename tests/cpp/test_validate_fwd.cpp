@@ -178,6 +178,19 @@ TEST(FwdValidation, PackedRowsOfASequenceAndKvHeadFit31Bits) {
   EXPECT_EQ(r.message.find("packed rows"), std::string::npos) << r.message;
 }
 
+// 2^22 kv heads of 512 channels: a token's channels over its kv heads do not fit int32 (the append kernels'
+// loop bound). Descriptors only (broadcast views validation never reads through).
+TEST(FwdValidation, ChannelsOfACacheRowFitInt32) {
+  FwdCall c;
+  const int64_t h = int64_t{1} << 22, d = 512;
+  for (kvattn_tensor* t : {&c.p.q, &c.p.k_cache, &c.p.v_cache, &c.p.out}) {
+    t->shape[2] = h;
+    t->shape[3] = d;
+    for (int i = 0; i < 3; ++i) t->strides[i] = 0;
+  }
+  EXPECT_TRUE(invalid(c.p, {"k_cache: hk * d = 2147483648 does not fit in int32"}));
+}
+
 TEST(FwdValidation, OutIsRequiredWithDvAndQsDtype) {
   FwdCall c;
   c.p.out.data = nullptr;
