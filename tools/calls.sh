@@ -20,8 +20,8 @@ LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:
 
 show() {
   cat << 'END'
-In order of value: 13-14 first, then 1-12 (bench/NOTES.md, "Where to go next", sessions 32 and 31). Tree at
-main for calls 1-6 and 11-14, at wide for 7-9, at pfp8tma for 10. Calls 1-3 are the checks that would
+In order of value: 15, then 13-14, then 1-12 (bench/NOTES.md, "Where to go next", sessions 32 and 31). Tree at
+main for calls 1-6 and 11-15, at wide for 7-9, at pfp8tma for 10. Calls 1-3 are the checks that would
 lift the force switch off (192, 128) and off fp8 caches at d 64 / 192 / 256 (prefill.cu: `KVATTN_FORCE_SM90_PREFILL=1` only, until these pass).
 1. run(command="bash tools/calls.sh run 1", carry=[".dev/main192.so.xz", ".whl"], timeout_s=590)
    checks at (192, 128): every prefill test and the fp8 ones (forced), racecheck, memcheck.
@@ -66,6 +66,11 @@ lift the force switch off (192, 128) and off fp8 caches at d 64 / 192 / 256 (pre
    Predicted: e4m3 4,420 -> ~4,050 us on W6 16k full, fp8 cache 4,610 -> ~4,500, if the producer's issue
    slots are the gap; level if not. If green and not slower, land it. More direct than call 11: run 13-14
    before 11.
+15. run(command="bash tools/calls.sh run 15", carry=[".dev/main128.so.xz", ".whl"], timeout_s=500)
+   session 33's audit fixes (landed without a GPU; first in the order): the device-error tests (cu_seqlens
+   ends, an offending decode with rotary), the negative-stride test (its sq = 1 cases now on the portable
+   kernel), the decode kernel's tests, the persistent prefill with q at odd elements; memcheck on the new
+   cases. Any failure here is a regression on main: fix or revert before anything else.
 END
 }
 
@@ -186,6 +191,16 @@ case "${1:-show}" in
               --filter "16k full,W3" --json "$OUT/fp8_${lib%%:*}$round.json" 2>&1 | tee "$OUT/fp8_${lib%%:*}$round.txt"
           done
         done
+        ;;
+      15)
+        KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/main128.so.xz KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=0 \
+          KVATTN_AB_TESTS="tests/python/test_cuda_kernels.py tests/python/test_negative_strides.py tests/python/test_cuda_decode_sm90.py tests/python/test_cuda_prefill_sm90.py" \
+          KVATTN_AB_SMOKE_K="cu_seqlens_q_ends or offending_sequence_with_rotary or q_at_odd_elements" \
+          KVATTN_AB_K="device_error or negative_strides or decode_sm90 or persistent" \
+          KVATTN_AB_SMOKE_TIMEOUT=120 KVATTN_AB_TEST_TIMEOUT=240 KVATTN_AB_SAN_TIMEOUT=60 \
+          KVATTN_AB_RACE_K="q_at_odd_elements" \
+          KVATTN_AB_MEM_K="cu_seqlens_q_ends or offending_sequence_with_rotary or q_at_odd_elements or negative_strides" \
+          bash tools/prefill_ab.sh
         ;;
       *) echo "no call $2" >&2; exit 2 ;;
     esac

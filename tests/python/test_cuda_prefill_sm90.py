@@ -575,6 +575,41 @@ def test_prefill_sm90_out_rows_at_odd_elements(monkeypatch, d, persistent):
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
+def test_prefill_sm90_persistent_q_at_odd_elements(monkeypatch, d):
+    """q as a view one element into rows of d + 1 (q.ptr 2 bytes past a 16-byte boundary) on the persistent
+    kernel: the next unit's Q rows past its used rows (400 packed rows of 512) are zero-filled by cp.async,
+    whose source must be 16-byte aligned even for no bytes (it was q.ptr: an address the PTX ISA leaves
+    undefined; session 33's audit). The bits of a contiguous q, and no device error."""
+    import torch
+    from cases import DTYPES, build
+
+    case = dataclasses.replace(MANY_UNITS["causal paged 16"], d=d, dv=dv_of(d))
+    H.skip_unsupported_on(DEVICE, DTYPES[case.dtype])
+    monkeypatch.setenv("KVATTN_SM90_PERSISTENT", "1")
+    q, k_cache, v_cache, kw, _, _ = build(case)
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    kc, vc = H.to_device(k_cache, DEVICE), H.to_device(v_cache, DEVICE)
+    q_dev = H.to_device(q, DEVICE)
+    results = []
+    for odd in (False, True):
+        if odd:
+            buf = torch.full(q.shape[:-1] + (q.shape[-1] + 1,), float("nan"), dtype=q_dev.dtype, device=q_dev.device)
+            buf[..., 1:] = q_dev
+            q_in = buf[..., 1:]
+            assert q_in.data_ptr() % 16 != 0
+        else:
+            q_in = q_dev
+        with H.poisoned_outputs():
+            out, lse = H.kvattn.flash_attn_with_kvcache(q_in, kc, vc, return_softmax_lse=True, **dev)
+        H.sync_device_errors(DEVICE)
+        results.append((H.to_numpy(out), H.to_numpy(lse)))
+    (out0, lse0), (out1, lse1) = results
+    assert np.isfinite(out0).all()
+    np.testing.assert_array_equal(out0.view(np.uint16), out1.view(np.uint16))
+    np.testing.assert_array_equal(lse0, lse1)
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("tma", ["1", "0"])
 def test_prefill_sm90_persistent_nan_page_is_contained(monkeypatch, d, tma):
     """An out-of-range page id makes its sequence's units NaN rows (both consumers' halves, no tiles), and
