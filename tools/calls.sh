@@ -16,12 +16,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 pfp8tma_128:pfp8tma:128 fp8diag128:main:128:-DKVATTN_PREFILL_FP8_DIAG=1 e4m3dead128:e4m3dead:128 pfp8lean128:pfp8lean:128"
+LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 pfp8tma_128:pfp8tma:128 fp8diag128:main:128:-DKVATTN_PREFILL_FP8_DIAG=1 e4m3dead128:e4m3dead:128 pfp8lean128:pfp8lean:128 ptile128:ptile:128"
 
 show() {
   cat << 'END'
-In order of value: 15, then 13-14, then 1-12 (bench/NOTES.md, "Where to go next", sessions 32 and 31). Tree at
-main for calls 1-6 and 11-15, at wide for 7-9, at pfp8tma for 10. Calls 1-3 are the checks that would
+In order of value: 15, then 13-14, 16, then 1-12 (bench/NOTES.md, "Where to go next", sessions 32 and 31). Tree at
+main for calls 1-6 and 11-16, at wide for 7-9, at pfp8tma for 10. Calls 1-3 are the checks that would
 lift the force switch off (192, 128) and off fp8 caches at d 64 / 192 / 256 (prefill.cu: `KVATTN_FORCE_SM90_PREFILL=1` only, until these pass).
 1. run(command="bash tools/calls.sh run 1", carry=[".dev/main192.so.xz", ".whl"], timeout_s=590)
    checks at (192, 128): every prefill test and the fp8 ones (forced), racecheck, memcheck.
@@ -71,6 +71,11 @@ lift the force switch off (192, 128) and off fp8 caches at d 64 / 192 / 256 (pre
    ends, an offending decode with rotary), the negative-stride test (its sq = 1 cases now on the portable
    kernel), the decode kernel's tests, the persistent prefill with q at odd elements; memcheck on the new
    cases. Any failure here is a regression on main: fix or revert before anything else.
+16. run(command="bash tools/calls.sh run 16", carry=[".dev/main128.so.xz", ".dev/ptile128.so.xz", ".whl"], timeout_s=590)
+   branch ptile (the prefill consumers' per-tile overhead: 475 -> 443 instructions a tile at d 128, the
+   same bits by construction): its prefill tests at d 128, racecheck, memcheck, then W6 16x128 and W3's
+   long chunks A B A B against main. Predicted -1 to -3% on W6. If green and faster, land it (a full build
+   then checks d 64 / 256 / (192, 128)).
 END
 }
 
@@ -200,6 +205,12 @@ case "${1:-show}" in
           KVATTN_AB_SMOKE_TIMEOUT=120 KVATTN_AB_TEST_TIMEOUT=240 KVATTN_AB_SAN_TIMEOUT=60 \
           KVATTN_AB_RACE_K="q_at_odd_elements" \
           KVATTN_AB_MEM_K="cu_seqlens_q_ends or offending_sequence_with_rotary or q_at_odd_elements or negative_strides" \
+          bash tools/prefill_ab.sh
+        ;;
+      16)
+        KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/ptile128.so.xz KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=2 \
+          KVATTN_AB_TEST_TIMEOUT=240 KVATTN_AB_SUITES=W6,W3 \
+          KVATTN_AB_FILTER="16x128|=W3 32/8 b8 +512 over 32k p16|=W3 32/8 b1 +2048 over 32k p64" \
           bash tools/prefill_ab.sh
         ;;
       *) echo "no call $2" >&2; exit 2 ;;

@@ -92,15 +92,13 @@ __device__ __forceinline__ bool check_cu(const int32_t* cu, int i, int64_t total
 // it is offending (NaN rows, nothing appended), not unplaced.
 __device__ __forceinline__ bool check_cu_ends(const int32_t* cu, int i, int batch, int64_t total,
                                               ErrorArg arg, DeviceErrorRecord* err, bool record) {
-  if (i == 0 && cu[0] != 0) {
-    if (record) record_error(err, arg, ErrorKind::not_equal, 0, cu[0], 0);
-    return false;
+  const bool first_bad = i == 0 && cu[0] != 0;
+  if (!first_bad && !(i + 1 == batch && cu[batch] != total)) return true;
+  if (record) {  // (one record_error, inlined once)
+    record_error(err, arg, ErrorKind::not_equal, first_bad ? 0 : batch, first_bad ? cu[0] : cu[batch],
+                 first_bad ? 0 : total);
   }
-  if (i + 1 == batch && cu[batch] != total) {
-    if (record) record_error(err, arg, ErrorKind::not_equal, batch, cu[batch], total);
-    return false;
-  }
-  return true;
+  return false;
 }
 
 // Sequence i, every scalar index checked. `record` is true for one thread of a block (the others compute
