@@ -26,6 +26,10 @@ from smoke_cuda import build, run_good, to_dev  # noqa: E402
 import kvattn  # noqa: E402
 
 BIG = [2**31 - 1, -2**31, -1, -2]
+# d 64: the portable kernels; d 128 also the sm_90a decode kernel (2-4 packed rows, num_splits 0), whose
+# device-side error paths no other case reached (session 33's audit: an offending sequence's Q was rotated
+# with its unchecked position). KVATTN_GPU_FUZZ_HEAD_DIMS for a developer build of one head dim.
+HEAD_DIMS = [int(x) for x in os.environ.get("KVATTN_GPU_FUZZ_HEAD_DIMS", "64,128").split(",")]
 
 
 def corrupt(rng, kw, kind):
@@ -79,7 +83,8 @@ def one_case(seed):
     page_size = int(rng.choice([0, 1, 2, 3, 8, 16]))
     new = int(rng.choice([0, 0, 1, 2]))
     rotary = bool(rng.random() < 0.3)
-    kw = build(seed, str(rng.choice(["fp16", "bf16"])), b=3, rows=int(rng.integers(3, 6)), d=64,
+    d = int(rng.choice(HEAD_DIMS))
+    kw = build(seed, str(rng.choice(["fp16", "bf16"])), b=3, rows=int(rng.integers(3, 6)), d=d,
                cap=int(rng.integers(max(new, 1), 48)), page_size=page_size or None, sq=int(rng.integers(1, 3)),
                new=new, rotary=rotary, leftpad=bool(rng.random() < 0.3))
     flags = dict(num_splits=int(rng.integers(0, 5)), causal=bool(rng.random() < 0.5))
