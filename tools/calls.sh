@@ -67,10 +67,11 @@ lift the force switch off (192, 128) and off fp8 caches at d 64 / 192 / 256 (pre
    slots are the gap; level if not. If green and not slower, land it. More direct than call 11: run 13-14
    before 11.
 15. run(command="bash tools/calls.sh run 15", carry=[".dev/main128.so.xz", ".whl"], timeout_s=500)
-   session 33's audit fixes (landed without a GPU; first in the order): the device-error tests (cu_seqlens
-   ends, an offending decode with rotary), the negative-stride test (its sq = 1 cases now on the portable
-   kernel), the decode kernel's tests, the persistent prefill with q at odd elements; memcheck on the new
-   cases. Any failure here is a regression on main: fix or revert before anything else.
+   session 33's audit fixes (landed without a GPU; first in the order): the new device-error tests (an
+   offending decode with rotary, a sequence past 2^31 - 2^16 keys), the negative-stride test (its sq = 1
+   cases now on the portable kernel), the decode kernel's tests, the persistent prefill tests (q at odd
+   elements among them); memcheck on the new cases. A failure in these is a regression on main: fix or
+   revert before anything else.
 16. run(command="bash tools/calls.sh run 16", carry=[".dev/main128.so.xz", ".dev/ptile128.so.xz", ".whl"], timeout_s=590)
    branch ptile (the prefill consumers' per-tile overhead: 475 -> 443 instructions a tile at d 128, the
    same bits by construction): its prefill tests at d 128, racecheck, memcheck, then W6 16x128 and W3's
@@ -200,11 +201,11 @@ case "${1:-show}" in
       15)
         KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/main128.so.xz KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=0 \
           KVATTN_AB_TESTS="tests/python/test_cuda_kernels.py tests/python/test_negative_strides.py tests/python/test_cuda_decode_sm90.py tests/python/test_cuda_prefill_sm90.py" \
-          KVATTN_AB_SMOKE_K="cu_seqlens_q_ends or offending_sequence_with_rotary or q_at_odd_elements" \
-          KVATTN_AB_K="device_error or negative_strides or decode_sm90 or persistent" \
+          KVATTN_AB_SMOKE_K="offending_sequence_with_rotary or longest_sequence or q_at_odd_elements" \
+          KVATTN_AB_K="offending_sequence_with_rotary or longest_sequence or negative_strides or decode_sm90 or persistent" \
           KVATTN_AB_SMOKE_TIMEOUT=120 KVATTN_AB_TEST_TIMEOUT=240 KVATTN_AB_SAN_TIMEOUT=60 \
           KVATTN_AB_RACE_K="q_at_odd_elements" \
-          KVATTN_AB_MEM_K="cu_seqlens_q_ends or offending_sequence_with_rotary or q_at_odd_elements or negative_strides" \
+          KVATTN_AB_MEM_K="offending_sequence_with_rotary or longest_sequence or q_at_odd_elements or negative_strides" \
           bash tools/prefill_ab.sh
         ;;
       16)

@@ -86,10 +86,10 @@ typedef struct kvattn_fwd_params {
   kvattn_tensor rotary_sin;     /* same shape and dtype as rotary_cos */
   kvattn_tensor rotary_seqlens; /* optional (b,) int32 */
 
-  kvattn_tensor cache_seqlens; /* optional (b,) int32; when absent, cache_seqlens_value applies */
-  int64_t cache_seqlens_value; /* used when cache_seqlens is absent; < 0 = full capacity */
   /* A sequence holds at most 2^31 - 2^16 keys, cache_seqlens[i] plus its new tokens, whatever the cache's
      capacity (pages_per_row * page_size may be larger): more is an error (key positions are int32). */
+  kvattn_tensor cache_seqlens;   /* optional (b,) int32; when absent, cache_seqlens_value applies */
+  int64_t cache_seqlens_value;   /* used when cache_seqlens is absent; < 0 = full capacity */
   kvattn_tensor cache_batch_idx; /* optional (b,) int32 */
   kvattn_tensor cache_leftpad;   /* optional (b,) int32 */
   kvattn_tensor page_table;      /* optional (b_pt, pages_per_row) int32 */

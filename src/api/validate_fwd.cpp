@@ -246,8 +246,9 @@ class FwdValidator {
     }
     p_.num_kv_heads = to_int32("k_cache: hk", hk_);
     p_.head_dim_v = to_int32("v_cache: dv", dv_);
-    // A token's channels over its kv heads: the append kernels' 32-bit loop bound.
-    to_int32("k_cache: hk * d", hk_ * d_);
+    // A token's channels over its heads: the 32-bit loop bounds of the q rotation ahead of the sm_90a prefill
+    // kernel (q heads) and of the append kernels (kv heads; hk * d <= hq * d).
+    to_int32("q: hq * d", hq_ * d_);
     to_int32("v_cache: hk * dv", hk_ * dv_);
     // The kernels index the rows a (sequence, kv head) packs, tokens x the hq / hk heads of its group, in 32
     // bits. q can hold 2^31 of them (a broadcast view, or a small head dim): an error, not a wrong row.

@@ -495,8 +495,8 @@ class ItemAttention {
   std::vector<const float*> v_rows_;
 };
 
-// Out 0 and lse -inf for the rows no key reaches: tokens past seqused_q. (Every varlen q row belongs to a
-// sequence: validation makes cu_seqlens_q start at 0 and end at total_q.)
+// Out 0 and lse -inf for the rows no key reaches: varlen q rows that no sequence owns (before
+// cu_seqlens_q[0] or from cu_seqlens_q[b] on) and tokens past seqused_q.
 void clear_rows_without_queries(const FwdProblem& p) {
   const std::vector<double> zeros(p.head_dim_v, 0.0);
   auto clear = [&](int64_t i, int64_t row) {  // row: cu_seqlens_q[i] + t when varlen (batch strides 0)
@@ -510,6 +510,10 @@ void clear_rows_without_queries(const FwdProblem& p) {
       }
     }
   };
+  if (p.cu_seqlens_q) {
+    for (int64_t row = 0; row < p.cu_seqlens_q[0]; ++row) clear(0, row);
+    for (int64_t row = p.cu_seqlens_q[p.batch]; row < p.total_q; ++row) clear(0, row);
+  }
   for (int i = 0; i < p.batch; ++i) {
     const Sequence seq = cpu::sequence_of(p, i);
     const int64_t first = p.cu_seqlens_q ? p.cu_seqlens_q[i] : 0;

@@ -178,17 +178,23 @@ TEST(FwdValidation, PackedRowsOfASequenceAndKvHeadFit31Bits) {
   EXPECT_EQ(r.message.find("packed rows"), std::string::npos) << r.message;
 }
 
-// 2^22 kv heads of 512 channels: a token's channels over its kv heads do not fit int32 (the append kernels'
-// loop bound). Descriptors only (broadcast views validation never reads through).
-TEST(FwdValidation, ChannelsOfACacheRowFitInt32) {
-  FwdCall c;
-  const int64_t h = int64_t{1} << 22, d = 512;
-  for (kvattn_tensor* t : {&c.p.q, &c.p.k_cache, &c.p.v_cache, &c.p.out}) {
-    t->shape[2] = h;
-    t->shape[3] = d;
-    for (int i = 0; i < 3; ++i) t->strides[i] = 0;
+// 2^22 heads of 512 channels: a token's channels over its heads do not fit int32 (the 32-bit loop bounds of
+// the q rotation and of the append kernels): q's hq * d, or v's hk * dv (hk * d <= hq * d). Descriptors only
+// (broadcast views validation never reads through).
+TEST(FwdValidation, ChannelsOfATokenFitInt32) {
+  for (const bool v : {false, true}) {
+    FwdCall c;
+    const int64_t h = int64_t{1} << 22;
+    for (kvattn_tensor* t : {&c.p.q, &c.p.k_cache, &c.p.v_cache, &c.p.out}) {
+      t->shape[2] = h;
+      const bool dv = t == &c.p.v_cache || t == &c.p.out;
+      t->shape[3] = v ? (dv ? 512 : 8) : 512;
+      for (int i = 0; i < 3; ++i) t->strides[i] = 0;
+    }
+    EXPECT_TRUE(invalid(c.p, {v ? "v_cache: hk * dv = 2147483648 does not fit in int32"
+                                : "q: hq * d = 2147483648 does not fit in int32"}))
+        << v;
   }
-  EXPECT_TRUE(invalid(c.p, {"k_cache: hk * d = 2147483648 does not fit in int32"}));
 }
 
 TEST(FwdValidation, OutIsRequiredWithDvAndQsDtype) {

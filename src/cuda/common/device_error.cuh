@@ -30,7 +30,6 @@ enum class ErrorKind : int32_t {
   decreasing,        // cu_seqlens: value < previous entry (bound)
   above_bound,       // value > bound (for limits that are inclusive)
   duplicate,         // cache_batch_idx[index] == cache_batch_idx[aux] with an append
-  not_equal,         // cu_seqlens: an end entry (index 0 or b) is not the bound (0, or the rows it splits)
 };
 
 struct DeviceErrorRecord {

@@ -34,10 +34,6 @@ std::string format(const DeviceErrorRecord& r) {
                "): must be non-decreasing";
       }
       if (r.kind == ErrorKind::out_of_range) return name + idx + " = " + s(r.value) + " is negative";
-      if (r.kind == ErrorKind::not_equal) {
-        if (r.index == 0) return name + idx + " = " + s(r.value) + ", expected 0";
-        return name + idx + " = " + s(r.value) + " does not match the number of rows (" + s(r.bound) + ")";
-      }
       if (r.aux == 1) {
         const char* max = r.arg == ErrorArg::cu_seqlens_q ? "max_seqlen_q" : "max_seqlen_k_new (s_new)";
         return name + idx + ": sequence length " + s(r.value) + " exceeds " + max + " = " + s(r.bound);

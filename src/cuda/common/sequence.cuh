@@ -86,21 +86,6 @@ __device__ __forceinline__ bool check_cu(const int32_t* cu, int i, int64_t total
   return ok;
 }
 
-// Checks an offset array's ends, those of the host check (validate_fwd_seqs.cpp): cu[0] == 0 (i == 0) and
-// cu[batch] == total, the rows of the tensor it splits (i == batch - 1). Rows outside [cu[0], cu[batch])
-// would belong to no sequence and be written by no kernel. The sequence's own rows are known (check_cu):
-// it is offending (NaN rows, nothing appended), not unplaced.
-__device__ __forceinline__ bool check_cu_ends(const int32_t* cu, int i, int batch, int64_t total,
-                                              ErrorArg arg, DeviceErrorRecord* err, bool record) {
-  const bool first_bad = i == 0 && cu[0] != 0;
-  if (!first_bad && !(i + 1 == batch && cu[batch] != total)) return true;
-  if (record) {  // (one record_error, inlined once)
-    record_error(err, arg, ErrorKind::not_equal, first_bad ? 0 : batch, first_bad ? cu[0] : cu[batch],
-                 first_bad ? 0 : total);
-  }
-  return false;
-}
-
 // Sequence i, every scalar index checked. `record` is true for one thread of a block (the others compute
 // the same values without touching the record).
 __device__ inline Sequence load_sequence(const SeqParams& p, int i, DeviceErrorRecord* err, bool record) {
@@ -113,7 +98,6 @@ __device__ inline Sequence load_sequence(const SeqParams& p, int i, DeviceErrorR
     } else {
       s.q_row0 = p.cu_seqlens_q[i];
       s.q_len = p.cu_seqlens_q[i + 1] - p.cu_seqlens_q[i];
-      s.ok = check_cu_ends(p.cu_seqlens_q, i, p.batch, p.total_q, ErrorArg::cu_seqlens_q, err, record);
     }
   } else {
     s.q_len = p.max_seqlen_q;
@@ -134,10 +118,6 @@ __device__ inline Sequence load_sequence(const SeqParams& p, int i, DeviceErrorR
                    record)) {
         s.new_row0 = p.cu_seqlens_k_new[i];
         s.new_len = p.cu_seqlens_k_new[i + 1] - p.cu_seqlens_k_new[i];
-        if (!check_cu_ends(p.cu_seqlens_k_new, i, p.batch, p.total_k_new, ErrorArg::cu_seqlens_k_new, err,
-                           record && s.ok)) {
-          s.ok = false;
-        }
       } else {
         s.ok = false;
       }
@@ -150,10 +130,6 @@ __device__ inline Sequence load_sequence(const SeqParams& p, int i, DeviceErrorR
     if (check_cu(p.cu_seqlens_k, i, p.num_pages, -1, ErrorArg::cu_seqlens_k, err, record)) {
       s.packed_row0 = p.cu_seqlens_k[i];
       capacity = p.cu_seqlens_k[i + 1] - p.cu_seqlens_k[i];
-      if (!check_cu_ends(p.cu_seqlens_k, i, p.batch, p.num_pages, ErrorArg::cu_seqlens_k, err,
-                         record && s.ok)) {
-        s.ok = false;
-      }
     } else {
       s.ok = false;
       capacity = 0;

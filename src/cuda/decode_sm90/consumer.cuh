@@ -74,13 +74,15 @@ __device__ inline QRows<Cfg> load_q_values(const AttnParams& p, const Sequence& 
 #pragma unroll
   for (int g = 0; g < Cfg::kGroups; ++g) {
     const int row = g * Cfg::kGroupRows + tid / (Cfg::kHeadDim / kPerThread);
-    // An offending sequence (seq.ok false: its rows are written NaN) is not read: its rotary position is
-    // unchecked, and rotating with it would read the cos / sin tables out of bounds.
-    if (row < used_rows && seq.ok) {
+    if (row < used_rows) {
       const int64_t t = row / p.group;
       const int h = kv_head * p.group + row % p.group;
       const TQ* src = token_row<const TQ>(p.q, seq, i, t, h);
-      const int64_t pos = seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0);
+      // Clamped into the table: an offending sequence's position is unchecked (its rows are written NaN),
+      // and its Q is loaded all the same (a seq.ok test here kept a register live through the stages: the
+      // default bf16 kernels spilled).
+      const int64_t pos = min(max(seq.rotary_pos + (p.seq.rotary_q_per_token ? t : 0), int64_t{0}),
+                              int64_t{p.seq.seqlen_ro} - 1);
 #pragma unroll
       for (int e = 0; e < kPerThread; ++e) {
         const int c = c0 + e;
