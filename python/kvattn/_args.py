@@ -42,13 +42,22 @@ def _symbolic(x, kind):
     return torch is not None and isinstance(x, getattr(torch, kind))
 
 
+def _bool_like(x):
+    """A Python or numpy bool, or a 0-d bool array or tensor: never an int here (operator.index takes numpy's,
+    with a DeprecationWarning that an error filter turns into a raw exception)."""
+    if isinstance(x, bool):
+        return True
+    dtype = getattr(x, "dtype", None)
+    return dtype is not None and str(dtype) in ("bool", "torch.bool")
+
+
 def check_int(name, value, bounds=I32):
     """`value` as a Python int in `bounds` (ctypes would truncate silently): a Python or numpy int, a 0-d
     integer array or tensor (anything operator.index takes; not a bool, not a float)."""
     if type(value) is not int:
         if _symbolic(value, "SymInt"):
             return value
-        if isinstance(value, bool) or value is None or isinstance(value, (str, bytes)):
+        if _bool_like(value) or value is None or isinstance(value, (str, bytes)):
             raise KvattnError(f"{name}: expected an int, got {value!r}")
         try:
             value = operator.index(value)
@@ -170,7 +179,7 @@ def lse_shape(q, varlen_q):
 
 
 def _int_like(x):
-    if isinstance(x, bool):
+    if _bool_like(x):
         return False
     try:
         operator.index(x)

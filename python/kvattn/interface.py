@@ -78,7 +78,19 @@ _dense_to_fwd = _mapper(S.DENSE)
 _DENSE_NAMES = dict(_fwd.NAMES, k_cache="k", v_cache="v")
 
 
+_DENSE_Q, _DENSE_K, _DENSE_V = ([a.name for a in S.DENSE].index(n) for n in ("q", "k", "v"))
+
+
 def _dense(values):
+    # k, v (b, sk, ...) have q's batch: as the kvcache call's caches a larger one would be a pool of rows
+    # (b_cache >= b), its extra rows ignored without a word.
+    q = values[_DENSE_Q]
+    for name, x in (("k", values[_DENSE_K]), ("v", values[_DENSE_V])):
+        if (T.is_torch(q) or T.is_numpy(q)) and (T.is_torch(x) or T.is_numpy(x)):
+            qs, xs = T.shape_of(q), T.shape_of(x)
+            if len(qs) == 4 and len(xs) == 4 and xs[0] != qs[0]:
+                raise KvattnError(f"{name}: expected shape (b, sk, hk, {'d' if name == 'k' else 'dv'}) with b = "
+                                  f"{qs[0]} (q's), got {tuple(xs)}")
     return _forward(_dense_to_fwd(values), _DENSE_NAMES)
 
 
@@ -194,6 +206,8 @@ def _flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, *, s
     code = _lib.DTYPE_F32 if out_dtype is None else T.dtype_code_of(out_dtype)
     if code not in (_lib.DTYPE_F32, _lib.DTYPE_F16, _lib.DTYPE_BF16):
         raise KvattnError(f"out_dtype: must be float32, float16 or bfloat16, got {out_dtype!r}")
+    if out is not None and not (T.is_torch(out) or T.is_numpy(out)):
+        call.tensor(out, "out")  # raises, naming the argument
     if out is not None and out_dtype is not None and T.dtype_code(out) != code:
         raise KvattnError(f"out: dtype {out.dtype} differs from out_dtype {out_dtype!r}")
 

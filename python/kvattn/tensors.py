@@ -111,6 +111,14 @@ def _describe_torch(x, name):
         device = _CPU
     else:
         raise KvattnError(f"{name}: device {x.device} is not supported (cpu or cuda)")
+    # What the memory does not say: a lazy negation or conjugation (torch resolves them in its ops; a
+    # pointer to the memory would read, or write, the values without it), and a layout other than strided.
+    if x.is_neg() or x.is_conj():
+        raise KvattnError(f"{name}: is a lazily {'negated' if x.is_neg() else 'conjugated'} view; pass "
+                          f"{'.resolve_neg()' if x.is_neg() else '.resolve_conj()'} (or call with torch tensors "
+                          "throughout, as q)")
+    if x.layout != sys.modules["torch"].strided:
+        raise KvattnError(f"{name}: layout {x.layout} is not supported (torch.strided)")
     return x.data_ptr(), code, tuple(x.shape), x.stride(), device
 
 

@@ -67,7 +67,8 @@ def fwd(op_args, out, names=_fwd.NAMES, want_lse=True):
     result = _stable.run(op_args, out, want_lse)  # the C++ op where built and the call is plain; else None
     if result is None:
         _check_written_not_negated(op_args, out, names)
-        if not _plain(op_args, out):
+        op_args = _resolve_read_caches(op_args)
+        if not _plain(op_args, out, names):
             return (_op("fwd")(*op_args) if out is None else (out, _op("fwd_out")(*op_args, out)))
         k_cache, v_cache = op_args[_K_CACHE], op_args[_V_CACHE]
         if k_cache is None or v_cache is None:  # the library's "is required" message, before any version bump
@@ -167,12 +168,52 @@ def _appends(op_args):
     return op_args[_K] is not None or op_args[_V] is not None
 
 
+def _resolve_read_caches(op_args):
+    """Caches with the negative bit that the call only reads, resolved (a copy): the op declares the caches
+    written, and torch's negation fallback fails on an op with several written tensors (an internal
+    assert). Written ones raise before (_check_written_not_negated)."""
+    if _appends(op_args):
+        return op_args
+    tensor = _torch().Tensor
+    if not any(isinstance(op_args[i], tensor) and op_args[i].is_neg() for i in (_K_CACHE, _V_CACHE)):
+        return op_args
+    args = list(op_args)
+    for i in (_K_CACHE, _V_CACHE):
+        if isinstance(args[i], tensor) and args[i].is_neg():
+            args[i] = args[i].resolve_neg()
+    return type(op_args)(args)
+
+
+def _reject_negated_written(**written):
+    for name, x in written.items():
+        if isinstance(x, _torch().Tensor) and x.is_neg():
+            raise KvattnError(f"{name}: is a lazily negated view (is_neg()), and kvattn writes it in place; pass a "
+                              "tensor without the negative bit (.resolve_neg())")
+
+
+def _check_devices(named):
+    """Eager calls (each tensor taken for what it holds): a tensor on a device other than the CPU or CUDA
+    (meta, say) among tensors that are is a KvattnError naming it. The dispatcher would pick that device's
+    kernel, the fake one, and return its uninitialized output as the answer (and append nothing). Every
+    tensor on such a device is shape inference, and passes."""
+    tensor = _torch().Tensor
+    present = [(n, x) for n, x in named if isinstance(x, tensor)]
+    other = [(n, x) for n, x in present if not (x.is_cpu or x.is_cuda)]
+    if other and len(other) < len(present):
+        name, x = other[0]
+        real = next(y for _, y in present if y.is_cpu or y.is_cuda)
+        raise KvattnError(f"{name}: on device {x.device}, while the call's other tensors are on {real.device}: "
+                          "kvattn computes on the cpu or cuda devices")
+
+
 def append_kv(key, value, key_cache, value_cache, slot_mapping, k_scale=None, v_scale=None):
     """interface.append_kv for torch tensors, through torch.ops.kvattn.append_kv (eager: straight to it)."""
     _all_torch(value=value, key_cache=key_cache, value_cache=value_cache, slot_mapping=slot_mapping)
+    _reject_negated_written(key_cache=key_cache, value_cache=value_cache)
     args = (key, value, key_cache, value_cache, slot_mapping, _scalar_tensor(key_cache, "k_scale", k_scale),
             _scalar_tensor(key_cache, "v_scale", v_scale))
-    if _eager() and _plain_tensors(args):
+    if _eager() and _plain_tensors(args, ("key", "value", "key_cache", "value_cache", "slot_mapping", "k_scale",
+                                          "v_scale")):
         _direct("append_kv")(*args)
         _torch()._C._increment_version((key_cache, value_cache))
         return
@@ -186,7 +227,9 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, *, si
     dtype = _torch_dtype("out_dtype", out_dtype)
     if out is not None and dtype is not None and T.is_torch(out) and out.dtype != dtype:
         raise KvattnError(f"out: dtype {out.dtype} differs from out_dtype {out_dtype!r}")
-    if _eager() and _plain_tensors((out_partial, lse_partial, sinks, out)):
+    _reject_negated_written(out=out)
+    if _eager() and _plain_tensors((out_partial, lse_partial, sinks, out), ("out_partial", "lse_partial", "sinks",
+                                                                           "out")):
         result = _direct("flash_attn_combine")(out_partial, lse_partial, out, dtype, sinks=sinks)
         if out is not None:
             _torch()._C._increment_version((out,))
@@ -196,11 +239,12 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, *, si
     return out, _op("combine_out")(out_partial, lse_partial, sinks, out)
 
 
-def _plain_tensors(tensors):
+def _plain_tensors(tensors, names):
     """Every one a plain torch.Tensor (or None) on the CPU or CUDA without the negative bit (see _plain)."""
     tensor = _torch().Tensor
     for x in tensors:
         if x is not None and (type(x) is not tensor or not (x.is_cpu or x.is_cuda) or x.is_neg()):
+            _check_devices(zip(names, tensors))
             return False
     return True
 
@@ -262,23 +306,30 @@ def _bound_eager():
     return _eager
 
 
-def _plain(op_args, out):
+def _plain(op_args, out, names=_fwd.NAMES):
     """Every tensor argument a plain torch.Tensor on the CPU or CUDA, without the negative bit: the dispatcher
     would do nothing with the call but run the implementation. Anything else (a subclass, another array type,
-    a non-tensor where a tensor belongs) takes the op, whose checks and error messages apply."""
+    a non-tensor where a tensor belongs) takes the op, whose checks and error messages apply (a tensor on
+    another device among CPU / CUDA ones raises here: _check_devices)."""
     tensor = _torch().Tensor
+    arg_names = S.op_arg_names()
     for i in _TENSOR_POSITIONS:
         x = op_args[i]
         if x is None:
             continue
         if type(x) is not tensor:
-            _check_tensor(S.op_arg_names()[i], x)
+            _check_tensor(arg_names[i], x)
             return False
         if not (x.is_cpu or x.is_cuda) or x.is_neg():
+            _check_devices([(names.get(arg_names[i], arg_names[i]), op_args[i]) for i in _TENSOR_POSITIONS] +
+                           [("out", out)])
             return False
     if out is None:
         return True
     _check_tensor("out", out)
+    if type(out) is tensor and not (out.is_cpu or out.is_cuda):
+        _check_devices([(names.get(arg_names[i], arg_names[i]), op_args[i]) for i in _TENSOR_POSITIONS] +
+                       [("out", out)])
     return type(out) is tensor and (out.is_cpu or out.is_cuda)
 
 

@@ -365,3 +365,34 @@ def test_struct_sizes_match_the_library():
     lib = _lib.load()
     _lib.check_struct_sizes(lib)  # raises on a mismatch
     assert lib.kvattn_abi_version() == _lib.ABI_VERSION
+
+
+# ---- session 33's audit of the Python layer (numpy): bools are not ints, dense k / v have q's batch
+
+
+@pytest.mark.parametrize("value", [np.bool_(True), np.array(True), (np.True_, 0)])
+def test_numpy_bools_are_not_ints(value):
+    """operator.index takes numpy's bools (with a DeprecationWarning): they ran as 1. Not an int, as Python's
+    True is not."""
+    import warnings
+
+    name = "window_size" if isinstance(value, tuple) else "cache_seqlens"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (a filter that raised the DeprecationWarning raw)
+        expect_error(name, **dict(base(), **{name: value}))
+
+
+def test_dense_k_v_batch_is_q_batch():
+    """flash_attn_func's k, v have q's batch: a larger one ran on its first rows, the rest ignored."""
+    rng = np.random.default_rng(12)
+    q = randn(rng, (2, 3, 4, 16))
+    k, v = randn(rng, (3, 5, 2, 16)), randn(rng, (3, 5, 2, 8))
+    msg = expect_error("k", fn=kvattn.flash_attn_func, q=q, k=k, v=v)
+    assert "b = 2 (q's), got (3, 5, 2, 16)" in msg, msg
+    expect_error("v", fn=kvattn.flash_attn_func, q=q, k=k[:2], v=v)
+
+
+def test_combine_out_not_an_array_is_named():
+    op, lse = np.ones((2, 3, 4, 8), np.float32), np.zeros((2, 3, 4), np.float32)
+    expect_error("out", fn=kvattn.flash_attn_combine, out_partial=op, lse_partial=lse, out=[1],
+                 out_dtype=np.float16)
