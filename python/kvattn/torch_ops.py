@@ -64,6 +64,8 @@ def fwd(op_args, out, names=_fwd.NAMES, want_lse=True):
         if out is None:
             return _op("fwd")(*op_args)
         return out, _op("fwd_out")(*op_args, out)
+    if _eager is _eager_unbound:
+        _bind_eager()
     result = _stable.run(op_args, out, want_lse)  # the C++ op where built and the call is plain; else None
     if result is None:
         _check_written_not_negated(op_args, out, names)
@@ -281,13 +283,24 @@ def _torch_dtype(name, dtype):
 
 
 def _eager():
-    """No torch.compile trace, mode, transform, jit trace or profiler that should see the op. (register()
-    replaces it with _bound_eager(): the same checks, torch's functions looked up once.)"""
+    """No torch.compile trace, mode, transform, jit trace or profiler that should see the op. (The first eager
+    call replaces it with _bound_eager(): the same checks, torch's functions looked up once.)"""
     torch = _torch()
     c = torch._C
     return not (torch.compiler.is_compiling() or c._len_torch_dispatch_stack() or c._len_torch_function_stack()
                 or c._autograd._profiler_enabled() or c._get_tracing_state() is not None
                 or c._functorch.peek_interpreter_stack() is not None)
+
+
+_eager_unbound = _eager
+
+
+def _bind_eager():
+    """_eager becomes _bound_eager(), from an eager call only: register() may run inside a torch.compile
+    trace (the first call there), and a frame dynamo restarts must see the _eager it saw before
+    (SpeculationLogDivergence when register() rebound it)."""
+    global _eager
+    _eager = _bound_eager()
 
 
 def _bound_eager():
@@ -345,13 +358,12 @@ def _check_tensor(name, x):
 
 def register():
     """Define the kvattn ops with torch.library once (imports torch); returns torch.ops.kvattn."""
-    global _ops, _eager
+    global _ops
     if _ops is not None:
         return _ops
     with _lock:
         if _ops is None:
             _define()
-            _eager = _bound_eager()
             _ops = getattr(_torch().ops, NAMESPACE)
     return _ops
 
@@ -477,3 +489,4 @@ def _define():
 
 if sys.modules.get("torch") is not None:  # torch already loaded: define the ops now, outside any trace
     register()
+    _bind_eager()

@@ -87,3 +87,26 @@ def test_sparse_tensor_is_named():
     kw = _kw()
     with pytest.raises(KvattnError, match="^q"):
         kvattn.flash_attn_with_kvcache(**dict(kw, q=kw["q"].to_sparse()))
+
+
+def test_first_call_inside_torch_compile_with_kvattn_imported_first():
+    """kvattn imported before torch defines its ops at the first call; made inside torch.compile(fullgraph,
+    dynamic), that rebound a global the traced frame reads, and dynamo's restart of the frame diverged
+    (SpeculationLogDivergence). A fresh interpreter, so that the import order holds."""
+    import os
+    import subprocess
+    import sys
+
+    script = "\n".join([
+        "import kvattn",
+        "import torch",
+        "q, k, v = torch.randn(2, 2, 4, 16), torch.randn(2, 12, 2, 16), torch.randn(2, 12, 2, 16)",
+        "f = torch.compile(lambda q, k, v, n: kvattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=n),",
+        "                  fullgraph=True, dynamic=True, backend='aot_eager')",
+        "got = f(q, k, v, 5)",
+        "assert torch.equal(got, kvattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=5))",
+        "print('ok')",
+    ])
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240,
+                         env=dict(os.environ))
+    assert run.returncode == 0 and run.stdout.strip().endswith("ok"), run.stderr[-3000:]
