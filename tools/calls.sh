@@ -20,7 +20,7 @@ LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:
 
 show() {
   cat << 'END'
-In order of value: 15, then 13-14, 16, then 1-12 (bench/NOTES.md, "Where to go next", sessions 32 and 31). Tree at
+In order of value: 15, then 13-14, 16, then 1-12 (bench/NOTES.md, "Where to go next", sessions 33, 32 and 31). Tree at
 main for calls 1-6 and 11-16, at wide for 7-9, at pfp8tma for 10. Calls 1-3 are the checks that would
 lift the force switch off (192, 128) and off fp8 caches at d 64 / 192 / 256 (prefill.cu: `KVATTN_FORCE_SM90_PREFILL=1` only, until these pass).
 1. run(command="bash tools/calls.sh run 1", carry=[".dev/main192.so.xz", ".whl"], timeout_s=590)
