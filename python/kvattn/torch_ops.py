@@ -157,13 +157,9 @@ def fast_prologue(defaults):
 
 
 def _check_written_not_negated(op_args, out, names):
-    """A KvattnError for a written tensor with the negative bit (a lazy negated view): the dispatcher would
-    write a resolved copy (the write lost) or fail inside torch."""
-    written = (("k_cache", op_args[_K_CACHE]), ("v_cache", op_args[_V_CACHE])) if _appends(op_args) else ()
-    for name, x in written + (("out", out),):
-        if isinstance(x, _torch().Tensor) and x.is_neg():
-            raise KvattnError(f"{names.get(name, name)}: is a lazily negated view (is_neg()), and kvattn writes "
-                              "it in place; pass a tensor without the negative bit (.resolve_neg())")
+    """fwd's written tensors through _reject_negated_written: out, and the caches of an append."""
+    caches = (("k_cache", _K_CACHE), ("v_cache", _V_CACHE)) if _appends(op_args) else ()
+    _reject_negated_written(**{names.get(n, n): op_args[i] for n, i in caches}, out=out)
 
 
 def _appends(op_args):
@@ -176,17 +172,17 @@ def _resolve_read_caches(op_args):
     assert). Written ones raise before (_check_written_not_negated)."""
     if _appends(op_args):
         return op_args
-    tensor = _torch().Tensor
-    if not any(isinstance(op_args[i], tensor) and op_args[i].is_neg() for i in (_K_CACHE, _V_CACHE)):
-        return op_args
-    args = list(op_args)
+    tensor, args = _torch().Tensor, None
     for i in (_K_CACHE, _V_CACHE):
-        if isinstance(args[i], tensor) and args[i].is_neg():
-            args[i] = args[i].resolve_neg()
-    return type(op_args)(args)
+        if isinstance(op_args[i], tensor) and op_args[i].is_neg():
+            args = list(op_args) if args is None else args
+            args[i] = op_args[i].resolve_neg()
+    return op_args if args is None else type(op_args)(args)
 
 
 def _reject_negated_written(**written):
+    """A KvattnError for a written tensor with the negative bit (a lazy negated view): the dispatcher would
+    write a resolved copy (the write lost) or fail inside torch."""
     for name, x in written.items():
         if isinstance(x, _torch().Tensor) and x.is_neg():
             raise KvattnError(f"{name}: is a lazily negated view (is_neg()), and kvattn writes it in place; pass a "
@@ -334,16 +330,20 @@ def _plain(op_args, out, names=_fwd.NAMES):
             _check_tensor(arg_names[i], x)
             return False
         if not (x.is_cpu or x.is_cuda) or x.is_neg():
-            _check_devices([(names.get(arg_names[i], arg_names[i]), op_args[i]) for i in _TENSOR_POSITIONS] +
-                           [("out", out)])
+            _check_devices(_named_tensors(op_args, out, names))
             return False
     if out is None:
         return True
     _check_tensor("out", out)
     if type(out) is tensor and not (out.is_cpu or out.is_cuda):
-        _check_devices([(names.get(arg_names[i], arg_names[i]), op_args[i]) for i in _TENSOR_POSITIONS] +
-                       [("out", out)])
+        _check_devices(_named_tensors(op_args, out, names))
     return type(out) is tensor and (out.is_cpu or out.is_cuda)
+
+
+def _named_tensors(op_args, out, names):
+    """(name as the caller's function calls it, value) of fwd's tensor arguments and out."""
+    arg_names = S.op_arg_names()
+    return [(names.get(arg_names[i], arg_names[i]), op_args[i]) for i in _TENSOR_POSITIONS] + [("out", out)]
 
 
 def _check_tensor(name, x):
