@@ -20,7 +20,7 @@ LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:
 
 show() {
   cat << 'END'
-In order of value: 15, then 13-14, 16, then 1-12 (bench/NOTES.md, "Where to go next", sessions 33, 32 and 31). Tree at
+In order of value: 17 (= 15 + 16 in one call, when device time is short) or 15, then 13-14, 16, then 1-12 (bench/NOTES.md, "Where to go next", sessions 33, 32 and 31). Tree at
 main for calls 1-6 and 11-16, at wide for 7-9, at pfp8tma for 10. Calls 1-3 are the checks that would
 lift the force switch off (192, 128) and off fp8 caches at d 64 / 192 / 256 (prefill.cu: `KVATTN_FORCE_SM90_PREFILL=1` only, until these pass).
 1. run(command="bash tools/calls.sh run 1", carry=[".dev/main192.so.xz", ".whl"], timeout_s=590)
@@ -78,6 +78,9 @@ lift the force switch off (192, 128) and off fp8 caches at d 64 / 192 / 256 (pre
    same bits by construction): its prefill tests at d 128, racecheck, memcheck, then W6 16x128 and W3's
    long chunks A B A B against main. Predicted -1 to -3% on W6. If green and faster, land it (a full build
    then checks d 64 / 256 / (192, 128)).
+17. run(command="bash tools/calls.sh run 17", carry=[".dev/main128.so.xz", ".dev/ptile128.so.xz", ".whl"], timeout_s=590)
+   15 and 16 in one call (session 34, device time short): call 15's tests and sanitizers plus ptile's prefill
+   tests on ptile's library (main + ptile's 15 d 128 prefill kernels), then call 16's timing.
 END
 }
 
@@ -217,6 +220,18 @@ case "${1:-show}" in
         KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/ptile128.so.xz KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=2 \
           KVATTN_AB_TEST_TIMEOUT=240 KVATTN_AB_SUITES=W6,W3 \
           KVATTN_AB_FILTER="16x128|=W3 32/8 b8 +512 over 32k p16|=W3 32/8 b1 +2048 over 32k p64" \
+          bash tools/prefill_ab.sh
+        ;;
+      17)  # 15 and 16 in one call, B = ptile (main + its 15 d 128 prefill kernels): the audit's checks and
+        # ptile's on one library, then ptile's timing against main. A failure: call 15 on main tells whose.
+        KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/ptile128.so.xz KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=2 \
+          KVATTN_AB_TESTS="tests/python/test_cuda_kernels.py tests/python/test_negative_strides.py tests/python/test_cuda_decode_sm90.py tests/python/test_cuda_prefill_sm90.py" \
+          KVATTN_AB_SMOKE_K="offending_sequence_with_rotary or longest_sequence or q_at_odd_elements" \
+          KVATTN_AB_K="offending_sequence_with_rotary or longest_sequence or negative_strides or decode_sm90 or prefill_sm90 or mixed_batches" \
+          KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=220 KVATTN_AB_SAN_TIMEOUT=50 \
+          KVATTN_AB_RACE_K="q_at_odd_elements" \
+          KVATTN_AB_MEM_K="offending_sequence_with_rotary or longest_sequence or q_at_odd_elements or negative_strides" \
+          KVATTN_AB_SUITES=W6,W3 KVATTN_AB_FILTER="16x128|=W3 32/8 b8 +512 over 32k p16|=W3 32/8 b1 +2048 over 32k p64" \
           bash tools/prefill_ab.sh
         ;;
       *) echo "no call $2" >&2; exit 2 ;;
