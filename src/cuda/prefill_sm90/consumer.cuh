@@ -283,11 +283,14 @@ constexpr int kVtOffsetOf = [] {
 template <class Cfg>
 __device__ __forceinline__ void issue_qk_tile(float (&s)[Cfg::kBlockN / 2], const SmemDesc& q,
                                               const SmemDesc& k, uint32_t k_stage) {
+  // The stage's descriptor once, then constant k-step offsets (at(k_stage + k_step) a k-step cost ptxas
+  // ~2 more uniform instructions: 14 a tile at d 128).
+  const SmemDesc ks(k.at(k_stage));
 #pragma unroll
   for (int kk = 0; kk < Cfg::kHeadDim / kKStep<Cfg>; ++kk) {
     const uint32_t q_step = (kk / 4) * Cfg::kQPanelBytes + (kk % 4) * 32;
     const uint32_t k_step = (kk / 4) * Cfg::kKvPanelBytes + (kk % 4) * 32;
-    wgmma_ss<typename Cfg::TM, Cfg::kBlockN>(s, q.at(q_step), k.at(k_stage + k_step), kk > 0);
+    wgmma_ss<typename Cfg::TM, Cfg::kBlockN>(s, q.at(q_step), ks.at(k_step), kk > 0);
   }
   wgmma_commit();
 }
@@ -298,10 +301,11 @@ template <class Cfg>
 __device__ __forceinline__ void issue_pv_tile(float (&o)[Cfg::kHeadDimV / 2],
                                               const uint32_t (&pa)[Cfg::kBlockN / 16][4], const SmemDesc& v,
                                               uint32_t v_stage) {
+  const SmemDesc vs(v.at(v_stage));  // (as issue_qk_tile's)
 #pragma unroll
   for (int kk = 0; kk < Cfg::kBlockN / kKStep<Cfg>; ++kk) {
     // (16-bit: V MN-major, a k-step 16 rows = 2048 bytes on; e4m3: V^T K-major, 32 key bytes on)
-    wgmma_rs<typename Cfg::TM, Cfg::kHeadDimV>(o, pa[kk], v.at(v_stage + kk * (Cfg::kFp8Mma ? 32 : 2048)), 1);
+    wgmma_rs<typename Cfg::TM, Cfg::kHeadDimV>(o, pa[kk], vs.at(kk * (Cfg::kFp8Mma ? 32 : 2048)), 1);
   }
   wgmma_commit();
 }
@@ -426,12 +430,23 @@ __device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float fa
     const float base = safe_max_base(mx[k]) * factor - kShift;  // log2 units
     correction[k] = mx[k] == row_max[k] ? 1.f : fast_exp2(row_max[k] * factor - kShift - base);
     row_max[k] = mx[k];
-    float sum[4] = {row_sum[k] * correction[k], 0.f, 0.f, 0.f};
+    // Chains 1-3 start at their first pair, not at 0 (0 + x is an FADD under IEEE's -0: 6 a tile at d 128;
+    // the same bits, a pair of exp2 being >= 0).
+    float sum[4];
+#pragma unroll
+    for (int j = kPairs; j < 4; ++j) sum[j] = 0.f;
 #pragma unroll
     for (int j = 0; j < kPairs; ++j) {
       s[4 * j + 2 * k] = fast_exp2(fmaf(s[4 * j + 2 * k], factor, -base));
       s[4 * j + 2 * k + 1] = fast_exp2(fmaf(s[4 * j + 2 * k + 1], factor, -base));
-      sum[j % 4] += s[4 * j + 2 * k] + s[4 * j + 2 * k + 1];
+      const float pair = s[4 * j + 2 * k] + s[4 * j + 2 * k + 1];
+      if (j == 0) {
+        sum[0] = row_sum[k] * correction[k] + pair;
+      } else if (j < 4) {
+        sum[j] = pair;
+      } else {
+        sum[j % 4] += pair;
+      }
     }
     row_sum[k] = (sum[0] + sum[1]) + (sum[2] + sum[3]);
   }
@@ -579,7 +594,9 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     softmax(s, 0, correction);  // O is still zero: nothing to rescale
     keep_p(s);
   }
-  for (int64_t tile = 1; tile < n_tiles; ++tile) {
+  // (32-bit tile numbers: a unit's tiles number < 2^31 / kBlockN; a 64-bit counter cost 2 a tile)
+  const int n_tiles32 = static_cast<int>(n_tiles);
+  for (int tile = 1; tile < n_tiles32; ++tile) {
     float s[kBlockN / 2];
     KVATTN_PTL(ptl_stamp(tile, kPtlHead));
     KVATTN_PTL(pu_stamp(static_cast<int>(tile < kPuTiles ? tile : kPuTiles - 1)));
@@ -724,29 +741,43 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
 
   // Score mods and online softmax of a tile's S (rows spread over the 4 threads of a quad): s becomes P,
   // correction = how much the row's running max moved (what O must be scaled by).
+  // Without softcap and ALiBi (and so without descaled scores) an inside tile takes no score mod: the tiles
+  // [plain_first, plain_last] skip the mods' tests (an empty range otherwise; -10 instructions a tile at
+  // d 128, tested once a tile at the softmax's start).
+  const bool plain = !score_mods_scale(p);
+  const int plain_first = plain ? in_first : 1, plain_last = plain ? in_last : 0;
+  // The diag_no_softmax branch also keeps a basic-block boundary before the caller's wgmma_wait<0>: without
+  // it ptxas hoisted that wait (P_{t-1} V_{t-1}) to the softmax's start, serializing P V and the softmax
+  // (SASS, session 33). Remove it only with another boundary there.
   auto softmax = [&](float(&s)[kBlockN / 2], int64_t tile, float(&correction)[2]) {
     if (diag_no_softmax) {
       correction[0] = correction[1] = 1.f;
       return;
     }
     const int t = static_cast<int>(tile);
-    const bool inside = t >= in_first && t <= in_last;
-    WgmmaScoreTile<kBlockN> score_tile{s, row, kp_first + t * kBlockN + 2 * quad};
-    if constexpr (Cfg::kKvFp8) {
-      if (descale_scores) score_tile.for_each([&](float& x, const QueryRow&, int32_t) { x *= qk_descale; });
+    if (t < plain_first || t > plain_last) {
+      const bool inside = t >= in_first && t <= in_last;
+      WgmmaScoreTile<kBlockN> score_tile{s, row, kp_first + t * kBlockN + 2 * quad};
+      if constexpr (Cfg::kKvFp8) {
+        if (descale_scores) score_tile.for_each([&](float& x, const QueryRow&, int32_t) { x *= qk_descale; });
+      }
+      apply_score_mods<true>(p, static_cast<int32_t>(kv_len), inside, score_tile);
     }
-    apply_score_mods<true>(p, static_cast<int32_t>(kv_len), inside, score_tile);
     online_softmax<kBlockN, kPLog2Of<Cfg>>(s, factor, row_max, row_sum, correction);
   };
+  // The fence rule as two values made once (the mode, a kernel parameter, was decoded again every tile).
+  const bool fence_all = fence == kFenceEveryTile;
+  const uint32_t fence_last = fence == kFenceEdgeTiles ? static_cast<uint32_t>(n_tiles - 1) : 0xffffffffu;
   auto wait_full = [&](int64_t tile) {
-    const bool edge = tile == 0 || tile == n_tiles - 1;
+    const bool fence_now =
+        fence_all || static_cast<uint32_t>(tile) == fence_last || (fence == kFenceEdgeTiles && tile == 0);
     if constexpr (kUnit) tile += unit.tile0;  // the CTA's tile (producer.cuh)
     // 32-bit: a unit's tiles number < 2^31 / kBlockN (int32 lengths) and tile0 < 2 kStages; a 64-bit
     // division by kStages cost ~20 instructions a tile.
     const uint32_t t = static_cast<uint32_t>(tile);
     const int stage = static_cast<int>(t % Cfg::kStages);
     mbar_wait(full_bar + 8 * stage, (t / Cfg::kStages) & 1);
-    if (fence == kFenceEveryTile || (fence == kFenceEdgeTiles && edge)) fence_proxy_async();
+    if (fence_now) fence_proxy_async();
     return stage;
   };
 
