@@ -13,6 +13,7 @@
 #include "cuda/common/dtype.cuh"
 #include "cuda/common/sequence.cuh"
 #include "cuda/prefill_sm90/config.hpp"
+#include "cuda/prefill_sm90/fp8_lanes.hpp"
 
 namespace kvattn::cuda::sm90 {
 
@@ -161,10 +162,9 @@ struct WgmmaScoreTile {
   }
 };
 
-// Byte offset of 16-byte chunk c of row r in a tile of 64-channel panels (panel_bytes apart), 128B
-// swizzle: the chunk's position within its 128-byte row is XORed with r % 8.
+// Byte offset of 16-byte chunk c of row r in a tile of 64-channel panels, 128B swizzle (fp8_lanes.hpp).
 __device__ __forceinline__ uint32_t swizzled(int r, int c, int panel_bytes) {
-  return (c / 8) * panel_bytes + r * 128 + (((c % 8) ^ (r % 8)) << 4);
+  return swizzle_offset(r, c, panel_bytes);
 }
 
 // The CTA's rows: sequence i (batch: none), kv head, first packed row.

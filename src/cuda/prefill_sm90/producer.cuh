@@ -73,60 +73,94 @@ __device__ __forceinline__ void copy_key_rows(uint32_t dst, const unsigned char*
   }
 }
 
+// A warp's fp8 rows of one cache into a stage (copy_key_rows' steps) with the lane's destinations made once
+// (fp8_lanes.hpp, RowCopySteps): a step is a shuffle, a select, an address multiply-add and the copy. kC
+// not a power of two (d 192's K rows): copy_key_rows' arithmetic every step. l: the lane (the caller's
+// choice of an opaque copy, below).
+template <int kRows, int kC, bool = (32 % kC == 0)>
+struct Fp8RowCopy {
+  int warp, panel_bytes;
+  __device__ __forceinline__ Fp8RowCopy(int w, int, int panel) : warp(w), panel_bytes(panel) {}
+  // off: this lane's key row's offset in 16-byte units from base (kNoRow: zeros).
+  __device__ __forceinline__ void operator()(uint32_t dst, const unsigned char* base, uint32_t off,
+                                             int l) const {
+    copy_key_rows<kRows, kC>(dst, base, off, warp, l, panel_bytes);
+  }
+};
+template <int kRows, int kC>
+struct Fp8RowCopy<kRows, kC, true> {
+  using Steps = RowCopySteps<kRows, kC>;
+  uint32_t at[Steps::kP];
+  __device__ __forceinline__ Fp8RowCopy(int warp, int lane, int panel) {
+#pragma unroll
+    for (int k = 0; k < Steps::kP; ++k) at[k] = Steps::dst_base(warp, lane, k, panel);
+  }
+  __device__ __forceinline__ void operator()(uint32_t dst, const unsigned char* base, uint32_t off,
+                                             int l) const {
+    const unsigned char* src = base + 16 * (l % kC);  // this lane's chunk of row offset 0
+#pragma unroll
+    for (int j = 0; j < Steps::kSteps; ++j) {
+      const uint32_t row = __shfl_sync(0xffffffffu, off, Steps::src_lane(l, j));
+      const bool ok = row != kNoRow;
+      cp_async_16(dst + at[j % Steps::kP] + Steps::dst_step(j),
+                  src + static_cast<uint64_t>(ok ? row : 0) * 16, ok);
+    }
+  }
+};
+
 // fp8 caches (Cfg::kKvFp8): tile n's fp8 rows land by 16-byte cp.async in its K / V stage where their f16
 // rows go (fp8 chunk j, 16 channels, at the place of f16 chunk j of the swizzled layout: a row's fp8 bytes
 // lie inside its own f16 row), then lane l of warp w converts key row w kBlockN / 4 + l in place, from its
-// last fp8 chunks down: the f16 chunks 2j and 2j + 1 of fp8 chunk j overwrite fp8 chunks 2j and 2j + 1,
-// which are read before (2j >= j + 2 for j >= 2; chunks 0 and 1 are read together, 2 and 3 before them).
+// last fp8 chunk down: fp8 chunk j's f16 chunks 2j and 2j + 1 overwrite fp8 chunks 2j and 2j + 1, read
+// before (both above j for j >= 1; at j = 0, chunk 0 is in registers and chunk 1 was read before).
 // So the stages and the shared memory are the 16-bit kernel's. The stage is full once every warp has
 // converted its rows and fenced them for wgmma (async proxy): unlike the 16-bit producer's copies, the
 // copies' latency is waited for here, between a slot's release and its fill (one consumer tile of slack
-// with three stages: the consumers hold K_t and V_t-1).
+// with three stages: the consumers hold K_t and V_t-1). row: stage + row_base(r) (fp8_lanes.hpp).
 template <int kChunks8>
-__device__ __forceinline__ void fp8_row_to_f16(uint32_t stage, int r, int panel_bytes) {
+__device__ __forceinline__ void fp8_row_to_f16(uint32_t row, int panel_bytes) {
 #pragma unroll
-  for (int j = kChunks8 - 2; j >= 0; j -= 2) {
-    uint4 in[2], lo, hi;
-#pragma unroll
-    for (int e = 0; e < 2; ++e) in[e] = ld_shared_v4(stage + swizzled(r, j + e, panel_bytes));
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      e4m3x16_to_f16x16(in[e], lo, hi);
-      st_shared_v4(stage + swizzled(r, 2 * (j + e), panel_bytes), lo);
-      st_shared_v4(stage + swizzled(r, 2 * (j + e) + 1, panel_bytes), hi);
-    }
+  for (int j = kChunks8 - 1; j >= 0; --j) {
+    uint4 lo, hi;
+    e4m3x16_to_f16x16(ld_shared_v4((row ^ chunk_xor(j)) + chunk_panel(j, panel_bytes)), lo, hi);
+    st_shared_v4((row ^ chunk_xor(2 * j)) + chunk_panel(2 * j, panel_bytes), lo);
+    st_shared_v4((row ^ chunk_xor(2 * j + 1)) + chunk_panel(2 * j + 1, panel_bytes), hi);
   }
 }
-// Cfg::kFp8Mma: warp w's 32 landed fp8 V rows (keys 32 w ..) into V^T at vt (KvFp8Mma, cta.cuh): channel c's
-// row of 128 key bytes, 128B swizzle, position 16 G + 4 t + m holding key 16 G + 2 t + {0, 1, 8, 9}[m] (G
-// the 16-key group). ldmatrix.trans of 8 keys x 8 channel pairs gives lane (t, p = lane / 4) keys 2t and 2t +
-// 1 of channels 2p, 2p + 1; with the next 8 keys' matrix, two byte permutes make the words of channels 2p and
-// 2p + 1. Per lane: 8 ldmatrix, 32 permutes, 32 4-byte stores a tile.
+// Cfg::kFp8Mma: warp w's 32 landed fp8 V rows (keys 32 w ..) into V^T at v + kVtOffset (fp8_lanes.hpp has
+// the layout and the lanes' addresses). Per lane: 8 ldmatrix.trans, 32 byte permutes, 8 stmatrix a tile.
 template <class Cfg>
-__device__ __forceinline__ void fp8_v_transpose(uint32_t v_dst, int warp, int lane) {
-  const uint32_t vt = v_dst + Cfg::kVtOffset;
-  const int t = lane % 4, p = lane / 4, q = lane / 8, i = lane % 8;
+struct Fp8VTranspose {
+  uint32_t ld[2], st[2];  // the lane's row addresses of groups 2 w and 2 w + 1, less the stage
+  __device__ __forceinline__ Fp8VTranspose(int warp, int lane) {
 #pragma unroll
-  for (int g = 0; g < 2; ++g) {
-    const int group = 2 * warp + g;
-    const int r =
-        16 * group + (q % 2) * 8 + i;  // the row this lane addresses: matrices 0 / 2 keys 0-7, 1 / 3 8-15
+    for (int g = 0; g < 2; ++g) {
+      ld[g] = vt_ld_base(warp, lane, g);
+      st[g] = Cfg::kVtOffset + vt_st_base(warp, lane, g);
+    }
+  }
+  __device__ __forceinline__ void operator()(uint32_t v) const {
 #pragma unroll
-    for (int j = 0; j < Cfg::kHeadDimV / 16; j += 2) {  // chunks j (matrices 0, 1) and j + 1 (2, 3)
-      uint32_t m[4];
-      ldmatrix_x4_trans(m, v_dst + swizzled(r, j + q / 2, Cfg::kKvPanelBytes));
+    for (int g = 0; g < 2; ++g) {
+      const uint32_t ld_row = v + ld[g], st_row = v + st[g];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+      for (int j = 0; j < Cfg::kHeadDimV / 16; j += 2) {
+        uint32_t m[4], w[4];
+        ldmatrix_x4_trans(m, ld_row ^ vt_ld_step(j));
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int c = 16 * (j + h) + 2 * p + e;
-          st_shared_b32(vt + c * 128 + ((group ^ (c % 8)) << 4) + 4 * t,
-                        byte_perm(m[2 * h], m[2 * h + 1], e == 0 ? 0x6420u : 0x7531u));
+        for (int h = 0; h < 2; ++h) {
+          w[2 * h] = byte_perm(m[2 * h], m[2 * h + 1], kVtPermEven);     // channel 16 (j + h) + 2 p
+          w[2 * h + 1] = byte_perm(m[2 * h], m[2 * h + 1], kVtPermOdd);  // and 2 p + 1
         }
+        stmatrix_x4(st_row + vt_st_step(j), w);
       }
     }
   }
-}
+};
+
+struct NoVTranspose {  // KvFp8: no V^T
+  __device__ __forceinline__ NoVTranspose(int, int) {}
+};
 
 template <class Cfg>
 __device__ __forceinline__ void produce_fp8(const AttnParams& p, const Sequence& seq, int kv_head,
@@ -138,12 +172,18 @@ __device__ __forceinline__ void produce_fp8(const AttnParams& p, const Sequence&
   static_assert(kKChunks % 2 == 0 && kVChunks % 2 == 0 && kRowsPerWarp * kKChunks % 32 == 0 &&
                     kRowsPerWarp * kVChunks % 32 == 0,
                 "pairs of fp8 chunks; whole warp copy steps");
+  static_assert(Cfg::kKStageBytes % 1024 == 0 && Cfg::kVStageBytes % 1024 == 0,
+                "1024-aligned stages: the lanes' swizzle XORs after the stage's address (fp8_lanes.hpp)");
   const int ptid = threadIdx.x % 128, warp = ptid / 32, lane = ptid % 32;
   const bool owns_row = lane < kRowsPerWarp;
   const int key_row = warp * kRowsPerWarp + lane;
+  const bool paged = p.seq.page_table != nullptr && p.seq.cu_seqlens_k == nullptr;
   const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache.ptr);
   const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache.ptr);
-  const bool paged = p.seq.page_table != nullptr && p.seq.cu_seqlens_k == nullptr;
+  const Fp8RowCopy<kRowsPerWarp, kKChunks> copy_k(warp, lane, Cfg::kKvPanelBytes);
+  const Fp8RowCopy<kRowsPerWarp, kVChunks> copy_v(warp, lane, Cfg::kKvPanelBytes);
+  const std::conditional_t<Cfg::kFp8Mma, Fp8VTranspose<Cfg>, NoVTranspose> transpose_v(warp, lane);
+  const uint32_t my_row = row_base(key_row);
   auto entry_of = [&](int64_t tile) -> int32_t {  // this thread's key row's page-table entry, a tile ahead
     const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
     return paged && owns_row && tile < n_tiles && s < seq.end ? page_entry(p.seq, seq, s) : 0;
@@ -166,19 +206,19 @@ __device__ __forceinline__ void produce_fp8(const AttnParams& p, const Sequence&
     // first kStages tiles no copy and no conversion, stale stages; compiled out otherwise.)
     if (!(KVATTN_PREFILL_FP8_DIAG && diag_no_load && tile >= Cfg::kStages)) {
       const uint32_t k_dst = s_k + stage * Cfg::kKStageBytes, v_dst = s_v + stage * Cfg::kVStageBytes;
-      // (The lane and its row opaque each tile: ptxas otherwise keeps every copy and conversion address of
-      // the lane in registers across the tiles, and spills them at the producer's 56.)
-      const int l = opaque(lane);
-      copy_key_rows<kRowsPerWarp, kKChunks>(k_dst, k_base, k_off, warp, l, Cfg::kKvPanelBytes);
-      copy_key_rows<kRowsPerWarp, kVChunks>(v_dst, v_base, v_off, warp, l, Cfg::kKvPanelBytes);
+      // (The f16 kernels' lane opaque each tile: ptxas otherwise holds the copies' shuffle sources and
+      // source pointers in registers across the tiles, and spills past the producer's 56. The e4m3
+      // kernel's producer fits without.)
+      const int l = Cfg::kFp8Mma ? lane : opaque(lane);
+      copy_k(k_dst, k_base, k_off, l);
+      copy_v(v_dst, v_base, v_off, l);
       cp_async_wait_all();
       __syncwarp();                  // the warp's rows, copied by all its lanes, are in place for each lane
       if constexpr (Cfg::kFp8Mma) {  // K stays e4m3 as it landed; V^T beside V
-        fp8_v_transpose<Cfg>(v_dst, warp, l);
+        transpose_v(v_dst);
       } else if (owns_row) {
-        const int r = warp * kRowsPerWarp + l;
-        fp8_row_to_f16<kKChunks>(k_dst, r, Cfg::kKvPanelBytes);
-        fp8_row_to_f16<kVChunks>(v_dst, r, Cfg::kKvPanelBytes);
+        fp8_row_to_f16<kKChunks>(k_dst + my_row, Cfg::kKvPanelBytes);
+        fp8_row_to_f16<kVChunks>(v_dst + my_row, Cfg::kKvPanelBytes);
       }
     }
     fence_proxy_async();  // the f16 rows (generic proxy writes) before wgmma reads them

@@ -140,6 +140,14 @@ struct SmemDesc {
 __device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
+// Four 8x8 b16 matrices from registers in the mma fragment layout (lane l holds row l / 4, columns 2 (l % 4)
+// and 2 (l % 4) + 1 of each, as ldmatrix without .trans gives them); lane l supplies the row address of row
+// (l % 8) of matrix (l / 8). sm_90.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
 // x, as a value the compiler cannot see through: what is computed from it inside a loop stays inside.
 __device__ __forceinline__ int opaque(int x) {
   int y;
