@@ -43,6 +43,31 @@ __device__ __forceinline__ KvRowUnits kv_row_units(const AttnParams& p, const Sl
   return r;
 }
 
+// kv_row_units in unsigned 32-bit arithmetic, the strides in 16-byte units made once: exact for the caches
+// the sm_90a kernels take (cp_async_cache_rows_ok: non-negative strides, multiples of 16 bytes, every row
+// within 2^32 - 1 units, so no product or sum wraps; a packed cache's page is 0 and its page stride unused).
+// kv_row_units' signed 64-bit multiply-adds and division are ~40 instructions a row.
+template <int kElems16>
+struct KvRowStrides {
+  uint32_t k_page, k_slot, k_head, v_page, v_slot, v_head;  // *_head: the kv head's offset
+  __device__ __forceinline__ KvRowStrides(const AttnParams& p, int kv_head)
+      : k_page(static_cast<uint32_t>(p.k_cache.page_stride / kElems16)),
+        k_slot(static_cast<uint32_t>(p.k_cache.slot_stride / kElems16)),
+        k_head(static_cast<uint32_t>(kv_head * (p.k_cache.head_stride / kElems16))),
+        v_page(static_cast<uint32_t>(p.v_cache.page_stride / kElems16)),
+        v_slot(static_cast<uint32_t>(p.v_cache.slot_stride / kElems16)),
+        v_head(static_cast<uint32_t>(kv_head * (p.v_cache.head_stride / kElems16))) {}
+  __device__ __forceinline__ KvRowUnits operator()(const SlotAddress& a) const {
+    KvRowUnits r;
+    if (a.page >= 0) {
+      const uint32_t page = static_cast<uint32_t>(a.page), slot = static_cast<uint32_t>(a.in_page);
+      r.k = page * k_page + slot * k_slot + k_head;
+      r.v = page * v_page + slot * v_slot + v_head;
+    }
+    return r;
+  }
+};
+
 // The ring's barriers (thread 0, before the block's first barrier): a stage's "full" counts the producer
 // warps (TMA or cp.async), its "empty" the consumer warps (Cfg::kFullArrivals / kEmptyArrivals).
 template <class Cfg>
@@ -184,6 +209,7 @@ __device__ __forceinline__ void produce_fp8(const AttnParams& p, const Sequence&
   const Fp8RowCopy<kRowsPerWarp, kVChunks> copy_v(warp, lane, Cfg::kKvPanelBytes);
   const std::conditional_t<Cfg::kFp8Mma, Fp8VTranspose<Cfg>, NoVTranspose> transpose_v(warp, lane);
   const uint32_t my_row = row_base(key_row);
+  const KvRowStrides<16> row_units(p, kv_head);
   auto entry_of = [&](int64_t tile) -> int32_t {  // this thread's key row's page-table entry, a tile ahead
     const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
     return paged && owns_row && tile < n_tiles && s < seq.end ? page_entry(p.seq, seq, s) : 0;
@@ -196,7 +222,7 @@ __device__ __forceinline__ void produce_fp8(const AttnParams& p, const Sequence&
     const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
     uint32_t k_off = kNoRow, v_off = kNoRow;
     if (owns_row && s < seq.end) {
-      const KvRowUnits row = kv_row_units<16>(p, slot_address_at(p.seq, seq, s, entry), kv_head);
+      const KvRowUnits row = row_units(slot_address_at(p.seq, seq, s, entry));
       k_off = row.k;
       v_off = row.v;
     }
