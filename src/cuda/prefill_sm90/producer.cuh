@@ -112,6 +112,13 @@ struct Fp8RowCopy {
     copy_key_rows<kRows, kC>(dst, base, off, warp, l, panel_bytes);
   }
 };
+// src + 16 row as one multiply-add (from C++, ptxas adds the chunk's offset and the base apart: three
+// instructions a copy).
+__device__ __forceinline__ const void* plus_rows16(const unsigned char* src, uint32_t row) {
+  uint64_t at;
+  asm("mad.wide.u32 %0, %1, 16, %2;" : "=l"(at) : "r"(row), "l"(reinterpret_cast<uint64_t>(src)));
+  return reinterpret_cast<const void*>(at);
+}
 template <int kRows, int kC>
 struct Fp8RowCopy<kRows, kC, true> {
   using Steps = RowCopySteps<kRows, kC>;
@@ -127,8 +134,7 @@ struct Fp8RowCopy<kRows, kC, true> {
     for (int j = 0; j < Steps::kSteps; ++j) {
       const uint32_t row = __shfl_sync(0xffffffffu, off, Steps::src_lane(l, j));
       const bool ok = row != kNoRow;
-      cp_async_16(dst + at[j % Steps::kP] + Steps::dst_step(j),
-                  src + static_cast<uint64_t>(ok ? row : 0) * 16, ok);
+      cp_async_16(dst + at[j % Steps::kP] + Steps::dst_step(j), plus_rows16(src, ok ? row : 0), ok);
     }
   }
 };
