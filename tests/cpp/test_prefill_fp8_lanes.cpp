@@ -145,7 +145,6 @@ TEST(PrefillFp8Lanes, VTransposeWritesTheConsumersLayout) {
               << "channel " << c << " key " << key;
           ASSERT_EQ(vt_place(c, group, 4 * t + mm),
                     static_cast<uint32_t>(128 * c + ((group ^ (c % 8)) << 4) + 4 * t + mm));
-          ASSERT_EQ(vt_key(group, 4 * t + mm), key);
         }
       }
     }

@@ -59,9 +59,6 @@ constexpr uint32_t chunk_panel(int c, int panel_bytes) {
 // ldmatrix.trans of 8 keys x 8 channel pairs gives lane (t = l % 4, p = l / 4) keys 2t, 2t + 1 of channels
 // 2p, 2p + 1; with the matrix of keys 8-15, two byte permutes give the words of channels 2p and 2p + 1,
 // row p and word t of the stmatrix fragments.
-constexpr int vt_key(int group, int pos) {  // the key at byte pos (0..15) of a group's 16 bytes
-  return 16 * group + 2 * (pos / 4) + (pos % 4 < 2 ? pos % 4 : 8 + pos % 4 - 2);
-}
 constexpr uint32_t vt_place(int c, int group, int pos) {  // V^T byte of (channel c, group, pos), from vt
   return c * 128 + ((group ^ (c % 8)) << 4) + pos;
 }
