@@ -49,8 +49,10 @@ bool prefill_sm90_supports(const FwdProblem& p) {
     return false;
   }
   // The shape rule (KVATTN_FORCE_SM90_PREFILL=1, tests, drops it). q without cu_seqlens_q: >= 64 packed
-  // rows a kv head (a consumer's; a unit of <= 64 rows runs the split kernel, consumer 1 idle;
-  // KVATTN_SM90_SPLIT_ROWS sets the floor, for A/B), the plan adding static key splits
+  // rows a kv head (a consumer's; a unit of <= 64 rows runs the split kernel, consumer 1 idle), >= 32 at
+  // d 128 over 16-bit caches (there 4-9% under the decode kernel's two row groups: W4's 32-row cases,
+  // H100, session 34; fp8 caches and the other head dims unmeasured at 32; KVATTN_SM90_SPLIT_ROWS sets
+  // the floor, for A/B), the plan adding static key splits
   // (prefill_sm90_splits); a rule of the sequence's shape alone, so that in deterministic mode the kernel,
   // like its splits, does not depend on the batch. Varlen q (one pass, no splits): >= 128 rows (below, a CTA
   // would be mostly padding) and >= 64 CTAs (half a wave on the 114-132 SMs of sm_90 parts; below, the
@@ -61,15 +63,16 @@ bool prefill_sm90_supports(const FwdProblem& p) {
   bool shape_ok = rows >= 128 && ctas >= 64;
   if (p.cu_seqlens_q == nullptr) {
     const char* floor = std::getenv("KVATTN_SM90_SPLIT_ROWS");
-    shape_ok = rows >= (floor != nullptr ? std::max(1, std::atoi(floor)) : 64);
+    const int64_t rule = p.head_dim == 128 && p.kv_dtype != DType::fp8_e4m3 ? 32 : 64;
+    shape_ok = rows >= (floor != nullptr ? std::max(1, std::atoi(floor)) : rule);
   }
   const bool forced = env_is_1("KVATTN_FORCE_SM90_PREFILL");
   if (!shape_ok && !forced) return false;
   // fp8 caches at the head dims whose fp8 path has passed its checks on a GPU (d 128: H200, session 31);
   // the others take the portable kernel until theirs run (KVATTN_FORCE_SM90_PREFILL=1, as the tests set it).
+  // (d 64 / 192 / 256 passed on H100 in session 34 with the producer before pfp8lean, which landed after:
+  // the next device session checks them again on the landed producer, then drops this line.)
   if (p.kv_dtype == DType::fp8_e4m3 && p.head_dim != 128 && !forced) return false;
-  // (192, 128) likewise: its GPU checks have not run (session 31 lost them to a reclaimed machine).
-  if (p.head_dim == 192 && !forced) return false;
   // The sm_90a binary must be the one the device runs (not an sm_80 one picked for lack of it).
   return compute == DType::bf16 ? loaded<__nv_bfloat16>(p.head_dim, p.kv_dtype)
                                 : loaded<half>(p.head_dim, p.kv_dtype);
