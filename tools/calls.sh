@@ -16,12 +16,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 pfp8tma2_128:pfp8tma2:128 fp8diag128:main:128:-DKVATTN_PREFILL_FP8_DIAG=1 e4m3dead128:e4m3dead:128"
+LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 pfp8tma2_128:pfp8tma2:128 fp8diag128:main:128:-DKVATTN_PREFILL_FP8_DIAG=1 e4m3dead128:e4m3dead:128 pvmid128:pvmid:128 pvmid64:pvmid:64"
 
 show() {
   cat << 'END'
 Session 34 ran 17 (= 15 + 16), 13, 14, 1, 2, 3, 4 and 6 (bench/NOTES.md); ptile and pfp8lean landed, and
-calls 4, 6, 13, 14, 16 and 17 are history (git log). In order of value now: 10 (fp8 K / V by TMA, from pfp8tma2), 2-3 and 1 again (fp8 at d 64 /
+calls 4, 6, 13, 14, 16 and 17 are history (git log). In order of value now: 18 (pvmid, W6 d 128's schedule), 10 (fp8 K / V by TMA, from pfp8tma2), 19, 2-3 and 1 again (fp8 at d 64 /
 256 / 192 on the landed producer), then 5, 7-9, 11, 12 (bench/NOTES.md, "Where to go next", sessions 34-31).
 Tree at main for calls 1-5 and 11-15, at wide for 7-9, at pfp8tma2 for 10. Calls 1-3 check what the force
 switch still holds back: fp8 caches at d 64 / 192 / 256 (prefill.cu; (192, 128) itself is a default since 34).
@@ -56,6 +56,15 @@ switch still holds back: fp8 caches at d 64 / 192 / 256 (prefill.cu; (192, 128) 
    session 33's audit fixes (passed on an H100 in session 34, as call 17 then; kept as a regression check):
    the device-error tests (an offending decode with rotary, a sequence past 2^31 - 2^16 keys), the
    negative-stride test, the decode kernel's tests, the persistent prefill tests; memcheck on the new cases.
+18. run(command="bash tools/calls.sh run 18", carry=[".dev/main128.so.xz", ".dev/pvmid128.so.xz", ".whl"], timeout_s=590)
+   branch pvmid (session 34: the P V wait a third into the softmax's exponentials, FA3's place, so that O's
+   rescale and P's packing run under the rest of the MUFU stream): its prefill and fp8 tests at d 128 (the
+   same bits by construction), racecheck, memcheck, then W6 16x128 / W3 A B A B against main and the fp8 rows
+   (bench/fp8_prefill.py) A B. Predicted -3 to -6% on W6 d 128 (the timeline's P V wait 103 + tail 262 of a
+   3,736-clock tile, half of it hidden). If green and faster, call 19 (d 64: P through shared memory), land.
+19. run(command="bash tools/calls.sh run 19", carry=[".dev/main64.so.xz", ".dev/pvmid64.so.xz", ".whl"], timeout_s=500)
+   pvmid at d 64 (three consumers, P by shared memory: keep_p's store and barrier in the last exponentials'
+   block): its prefill tests at d 64, racecheck, memcheck, W6 32x64 A B A B against main.
 END
 }
 
@@ -153,6 +162,22 @@ case "${1:-show}" in
           KVATTN_AB_RACE_K="q_at_odd_elements" \
           KVATTN_AB_MEM_K="offending_sequence_with_rotary or longest_sequence or q_at_odd_elements or negative_strides" \
           bash tools/prefill_ab.sh
+        ;;
+      18)
+        KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/pvmid128.so.xz KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=2 \
+          KVATTN_AB_TESTS="tests/python/test_cuda_prefill_sm90.py tests/python/test_cuda_prefill_sm90_fp8.py" \
+          KVATTN_AB_TEST_TIMEOUT=240 KVATTN_AB_SUITES=W6,W3 \
+          KVATTN_AB_FILTER="16x128|=W3 32/8 b8 +512 over 32k p16|=W3 32/8 b1 +2048 over 32k p64" \
+          bash tools/prefill_ab.sh
+        source tools/device_env.sh
+        for lib in a:.dev/main128.so.xz b:.dev/pvmid128.so.xz; do
+          KVATTN_LIBRARY=$(device_lib "${lib#*:}" "${lib%%:*}") timeout -k 5 90 python3 -m bench.fp8_prefill \
+            --filter "16k full" --json "$OUT/fp8_${lib%%:*}.json" 2>&1 | tee "$OUT/fp8_${lib%%:*}.txt"
+        done
+        ;;
+      19)
+        KVATTN_AB_A=.dev/main64.so.xz KVATTN_AB_B=.dev/pvmid64.so.xz KVATTN_AB_DIMS=64 KVATTN_AB_ROUNDS=2 \
+          KVATTN_AB_TEST_TIMEOUT=200 KVATTN_AB_SUITES=W6 KVATTN_AB_FILTER="32x64" bash tools/prefill_ab.sh
         ;;
       *) echo "no call $2" >&2; exit 2 ;;
     esac
