@@ -59,7 +59,7 @@ switch still holds back: fp8 caches at d 64 / 192 / 256 (prefill.cu; (192, 128) 
 18. run(command="bash tools/calls.sh run 18", carry=[".dev/main128.so.xz", ".dev/pvmid128.so.xz", ".whl"], timeout_s=590)
    branch pvmid (session 34: the P V wait a third into the softmax's exponentials, FA3's place, so that O's
    rescale and P's packing run under the rest of the MUFU stream): its prefill and fp8 tests at d 128 (the
-   same bits by construction), racecheck, memcheck, then W6 16x128 / W3 A B A B against main and the fp8 rows
+   other bits, the same math: the oracle checks), racecheck, memcheck, then W6 16x128 / W3 A B A B against main and the fp8 rows
    (bench/fp8_prefill.py) A B. Predicted -3 to -6% on W6 d 128 (the timeline's P V wait 103 + tail 262 of a
    3,736-clock tile, half of it hidden). If green and faster, call 19 (d 64: P through shared memory), land.
 19. run(command="bash tools/calls.sh run 19", carry=[".dev/main64.so.xz", ".dev/pvmid64.so.xz", ".whl"], timeout_s=500)
