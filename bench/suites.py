@@ -189,6 +189,11 @@ def w4():
                     quick = hq == 32 and b == 32 and L == 4 * K
                     cases.append(Case("W4", f"W4 {hq}/{hk} b{b} {_tok(L)} q{q} p16", hq, hk, b, L, sq=q,
                                       causal=True, page=16, baseline=base if q > 1 else "", quick=quick))
+    # Batch 1 over a long cache (local serving; session 34: 32 packed rows, 32/8 q 8, take the split kernel,
+    # measured faster at b8 / b32 only).
+    for q in (1, 2, 4, 8):
+        cases.append(Case("W4", f"W4 32/8 b1 32k q{q} p16", 32, 8, 1, 32 * K, sq=q, causal=True, page=16,
+                          baseline="W4 32/8 b1 32k q1 p16" if q > 1 else ""))
     return cases
 
 

@@ -21,7 +21,7 @@ LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:
 show() {
   cat << 'END'
 Session 34 ran 17 (= 15 + 16), 13, 14, 1, 2, 3, 4 and 6 (bench/NOTES.md); ptile and pfp8lean landed, and
-calls 4, 6, 13, 14, 16 and 17 are history (git log). In order of value now: 18 (pvmid, W6 d 128's schedule), 10 (fp8 K / V by TMA, from pfp8tma2), 19, 2-3 and 1 again (fp8 at d 64 /
+calls 4, 6, 13, 14, 16 and 17 are history (git log). In order of value now: 18 (pvmid, W6 d 128's schedule), 10 (fp8 K / V by TMA, from pfp8tma2), 19, 20, 2-3 and 1 again (fp8 at d 64 /
 256 / 192 on the landed producer), then 5, 7-9, 11, 12 (bench/NOTES.md, "Where to go next", sessions 34-31).
 Tree at main for calls 1-5 and 11-15, at wide for 7-9, at pfp8tma2 for 10. Calls 1-3 check what the force
 switch still holds back: fp8 caches at d 64 / 192 / 256 (prefill.cu; (192, 128) itself is a default since 34).
@@ -65,6 +65,10 @@ switch still holds back: fp8 caches at d 64 / 192 / 256 (prefill.cu; (192, 128) 
 19. run(command="bash tools/calls.sh run 19", carry=[".dev/main64.so.xz", ".dev/pvmid64.so.xz", ".whl"], timeout_s=500)
    pvmid at d 64 (three consumers, P by shared memory: keep_p's store and barrier in the last exponentials'
    block): its prefill tests at d 64, racecheck, memcheck, W6 32x64 A B A B against main.
+20. run(command="bash tools/calls.sh run 20", carry=[".dev/main128.so.xz", ".whl"], timeout_s=300)
+   the 32-row rule's unmeasured case (session 34): W4 32/8 b1 32k q1-q8, the old floor (64: the decode
+   kernel's two row groups at q8) against the new default (32: the split kernel), same library. If q8 is
+   slower on the split kernel there, the rule needs a batch / length condition.
 END
 }
 
@@ -178,6 +182,12 @@ case "${1:-show}" in
       19)
         KVATTN_AB_A=.dev/main64.so.xz KVATTN_AB_B=.dev/pvmid64.so.xz KVATTN_AB_DIMS=64 KVATTN_AB_ROUNDS=2 \
           KVATTN_AB_TEST_TIMEOUT=200 KVATTN_AB_SUITES=W6 KVATTN_AB_FILTER="32x64" bash tools/prefill_ab.sh
+        ;;
+      20)
+        export KVATTN_SM90_SPLIT_ROWS=64  # A: the floor before session 34; B: the default rule
+        KVATTN_AB_CHECK=0 KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/main128.so.xz \
+          KVATTN_AB_ENV_B="KVATTN_SM90_SPLIT_ROWS=32" KVATTN_AB_SUITES=W4 KVATTN_AB_FILTER="b1 32k" \
+          KVATTN_AB_ROUNDS=2 bash tools/prefill_ab.sh
         ;;
       *) echo "no call $2" >&2; exit 2 ;;
     esac
