@@ -72,6 +72,17 @@ switch still holds back: fp8 caches at d 64 / 192 / 256 (prefill.cu; (192, 128) 
 END
 }
 
+# bench/fp8_prefill.py's W6 16k full rows, once a library: fp8_rows TIMEOUT NAME:LIB ... (into $OUT/fp8_NAME.*)
+fp8_rows() {
+  local limit=$1 lib
+  shift
+  source tools/device_env.sh
+  for lib in "$@"; do
+    KVATTN_LIBRARY=$(device_lib "${lib#*:}" "${lib%%:*}") timeout -k 5 "$limit" python3 -m bench.fp8_prefill \
+      --filter "16k full" --json "$OUT/fp8_${lib%%:*}.json" 2>&1 | tee "$OUT/fp8_${lib%%:*}.txt"
+  done
+}
+
 case "${1:-show}" in
   libs) echo "$LIBS" ;;
   show) show ;;
@@ -151,11 +162,7 @@ case "${1:-show}" in
           KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=150 KVATTN_AB_SAN_TIMEOUT=60 \
           KVATTN_AB_RACE_K="fp8_q_variants and split" KVATTN_AB_MEM_K="fp8_q_variants and persistent" \
           bash tools/prefill_ab.sh
-        source tools/device_env.sh
-        for lib in a:.dev/main128.so.xz b:.dev/e4m3dead128.so.xz; do
-          KVATTN_LIBRARY=$(device_lib "${lib#*:}" "${lib%%:*}") timeout -k 5 60 python3 -m bench.fp8_prefill \
-            --filter "16k full" --json "$OUT/fp8_${lib%%:*}.json" 2>&1 | tee "$OUT/fp8_${lib%%:*}.txt"
-        done
+        fp8_rows 60 a:.dev/main128.so.xz b:.dev/e4m3dead128.so.xz
         ;;
       15)
         KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/main128.so.xz KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=0 \
@@ -173,11 +180,7 @@ case "${1:-show}" in
           KVATTN_AB_TEST_TIMEOUT=240 KVATTN_AB_SUITES=W6,W3 \
           KVATTN_AB_FILTER="16x128|=W3 32/8 b8 +512 over 32k p16|=W3 32/8 b1 +2048 over 32k p64" \
           bash tools/prefill_ab.sh
-        source tools/device_env.sh
-        for lib in a:.dev/main128.so.xz b:.dev/pvmid128.so.xz; do
-          KVATTN_LIBRARY=$(device_lib "${lib#*:}" "${lib%%:*}") timeout -k 5 90 python3 -m bench.fp8_prefill \
-            --filter "16k full" --json "$OUT/fp8_${lib%%:*}.json" 2>&1 | tee "$OUT/fp8_${lib%%:*}.txt"
-        done
+        fp8_rows 90 a:.dev/main128.so.xz b:.dev/pvmid128.so.xz
         ;;
       19)
         KVATTN_AB_A=.dev/main64.so.xz KVATTN_AB_B=.dev/pvmid64.so.xz KVATTN_AB_DIMS=64 KVATTN_AB_ROUNDS=2 \
