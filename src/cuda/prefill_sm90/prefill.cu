@@ -66,13 +66,7 @@ bool prefill_sm90_supports(const FwdProblem& p) {
     const int64_t rule = p.head_dim == 128 && p.kv_dtype != DType::fp8_e4m3 ? 32 : 64;
     shape_ok = rows >= (floor != nullptr ? std::max(1, std::atoi(floor)) : rule);
   }
-  const bool forced = env_is_1("KVATTN_FORCE_SM90_PREFILL");
-  if (!shape_ok && !forced) return false;
-  // fp8 caches at the head dims whose fp8 path has passed its checks on a GPU (d 128: H200, session 31);
-  // the others take the portable kernel until theirs run (KVATTN_FORCE_SM90_PREFILL=1, as the tests set it).
-  // (d 64 / 192 / 256 passed on H100 in session 34 with the producer before pfp8lean, which landed after:
-  // the next device session checks them again on the landed producer, then drops this line.)
-  if (p.kv_dtype == DType::fp8_e4m3 && p.head_dim != 128 && !forced) return false;
+  if (!shape_ok && !env_is_1("KVATTN_FORCE_SM90_PREFILL")) return false;
   // The sm_90a binary must be the one the device runs (not an sm_80 one picked for lack of it).
   return compute == DType::bf16 ? loaded<__nv_bfloat16>(p.head_dim, p.kv_dtype)
                                 : loaded<half>(p.head_dim, p.kv_dtype);
