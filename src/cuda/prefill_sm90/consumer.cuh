@@ -396,17 +396,28 @@ __device__ __forceinline__ float tree_max(float (&m)[kLen]) {
 
 // The online softmax of a tile's modified scores (rows spread over the 4 threads of a quad; scores times
 // factor are log2 units, score_factor): s becomes P, the rows' (max, sum) move on, correction = how much
-// each row's running max moved (what O must be scaled by).
+// each row's running max moved (what O must be scaled by). In steps, so that a caller can run work between
+// the exponentials (run_tiles: the previous P V's wait, the stage's release, O's rescale): softmax_max, then
+// softmax_exp2 over consecutive ranges of score pairs, the last one ending the rows' sums. What a step
+// leaves for the next is two registers a row (the max times factor, the sum so far): more, live across
+// the P V wait, spilled in the persistent kernel's tile loop.
 // kLog2Scale: P comes out times 2^kLog2Scale (and so does the row sum; KvFp8Mma's P for e4m3).
+template <int kBlockN>
+struct SoftmaxState {
+  static constexpr int kPairs = kBlockN / 8;  // a row's score pairs in s
+  float base[2];                              // the rows' maxima times factor (log2 units), less kLog2Scale
+  float sum[2];                               // the rows' sums over the pairs done
+};
+
 template <int kBlockN, int kLog2Scale = 0>
-__device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float factor, float (&row_max)[2],
-                                               float (&row_sum)[2], float (&correction)[2]) {
+__device__ __forceinline__ void softmax_max(const float (&s)[kBlockN / 2], float factor, float (&row_max)[2],
+                                            float (&correction)[2], SoftmaxState<kBlockN>& st) {
   // Both rows' maxima first, each a balanced tree over the thread's kBlockN / 4 scores of the row (depth
   // log2 of that, kBlockN / 4 - 1 FMNMX a row), then the two rows' quad shuffles (written together; ptxas
   // still places row 1's after row 0's exp2). Against chains of 4 partial maxima (which began at -inf: 6
   // more FMNMX) d 64 is 1.4% faster, d 128 level: with ~7 registers free at this point, ptxas serializes
   // either form (ncu: the max 28% of the softmax's stall samples; bench/NOTES.md, session 24).
-  constexpr int kPairs = kBlockN / 8;  // a row's score pairs in s
+  constexpr int kPairs = SoftmaxState<kBlockN>::kPairs;
   float mx[2];
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
@@ -422,35 +433,69 @@ __device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float fa
     mx[0] = fmaxf(mx[0], other0);
     mx[1] = fmaxf(mx[1], other1);
   }
-  // Row sum over 4 partial chains (dependent FADD chains of kBlockN / 32 instead of kBlockN / 4: the
-  // consumers are latency-bound, bench/NOTES.md).
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     constexpr float kShift = static_cast<float>(kLog2Scale);
-    const float base = safe_max_base(mx[k]) * factor - kShift;  // log2 units
-    correction[k] = mx[k] == row_max[k] ? 1.f : fast_exp2(row_max[k] * factor - kShift - base);
+    st.base[k] = safe_max_base(mx[k]) * factor - kShift;  // log2 units
+    correction[k] = mx[k] == row_max[k] ? 1.f : fast_exp2(row_max[k] * factor - kShift - st.base[k]);
     row_max[k] = mx[k];
-    // Chains 1-3 start at their first pair, not at 0 (0 + x is an FADD under IEEE's -0: 6 a tile at d 128;
-    // the same bits, a pair of exp2 being >= 0).
-    float sum[4];
-#pragma unroll
-    for (int j = kPairs; j < 4; ++j) sum[j] = 0.f;
-#pragma unroll
-    for (int j = 0; j < kPairs; ++j) {
-      s[4 * j + 2 * k] = fast_exp2(fmaf(s[4 * j + 2 * k], factor, -base));
-      s[4 * j + 2 * k + 1] = fast_exp2(fmaf(s[4 * j + 2 * k + 1], factor, -base));
-      const float pair = s[4 * j + 2 * k] + s[4 * j + 2 * k + 1];
-      if (j == 0) {
-        sum[0] = row_sum[k] * correction[k] + pair;
-      } else if (j < 4) {
-        sum[j] = pair;
-      } else {
-        sum[j % 4] += pair;
-      }
-    }
-    row_sum[k] = (sum[0] + sum[1]) + (sum[2] + sum[3]);
   }
 }
+
+// Pairs [kJ0, kJ1) of both rows: s -> exp2, summed in 4 partial chains (dependent FADD chains of a quarter
+// of the range instead of all of it: the consumers are latency-bound, bench/NOTES.md). Chain 0 starts at
+// the sum so far (kJ0 = 0: the row's running sum times its correction); chains 1-3 at their first pair, not
+// at 0 (0 + x is an FADD under IEEE's -0: 6 a tile at d 128; a pair of exp2 is >= 0). The range's end:
+// st.sum = the chains' sum; kJ1 = kPairs: row_sum too. One range [0, kPairs) adds in the order of the
+// one-step softmax the kernels had before, bit for bit.
+template <int kBlockN, int kJ0, int kJ1>
+__device__ __forceinline__ void softmax_exp2(float (&s)[kBlockN / 2], float factor, float (&row_sum)[2],
+                                             const float (&correction)[2], SoftmaxState<kBlockN>& st) {
+  static_assert(0 <= kJ0 && kJ0 <= kJ1 && kJ1 <= SoftmaxState<kBlockN>::kPairs, "a range of pairs");
+  if constexpr (kJ0 < kJ1) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      float chain[4];
+#pragma unroll
+      for (int c = kJ1 - kJ0; c < 4; ++c) chain[c] = 0.f;
+#pragma unroll
+      for (int j = kJ0; j < kJ1; ++j) {
+        s[4 * j + 2 * k] = fast_exp2(fmaf(s[4 * j + 2 * k], factor, -st.base[k]));
+        s[4 * j + 2 * k + 1] = fast_exp2(fmaf(s[4 * j + 2 * k + 1], factor, -st.base[k]));
+        const float pair = s[4 * j + 2 * k] + s[4 * j + 2 * k + 1];
+        const int c = j - kJ0;
+        if (c == 0) {
+          chain[0] = (kJ0 == 0 ? row_sum[k] * correction[k] : st.sum[k]) + pair;
+        } else if (c < 4) {
+          chain[c] = pair;
+        } else {
+          chain[c % 4] += pair;
+        }
+      }
+      st.sum[k] = (chain[0] + chain[1]) + (chain[2] + chain[3]);
+    }
+  }
+  if constexpr (kJ1 == SoftmaxState<kBlockN>::kPairs) {
+    row_sum[0] = st.sum[0];
+    row_sum[1] = st.sum[1];
+  }
+}
+
+// The steps at once (the MLA kernel's softmax).
+template <int kBlockN, int kLog2Scale = 0>
+__device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float factor, float (&row_max)[2],
+                                               float (&row_sum)[2], float (&correction)[2]) {
+  SoftmaxState<kBlockN> st;
+  softmax_max<kBlockN, kLog2Scale>(s, factor, row_max, correction, st);
+  softmax_exp2<kBlockN, 0, SoftmaxState<kBlockN>::kPairs>(s, factor, row_sum, correction, st);
+}
+
+// The pairs a row before run_tiles' P V wait: a third (FA3's place) in the 16-bit d 128 kernels; every pair
+// (the wait after the softmax, as before) in the others, until a measurement says whether it pays there too.
+template <class Cfg>
+constexpr int kPairsBeforePv =
+    Cfg::kHeadDim == 128 && !Cfg::kKvFp8 && !Cfg::kPSmem ? SoftmaxState<Cfg::kBlockN>::kPairs / 3
+                                                         : SoftmaxState<Cfg::kBlockN>::kPairs;
 
 // Out = O / l and lse of this thread's two rows, the sink counted here; a split of the split kernel
 // (Cfg::kSplit, p.num_splits > 1) writes its normalized partial instead (the combine counts the sink).
@@ -540,9 +585,12 @@ struct PingPong {
 };
 
 // The consumer's tiles, S and P V in flight: the softmax of tile t overlaps the P V of tile t - 1 on the
-// tensor cores. Per iteration, issue S_t = Q K_t and O += P_{t-1} V_{t-1}, wait for S_t, softmax it, wait
-// for P V, release stage t - 1, rescale O by tile t's correction. wait_full(tile): the tile's stage, once
-// loaded; softmax(s, tile, correction): S -> P (the score mods, the online softmax). A WaitFullThenLast's
+// tensor cores. Per iteration, issue S_t = Q K_t and O += P_{t-1} V_{t-1}, wait for S_t, softmax it; a third
+// of the way into its exponentials (FA3's place: P V, issued after S_t, is done by then), wait for P V,
+// release stage t - 1, rescale O by tile t's correction, so that P's packing (and O's rescale's latency) run
+// under the rest of the MUFU stream instead of after it (bench/NOTES.md, session 34). wait_full(tile): the
+// tile's stage, once loaded; softmax(s, tile, correction, sums, rest): S -> P (the score mods, the online
+// softmax) in two calls around the P V wait (consume). A WaitFullThenLast's
 // last() runs while the last P V is on the tensor cores (every Q K^T of the tiles is done then).
 // (The hook rides on wait_full: an added parameter, even unused, moved the other kernels' code.)
 template <class Cfg, class WaitFull, class Softmax>
@@ -591,8 +639,9 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     wgmma_wait<0>();
     fence_registers(s);
     float correction[2];
-    softmax(s, 0, correction);  // O is still zero: nothing to rescale
-    keep_p(s);
+    SoftmaxState<kBlockN> sums;
+    if (softmax(s, 0, correction, sums, false)) softmax(s, 0, correction, sums, true);
+    keep_p(s);  // (O is still zero: nothing to wait for or rescale)
   }
   // (32-bit tile numbers: a unit's tiles number < 2^31 / kBlockN; a 64-bit counter cost 2 a tile)
   const int n_tiles32 = static_cast<int>(n_tiles);
@@ -615,7 +664,8 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     fence_registers(s);
     KVATTN_PTL(ptl_stamp(tile, kPtlS));
     float correction[2];
-    softmax(s, tile, correction);
+    SoftmaxState<kBlockN> sums;
+    const bool on = softmax(s, tile, correction, sums, false);  // a third of the exponentials
     KVATTN_PTL(ptl_stamp(tile, kPtlSoftmax));
     wgmma_wait<0>();  // P_{t-1} V_{t-1} is done: its registers and its stage are free
     fence_registers(o);
@@ -626,7 +676,12 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
 #pragma unroll
       for (int e = 0; e < kD / 2; ++e) o[e] *= correction[(e % 4) / 2];
     }
-    keep_p(s);
+    if (on) {
+      softmax(s, tile, correction, sums, true);  // the other exponentials
+      keep_p(s);  // (in their block: ptxas interleaves the first pairs' packing with their MUFU stream)
+    } else {
+      keep_p(s);
+    }
     KVATTN_PTL(ptl_stamp(tile, kPtlEnd));
     prev_stage = stage;
   }
@@ -746,13 +801,22 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   // d 128, tested once a tile at the softmax's start).
   const bool plain = !score_mods_scale(p);
   const int plain_first = plain ? in_first : 1, plain_last = plain ? in_last : 0;
-  // The diag_no_softmax branch also keeps a basic-block boundary before the caller's wgmma_wait<0>: without
-  // it ptxas hoisted that wait (P_{t-1} V_{t-1}) to the softmax's start, serializing P V and the softmax
-  // (SASS, session 33). Remove it only with another boundary there.
-  auto softmax = [&](float(&s)[kBlockN / 2], int64_t tile, float(&correction)[2]) {
+  // The softmax in two calls around run_tiles' P V wait: softmax(s, tile, correction, sums, false) the score
+  // mods, the maxima and the first kPairsBeforePv pairs a row; returns false under diag_no_softmax (then
+  // nothing ran, correction = 1). softmax(.., true): the other pairs, ending the row sums. run_tiles' wait
+  // sits at the join of that branch's two paths: a basic-block boundary, which keeps ptxas from hoisting it
+  // to the softmax's start (with the wait in the block of the exponentials it did: P V and the softmax
+  // serialized; SASS, session 33). Remove the branch only with another boundary there.
+  auto softmax = [&](float(&s)[kBlockN / 2], int64_t tile, float(&correction)[2], SoftmaxState<kBlockN>& sums,
+                     bool rest) {
+    constexpr int kPairs = SoftmaxState<kBlockN>::kPairs;
+    if (rest) {
+      softmax_exp2<kBlockN, kPairsBeforePv<Cfg>, kPairs>(s, factor, row_sum, correction, sums);
+      return true;
+    }
     if (diag_no_softmax) {
       correction[0] = correction[1] = 1.f;
-      return;
+      return false;
     }
     const int t = static_cast<int>(tile);
     if (t < plain_first || t > plain_last) {
@@ -763,7 +827,9 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
       }
       apply_score_mods<true>(p, static_cast<int32_t>(kv_len), inside, score_tile);
     }
-    online_softmax<kBlockN, kPLog2Of<Cfg>>(s, factor, row_max, row_sum, correction);
+    softmax_max<kBlockN, kPLog2Of<Cfg>>(s, factor, row_max, correction, sums);
+    softmax_exp2<kBlockN, 0, kPairsBeforePv<Cfg>>(s, factor, row_sum, correction, sums);
+    return true;
   };
   // The fence rule as two values made once (the mode, a kernel parameter, was decoded again every tile).
   const bool fence_all = fence == kFenceEveryTile;
