@@ -490,12 +490,10 @@ __device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float fa
   softmax_exp2<kBlockN, 0, SoftmaxState<kBlockN>::kPairs>(s, factor, row_sum, correction, st);
 }
 
-// The pairs a row before run_tiles' P V wait: a third (FA3's place) in the 16-bit d 128 kernels; every pair
-// (the wait after the softmax, as before) in the others, until a measurement says whether it pays there too.
+// The pairs a row before run_tiles' P V wait: a third (FA3's place). (SASS, every kernel: at most 1 LDL more
+// a tile in its loop than with the wait after the softmax; d 64 three, d 128 and d 256 one persistent each.)
 template <class Cfg>
-constexpr int kPairsBeforePv =
-    Cfg::kHeadDim == 128 && !Cfg::kKvFp8 && !Cfg::kPSmem ? SoftmaxState<Cfg::kBlockN>::kPairs / 3
-                                                         : SoftmaxState<Cfg::kBlockN>::kPairs;
+constexpr int kPairsBeforePv = SoftmaxState<Cfg::kBlockN>::kPairs / 3;
 
 // Out = O / l and lse of this thread's two rows, the sink counted here; a split of the split kernel
 // (Cfg::kSplit, p.num_splits > 1) writes its normalized partial instead (the combine counts the sink).
