@@ -664,7 +664,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     float correction[2];
     SoftmaxState<kBlockN> sums;
     const bool on = softmax(s, tile, correction, sums, false);  // a third of the exponentials
-    KVATTN_PTL(ptl_stamp(tile, kPtlSoftmax));
+    KVATTN_PTL(ptl_stamp(tile, kPtlSoftmax));  // (the timeline's softmax phase: its first third now)
     wgmma_wait<0>();  // P_{t-1} V_{t-1} is done: its registers and its stage are free
     fence_registers(o);
     fence_p();
