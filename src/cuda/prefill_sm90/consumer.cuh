@@ -321,9 +321,9 @@ __device__ __forceinline__ void fence_fragments(uint32_t (&pa)[kKSteps][4]) {
 }
 
 // P leaves the S accumulators as the A fragments of P V (two 8-key blocks = one 16-key k-step).
-// Cfg::kFp8Mma: e4m3 (P already x 2^kPLog2: online_softmax), k32 steps; register (h, half) of step kk (row 8
-// h, keys 16 half ..) holds positions 4t .. 4t + 3, which V^T's pi order gives keys 2t, 2t + 1 (8-key block 4
-// kk + 2 half) and 2t + 8, 2t + 9 (the next block): the thread's own accumulators, no shuffle.
+// Cfg::kFp8Mma: e4m3 (P already x 2^kPLog2: softmax_max's kLog2Scale), k32 steps; register (h, half) of step
+// kk (row 8 h, keys 16 half ..) holds positions 4t .. 4t + 3, which V^T's pi order gives keys 2t, 2t + 1
+// (8-key block 4 kk + 2 half) and 2t + 8, 2t + 9 (the next block): the thread's own accumulators, no shuffle.
 template <class Cfg>
 __device__ __forceinline__ void pack_p(const float (&s)[Cfg::kBlockN / 2],
                                        uint32_t (&pa)[Cfg::kBlockN / 16][4]) {
@@ -401,7 +401,6 @@ __device__ __forceinline__ float tree_max(float (&m)[kLen]) {
 // softmax_exp2 over consecutive ranges of score pairs, the last one ending the rows' sums. What a step
 // leaves for the next is two registers a row (the max times factor, the sum so far): more, live across
 // the P V wait, spilled in the persistent kernel's tile loop.
-// kLog2Scale: P comes out times 2^kLog2Scale (and so does the row sum; KvFp8Mma's P for e4m3).
 template <int kBlockN>
 struct SoftmaxState {
   static constexpr int kPairs = kBlockN / 8;  // a row's score pairs in s
@@ -409,14 +408,17 @@ struct SoftmaxState {
   float sum[2];                               // the rows' sums over the pairs done
 };
 
+// The rows' maxima, the base of their exponentials and the correction. kLog2Scale: P comes out times
+// 2^kLog2Scale, folded into the base (and so does the row sum; KvFp8Mma's P for e4m3).
 template <int kBlockN, int kLog2Scale = 0>
 __device__ __forceinline__ void softmax_max(const float (&s)[kBlockN / 2], float factor, float (&row_max)[2],
                                             float (&correction)[2], SoftmaxState<kBlockN>& st) {
   // Both rows' maxima first, each a balanced tree over the thread's kBlockN / 4 scores of the row (depth
   // log2 of that, kBlockN / 4 - 1 FMNMX a row), then the two rows' quad shuffles (written together; ptxas
-  // still places row 1's after row 0's exp2). Against chains of 4 partial maxima (which began at -inf: 6
-  // more FMNMX) d 64 is 1.4% faster, d 128 level: with ~7 registers free at this point, ptxas serializes
-  // either form (ncu: the max 28% of the softmax's stall samples; bench/NOTES.md, session 24).
+  // placed row 1's after row 0's exp2 when each row's exponentials followed its base). Against chains of 4
+  // partial maxima (which began at -inf: 6 more FMNMX) d 64 is 1.4% faster, d 128 level: with ~7 registers
+  // free at this point, ptxas serializes either form (ncu: the max 28% of the softmax's stall samples;
+  // bench/NOTES.md, session 24).
   constexpr int kPairs = SoftmaxState<kBlockN>::kPairs;
   float mx[2];
 #pragma unroll
@@ -445,8 +447,9 @@ __device__ __forceinline__ void softmax_max(const float (&s)[kBlockN / 2], float
 // Pairs [kJ0, kJ1) of both rows: s -> exp2, summed in 4 partial chains (dependent FADD chains of a quarter
 // of the range instead of all of it: the consumers are latency-bound, bench/NOTES.md). Chain 0 starts at
 // the sum so far (kJ0 = 0: the row's running sum times its correction); chains 1-3 at their first pair, not
-// at 0 (0 + x is an FADD under IEEE's -0: 6 a tile at d 128; a pair of exp2 is >= 0). The range's end:
-// st.sum = the chains' sum; kJ1 = kPairs: row_sum too. One range [0, kPairs) adds in the order of the
+// at 0 (0 + x is an FADD under IEEE's -0: 6 a range; a pair of exp2 is >= 0), and a range of fewer than 4
+// pairs leaves its unused chains at -0 (x + -0 is x, exactly: folded away). The range's end: st.sum = the
+// chains' sum; kJ1 = kPairs: row_sum too. One range [0, kPairs) adds in the order of the
 // one-step softmax the kernels had before, bit for bit.
 template <int kBlockN, int kJ0, int kJ1>
 __device__ __forceinline__ void softmax_exp2(float (&s)[kBlockN / 2], float factor, float (&row_sum)[2],
@@ -457,7 +460,7 @@ __device__ __forceinline__ void softmax_exp2(float (&s)[kBlockN / 2], float fact
     for (int k = 0; k < 2; ++k) {
       float chain[4];
 #pragma unroll
-      for (int c = kJ1 - kJ0; c < 4; ++c) chain[c] = 0.f;
+      for (int c = kJ1 - kJ0; c < 4; ++c) chain[c] = -0.f;
 #pragma unroll
       for (int j = kJ0; j < kJ1; ++j) {
         s[4 * j + 2 * k] = fast_exp2(fmaf(s[4 * j + 2 * k], factor, -st.base[k]));
@@ -490,8 +493,9 @@ __device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float fa
   softmax_exp2<kBlockN, 0, SoftmaxState<kBlockN>::kPairs>(s, factor, row_sum, correction, st);
 }
 
-// The pairs a row before run_tiles' P V wait: a third (FA3's place). (SASS, every kernel: at most 1 LDL more
-// a tile in its loop than with the wait after the softmax; d 64 three, d 128 and d 256 one persistent each.)
+// The pairs a row before run_tiles' P V wait: a third (FA3's place; 5 of 16 at d 64 / 128, 2 of 8 at d 192,
+// 2 of 6 at d 256). SASS, every kernel: at most 1 LDL more a tile in its loop than with the wait after the
+// softmax (three d 64 kernels, the d 128 and d 256 persistent ones; none at d 192 or in the fp8 kernels).
 template <class Cfg>
 constexpr int kPairsBeforePv = SoftmaxState<Cfg::kBlockN>::kPairs / 3;
 
@@ -584,10 +588,10 @@ struct PingPong {
 
 // The consumer's tiles, S and P V in flight: the softmax of tile t overlaps the P V of tile t - 1 on the
 // tensor cores. Per iteration, issue S_t = Q K_t and O += P_{t-1} V_{t-1}, wait for S_t, softmax it; a third
-// of the way into its exponentials (FA3's place: P V, issued after S_t, is done by then), wait for P V,
-// release stage t - 1, rescale O by tile t's correction, so that P's packing (and O's rescale's latency) run
-// under the rest of the MUFU stream instead of after it (bench/NOTES.md, session 34). wait_full(tile): the
-// tile's stage, once loaded; softmax(s, tile, correction, sums, rest): S -> P (the score mods, the online
+// of the way into its exponentials (FA3's place: P V, issued after S_t, is expected done by then), wait for P
+// V, release stage t - 1, rescale O by tile t's correction, so that P's packing (and O's rescale's latency)
+// run under the rest of the MUFU stream instead of after it (bench/NOTES.md, session 34). wait_full(tile):
+// the tile's stage, once loaded; softmax(s, tile, correction, sums, rest): S -> P (the score mods, the online
 // softmax) in two calls around the P V wait (consume). A WaitFullThenLast's
 // last() runs while the last P V is on the tensor cores (every Q K^T of the tiles is done then).
 // (The hook rides on wait_full: an added parameter, even unused, moved the other kernels' code.)
@@ -792,8 +796,6 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   float row_sum[2] = {0.f, 0.f};              // this thread's share; quad-reduced at the end
   const uint32_t q_addr = smem_addr(s_q);
 
-  // Score mods and online softmax of a tile's S (rows spread over the 4 threads of a quad): s becomes P,
-  // correction = how much the row's running max moved (what O must be scaled by).
   // Without softcap and ALiBi (and so without descaled scores) an inside tile takes no score mod: the tiles
   // [plain_first, plain_last] skip the mods' tests (an empty range otherwise; -10 instructions a tile at
   // d 128, tested once a tile at the softmax's start).

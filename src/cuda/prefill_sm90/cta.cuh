@@ -140,7 +140,7 @@ struct KvFp8Mma : KvFp8<Base> {
   using TM = __nv_fp8_e4m3;
   static constexpr bool kFp8Mma = true;
   static constexpr int kVtOffset = Base::kBlockN * Base::kHeadDimV;  // V^T after the landed V in its stage
-  static constexpr int kPLog2 = 8;  // P x 2^8 into e4m3 (online_softmax's shift)
+  static constexpr int kPLog2 = 8;  // P x 2^8 into e4m3 (softmax_max's kLog2Scale)
   static_assert(Base::kHeadDim == 128 && Base::kHeadDimV == 128 && Base::kBlockN == 128 && !Base::kPSmem,
                 "the fp8 wgmma kernel: d = dv = 128, 128-key tiles, P in registers");
 };
