@@ -493,11 +493,13 @@ __device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float fa
   softmax_exp2<kBlockN, 0, SoftmaxState<kBlockN>::kPairs>(s, factor, row_sum, correction, st);
 }
 
-// The pairs a row before run_tiles' P V wait: a third (FA3's place; 5 of 16 at d 64 / 128, 2 of 8 at d 192,
-// 2 of 6 at d 256). SASS, every kernel: at most 1 LDL more a tile in its loop than with the wait after the
-// softmax (three d 64 kernels, the d 128 and d 256 persistent ones; none at d 192 or in the fp8 kernels).
+// The pairs a row before run_tiles' P V wait: a third at d 128 (FA3's place: 5 of 16; H100, session 35:
+// -2 to -5% on W6 16x128, bf16; fp8 level), all of them elsewhere (the wait after the softmax, as before):
+// at d 64 (three consumers, P through shared memory) a third cost +7 to +12% on W6 32x64; d 192 / 256
+// unmeasured. SASS with a third, every kernel: at most 1 LDL more a tile in its loop.
 template <class Cfg>
-constexpr int kPairsBeforePv = SoftmaxState<Cfg::kBlockN>::kPairs / 3;
+constexpr int kPairsBeforePv =
+    Cfg::kHeadDim == 128 ? SoftmaxState<Cfg::kBlockN>::kPairs / 3 : SoftmaxState<Cfg::kBlockN>::kPairs;
 
 // Out = O / l and lse of this thread's two rows, the sink counted here; a split of the split kernel
 // (Cfg::kSplit, p.num_splits > 1) writes its normalized partial instead (the combine counts the sink).
