@@ -396,31 +396,20 @@ __device__ __forceinline__ float tree_max(float (&m)[kLen]) {
 
 // The online softmax of a tile's modified scores (rows spread over the 4 threads of a quad; scores times
 // factor are log2 units, score_factor): s becomes P, the rows' (max, sum) move on, correction = how much
-// each row's running max moved (what O must be scaled by). In steps, so that a caller can run work between
-// the exponentials (run_tiles: the previous P V's wait, the stage's release, O's rescale): softmax_max, then
-// softmax_exp2 over consecutive ranges of score pairs, the last one ending the rows' sums. What a step
-// leaves for the next is two registers a row (the max times factor, the sum so far): more, live across
-// the P V wait, spilled in the persistent kernel's tile loop.
-template <int kBlockN>
-struct SoftmaxState {
-  static constexpr int kPairs = kBlockN / 8;  // a row's score pairs in s
-  float base[2];                              // the rows' maxima times factor (log2 units), less kLog2Scale
-  float sum[2];                               // the rows' sums over the pairs done
-};
+// each row's running max moved (what O must be scaled by). Its pieces: the rows' maxima, a row's base,
+// a row's exponentials over a range of score pairs; online_softmax runs them in one step, softmax_max and
+// softmax_exp2 in steps that a caller can run work between (run_tiles' P V wait: kPvWaitMid).
 
-// The rows' maxima, the base of their exponentials and the correction. kLog2Scale: P comes out times
-// 2^kLog2Scale, folded into the base (and so does the row sum; KvFp8Mma's P for e4m3).
-template <int kBlockN, int kLog2Scale = 0>
-__device__ __forceinline__ void softmax_max(const float (&s)[kBlockN / 2], float factor, float (&row_max)[2],
-                                            float (&correction)[2], SoftmaxState<kBlockN>& st) {
-  // Both rows' maxima first, each a balanced tree over the thread's kBlockN / 4 scores of the row (depth
-  // log2 of that, kBlockN / 4 - 1 FMNMX a row), then the two rows' quad shuffles (written together; ptxas
-  // placed row 1's after row 0's exp2 when each row's exponentials followed its base). Against chains of 4
-  // partial maxima (which began at -inf: 6 more FMNMX) d 64 is 1.4% faster, d 128 level: with ~7 registers
-  // free at this point, ptxas serializes either form (ncu: the max 28% of the softmax's stall samples;
-  // bench/NOTES.md, session 24).
-  constexpr int kPairs = SoftmaxState<kBlockN>::kPairs;
-  float mx[2];
+// Both rows' maxima (with their running ones), each a balanced tree over the thread's kBlockN / 4 scores of
+// the row (depth log2 of that, kBlockN / 4 - 1 FMNMX a row), then the two rows' quad shuffles (written
+// together; ptxas still places row 1's after row 0's exp2 in the one-step form). Against chains of 4
+// partial maxima (which began at -inf: 6 more FMNMX) d 64 is 1.4% faster, d 128 level: with ~7 registers
+// free at this point, ptxas serializes either form (ncu: the max 28% of the softmax's stall samples;
+// bench/NOTES.md, session 24).
+template <int kBlockN>
+__device__ __forceinline__ void row_maxima(const float (&s)[kBlockN / 2], const float (&row_max)[2],
+                                           float (&mx)[2]) {
+  constexpr int kPairs = kBlockN / 8;  // a row's score pairs in s
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     float m[kPairs];
@@ -435,48 +424,91 @@ __device__ __forceinline__ void softmax_max(const float (&s)[kBlockN / 2], float
     mx[0] = fmaxf(mx[0], other0);
     mx[1] = fmaxf(mx[1], other1);
   }
+}
+
+// Row k's base (its max times factor, log2 units; kLog2Scale: P comes out times 2^kLog2Scale, and so does
+// the row sum: KvFp8Mma's P for e4m3) and correction; its running max moves on.
+template <int kLog2Scale>
+__device__ __forceinline__ float row_base(int k, const float (&mx)[2], float factor, float (&row_max)[2],
+                                          float (&correction)[2]) {
+  constexpr float kShift = static_cast<float>(kLog2Scale);
+  const float base = safe_max_base(mx[k]) * factor - kShift;
+  correction[k] = mx[k] == row_max[k] ? 1.f : fast_exp2(row_max[k] * factor - kShift - base);
+  row_max[k] = mx[k];
+  return base;
+}
+
+// Pairs [kJ0, kJ1) of row k: s -> exp2, summed onto sum in 4 partial chains (dependent FADD chains of a
+// quarter of the range instead of all of it: the consumers are latency-bound, bench/NOTES.md). Chain 0
+// starts at sum, chains 1-3 at their first pair, not at 0 (0 + x is an FADD under IEEE's -0: 6 a range; a
+// pair of exp2 is >= 0); a range of fewer than 4 pairs leaves its unused chains at -0 (x + -0 is x,
+// exactly: folded away).
+template <int kBlockN, int kJ0, int kJ1>
+__device__ __forceinline__ float row_exp2(int k, float (&s)[kBlockN / 2], float factor, float base,
+                                          float sum) {
+  static_assert(0 <= kJ0 && kJ0 < kJ1 && kJ1 <= kBlockN / 8, "a range of pairs");
+  float chain[4];
+#pragma unroll
+  for (int c = kJ1 - kJ0; c < 4; ++c) chain[c] = -0.f;
+#pragma unroll
+  for (int j = kJ0; j < kJ1; ++j) {
+    s[4 * j + 2 * k] = fast_exp2(fmaf(s[4 * j + 2 * k], factor, -base));
+    s[4 * j + 2 * k + 1] = fast_exp2(fmaf(s[4 * j + 2 * k + 1], factor, -base));
+    const float pair = s[4 * j + 2 * k] + s[4 * j + 2 * k + 1];
+    const int c = j - kJ0;
+    if (c == 0) {
+      chain[0] = sum + pair;
+    } else if (c < 4) {
+      chain[c] = pair;
+    } else {
+      chain[c % 4] += pair;
+    }
+  }
+  return (chain[0] + chain[1]) + (chain[2] + chain[3]);
+}
+
+// In one step, each row's base then its exponentials (the MLA kernel's softmax, and the prefill kernels'
+// where the P V wait follows the softmax).
+template <int kBlockN, int kLog2Scale = 0>
+__device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float factor, float (&row_max)[2],
+                                               float (&row_sum)[2], float (&correction)[2]) {
+  float mx[2];
+  row_maxima<kBlockN>(s, row_max, mx);
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
-    constexpr float kShift = static_cast<float>(kLog2Scale);
-    st.base[k] = safe_max_base(mx[k]) * factor - kShift;  // log2 units
-    correction[k] = mx[k] == row_max[k] ? 1.f : fast_exp2(row_max[k] * factor - kShift - st.base[k]);
-    row_max[k] = mx[k];
+    const float base = row_base<kLog2Scale>(k, mx, factor, row_max, correction);
+    row_sum[k] = row_exp2<kBlockN, 0, kBlockN / 8>(k, s, factor, base, row_sum[k] * correction[k]);
   }
 }
 
-// Pairs [kJ0, kJ1) of both rows: s -> exp2, summed in 4 partial chains (dependent FADD chains of a quarter
-// of the range instead of all of it: the consumers are latency-bound, bench/NOTES.md). Chain 0 starts at
-// the sum so far (kJ0 = 0: the row's running sum times its correction); chains 1-3 at their first pair, not
-// at 0 (0 + x is an FADD under IEEE's -0: 6 a range; a pair of exp2 is >= 0), and a range of fewer than 4
-// pairs leaves its unused chains at -0 (x + -0 is x, exactly: folded away). The range's end: st.sum = the
-// chains' sum; kJ1 = kPairs: row_sum too. One range [0, kPairs) adds in the order of the
-// one-step softmax the kernels had before, bit for bit.
+// In steps: softmax_max, then softmax_exp2 over consecutive ranges of score pairs, the last one ending the
+// rows' sums. What a step leaves for the next is two registers a row (the base, the sum so far): more, live
+// across the P V wait, spilled in the persistent kernel's tile loop.
+template <int kBlockN>
+struct SoftmaxState {
+  static constexpr int kPairs = kBlockN / 8;  // a row's score pairs in s
+  float base[2];
+  float sum[2];  // over the pairs done
+};
+
+template <int kBlockN, int kLog2Scale = 0>
+__device__ __forceinline__ void softmax_max(const float (&s)[kBlockN / 2], float factor, float (&row_max)[2],
+                                            float (&correction)[2], SoftmaxState<kBlockN>& st) {
+  float mx[2];
+  row_maxima<kBlockN>(s, row_max, mx);
+#pragma unroll
+  for (int k = 0; k < 2; ++k) st.base[k] = row_base<kLog2Scale>(k, mx, factor, row_max, correction);
+}
+
+// Pairs [kJ0, kJ1) of both rows (kJ0 = 0: onto the running sums times their correction); kJ1 = kPairs ends
+// the rows' sums (row_sum).
 template <int kBlockN, int kJ0, int kJ1>
 __device__ __forceinline__ void softmax_exp2(float (&s)[kBlockN / 2], float factor, float (&row_sum)[2],
                                              const float (&correction)[2], SoftmaxState<kBlockN>& st) {
-  static_assert(0 <= kJ0 && kJ0 <= kJ1 && kJ1 <= SoftmaxState<kBlockN>::kPairs, "a range of pairs");
-  if constexpr (kJ0 < kJ1) {
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      float chain[4];
-#pragma unroll
-      for (int c = kJ1 - kJ0; c < 4; ++c) chain[c] = -0.f;
-#pragma unroll
-      for (int j = kJ0; j < kJ1; ++j) {
-        s[4 * j + 2 * k] = fast_exp2(fmaf(s[4 * j + 2 * k], factor, -st.base[k]));
-        s[4 * j + 2 * k + 1] = fast_exp2(fmaf(s[4 * j + 2 * k + 1], factor, -st.base[k]));
-        const float pair = s[4 * j + 2 * k] + s[4 * j + 2 * k + 1];
-        const int c = j - kJ0;
-        if (c == 0) {
-          chain[0] = (kJ0 == 0 ? row_sum[k] * correction[k] : st.sum[k]) + pair;
-        } else if (c < 4) {
-          chain[c] = pair;
-        } else {
-          chain[c % 4] += pair;
-        }
-      }
-      st.sum[k] = (chain[0] + chain[1]) + (chain[2] + chain[3]);
-    }
+  for (int k = 0; k < 2; ++k) {
+    const float sum = kJ0 == 0 ? row_sum[k] * correction[k] : st.sum[k];
+    st.sum[k] = row_exp2<kBlockN, kJ0, kJ1>(k, s, factor, st.base[k], sum);
   }
   if constexpr (kJ1 == SoftmaxState<kBlockN>::kPairs) {
     row_sum[0] = st.sum[0];
@@ -484,22 +516,17 @@ __device__ __forceinline__ void softmax_exp2(float (&s)[kBlockN / 2], float fact
   }
 }
 
-// The steps at once (the MLA kernel's softmax).
-template <int kBlockN, int kLog2Scale = 0>
-__device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float factor, float (&row_max)[2],
-                                               float (&row_sum)[2], float (&correction)[2]) {
-  SoftmaxState<kBlockN> st;
-  softmax_max<kBlockN, kLog2Scale>(s, factor, row_max, correction, st);
-  softmax_exp2<kBlockN, 0, SoftmaxState<kBlockN>::kPairs>(s, factor, row_sum, correction, st);
-}
-
-// The pairs a row before run_tiles' P V wait: a third at d 128 (FA3's place: 5 of 16; H100, session 35:
-// -2 to -5% on W6 16x128, bf16; fp8 level), all of them elsewhere (the wait after the softmax, as before):
-// at d 64 (three consumers, P through shared memory) a third cost +7 to +12% on W6 32x64; d 192 / 256
-// unmeasured. SASS with a third, every kernel: at most 1 LDL more a tile in its loop.
+// The pairs a row before run_tiles' P V wait: a third at d 128 and 256 (FA3's place: 5 of 16, 2 of 6; H100,
+// session 35, W6 against the wait after the softmax: 16x128 -2 to -5%, fp8 level; 8x256 -2 to -7%), all of
+// them at d 64 and (192, 128), where a third lost (32x64 +7 to +12%: three consumers, P through shared
+// memory; 16x192/128 +2 to +9%): there the kernels keep the wait after the softmax, their code as before
+// (kPvWaitMid false; SASS identical). SASS with a third: at most 1 LDL more a tile in a loop.
 template <class Cfg>
 constexpr int kPairsBeforePv =
-    Cfg::kHeadDim == 128 ? SoftmaxState<Cfg::kBlockN>::kPairs / 3 : SoftmaxState<Cfg::kBlockN>::kPairs;
+    Cfg::kHeadDim == 128 || Cfg::kHeadDim == 256 ? SoftmaxState<Cfg::kBlockN>::kPairs / 3
+                                                 : SoftmaxState<Cfg::kBlockN>::kPairs;
+template <class Cfg>
+constexpr bool kPvWaitMid = kPairsBeforePv<Cfg> < SoftmaxState<Cfg::kBlockN>::kPairs;
 
 // Out = O / l and lse of this thread's two rows, the sink counted here; a split of the split kernel
 // (Cfg::kSplit, p.num_splits > 1) writes its normalized partial instead (the combine counts the sink).
@@ -680,7 +707,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
 #pragma unroll
       for (int e = 0; e < kD / 2; ++e) o[e] *= correction[(e % 4) / 2];
     }
-    if (on) {
+    if (kPvWaitMid<Cfg> && on) {
       softmax(s, tile, correction, sums, true);  // the other exponentials
       keep_p(s);  // (in their block: ptxas interleaves the first pairs' packing with their MUFU stream)
     } else {
@@ -813,7 +840,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
                      bool rest) {
     constexpr int kPairs = SoftmaxState<kBlockN>::kPairs;
     if (rest) {
-      softmax_exp2<kBlockN, kPairsBeforePv<Cfg>, kPairs>(s, factor, row_sum, correction, sums);
+      if constexpr (kPvWaitMid<Cfg>)
+        softmax_exp2<kBlockN, kPairsBeforePv<Cfg>, kPairs>(s, factor, row_sum, correction, sums);
       return true;
     }
     if (diag_no_softmax) {
@@ -829,8 +857,12 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
       }
       apply_score_mods<true>(p, static_cast<int32_t>(kv_len), inside, score_tile);
     }
-    softmax_max<kBlockN, kPLog2Of<Cfg>>(s, factor, row_max, correction, sums);
-    softmax_exp2<kBlockN, 0, kPairsBeforePv<Cfg>>(s, factor, row_sum, correction, sums);
+    if constexpr (kPvWaitMid<Cfg>) {
+      softmax_max<kBlockN, kPLog2Of<Cfg>>(s, factor, row_max, correction, sums);
+      softmax_exp2<kBlockN, 0, kPairsBeforePv<Cfg>>(s, factor, row_sum, correction, sums);
+    } else {
+      online_softmax<kBlockN, kPLog2Of<Cfg>>(s, factor, row_max, row_sum, correction);
+    }
     return true;
   };
   // The fence rule as two values made once (the mode, a kernel parameter, was decoded again every tile).
