@@ -192,8 +192,8 @@ def main():
             if w >= CONSUMER_WARPS or t == 0 or 0 in r or 0 in rows[(c, w, t - 1)]:
                 continue
             prev_end = rows[(c, w, t - 1)][END]
-            # (Since pvmid the kernel stamps "softmax" a third into the exponentials, at the P V wait: the
-            # rest of the softmax falls in "tail" with O's rescale and P's packing.)
+            # (Since pvmid the d 128 / 256 kernels stamp "softmax" a third into the exponentials, at the P V
+            # wait: the rest of the softmax falls in "tail" with O's rescale and P's packing.)
             for name, a, b in [("stage wait", None, STAGE), ("  loop head", None, HEAD), ("  wait_full", HEAD, STAGE),
                                ("issue", STAGE, ISSUED), ("  fence", STAGE, FENCED), ("  wgmma", FENCED, ISSUED),
                                ("S wait", ISSUED, S_LANDED), ("softmax", S_LANDED, SOFTMAX), ("pv wait", SOFTMAX, PV),
