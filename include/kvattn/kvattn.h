@@ -192,7 +192,7 @@ KVATTN_API kvattn_status kvattn_fwd(const kvattn_fwd_params* params);
  * the size; if params->workspace_bytes is at least that (a persistent workspace, say), the call runs as
  * kvattn_fwd. Else nothing runs and it returns KVATTN_ERROR_INVALID_ARGUMENT naming workspace(_bytes):
  * grow the workspace to *workspace_bytes_needed and call again. A workspace must not be shared by calls
- * that may run at the same time (different streams). */
+ * that may run at the same time (different streams), nor overlap the call's tensors (an error). */
 KVATTN_API kvattn_status kvattn_fwd_sized(const kvattn_fwd_params* params, size_t* workspace_bytes_needed);
 
 KVATTN_API kvattn_status kvattn_append_kv(const kvattn_append_params* params);

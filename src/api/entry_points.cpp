@@ -47,7 +47,7 @@ KVATTN_API kvattn_status kvattn_check(const kvattn_fwd_params* params) {
     kvattn::FwdProblem p;
     kvattn::CudaFwdCall cuda;
     if (kvattn_status s = kvattn::validated_fwd(params, &p, &cuda); s != KVATTN_OK) return s;
-    return kvattn::validate_fwd_workspace(p, cuda.plan.workspace_bytes);
+    return kvattn::validate_fwd_workspace(*params, cuda.plan.workspace_bytes);
   });
 }
 
@@ -71,7 +71,7 @@ kvattn_status validate_and_run_fwd(const kvattn_fwd_params* params, size_t* need
   kvattn::CudaFwdCall cuda;
   if (kvattn_status s = kvattn::validated_fwd(params, &p, &cuda); s != KVATTN_OK) return s;
   if (needed != nullptr) *needed = cuda.plan.workspace_bytes;
-  if (kvattn_status s = kvattn::validate_fwd_workspace(p, cuda.plan.workspace_bytes); s != KVATTN_OK)
+  if (kvattn_status s = kvattn::validate_fwd_workspace(*params, cuda.plan.workspace_bytes); s != KVATTN_OK)
     return s;
   return kvattn::run_fwd(p, cuda);
 }

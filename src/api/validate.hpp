@@ -12,8 +12,9 @@ namespace kvattn {
 // On the CUDA backend also resolves the call (kernel, plan) into *cuda, once.
 kvattn_status validate_fwd(const kvattn_fwd_params& args, FwdProblem* problem, CudaFwdCall* cuda);
 // The caller's workspace against the `needed` bytes of the resolved call (kvattn_check and kvattn_fwd,
-// not kvattn_fwd_workspace_size).
-kvattn_status validate_fwd_workspace(const FwdProblem& p, size_t needed);
+// not kvattn_fwd_workspace_size): given, large enough, aligned, and disjoint from every tensor argument
+// (the call writes those bytes).
+kvattn_status validate_fwd_workspace(const kvattn_fwd_params& args, size_t needed);
 kvattn_status validate_append(const kvattn_append_params& args, AppendProblem* problem);
 kvattn_status validate_combine(const kvattn_combine_params& args, CombineProblem* problem);
 

@@ -428,6 +428,38 @@ class FwdValidator {
 
 }  // namespace
 
+kvattn_status validate_fwd_workspace(const kvattn_fwd_params& args, size_t needed) {
+  if (needed == 0) return KVATTN_OK;
+  return run_checks([&] {
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(args.workspace);
+    if (begin == 0) {
+      invalid("workspace: required (" + std::to_string(needed) +
+              " bytes, see kvattn_fwd_workspace_size), got NULL");
+    }
+    if (args.workspace_bytes < needed) {
+      invalid("workspace_bytes: " + std::to_string(args.workspace_bytes) + " is less than the " +
+              std::to_string(needed) + " bytes that kvattn_fwd_workspace_size() asks for");
+    }
+    constexpr uintptr_t kWorkspaceAlignment = 256;
+    if (begin % kWorkspaceAlignment != 0) {
+      invalid("workspace: must be 256-byte aligned, got address " + std::to_string(begin));
+    }
+    // The call writes the first `needed` bytes: an argument there would be overwritten under the kernels
+    // (the decode kernel's producer and consumers, reading lengths it had changed, could wait forever).
+    if (begin + needed < begin)
+      invalid("workspace: " + std::to_string(needed) + " bytes at its address wrap the address space");
+    const Extent ws{0, 0, 1, begin, begin + needed};
+    for (const NamedTensor& t : kTensors) {
+      if (!given(args.*t.member)) continue;
+      const Extent e = expect_extent(t.name, args.*t.member);
+      if (e.numel > 0 && e.begin < ws.end && ws.begin < e.end) {
+        invalid("workspace: its first " + std::to_string(needed) + " bytes, which the call writes, overlap " +
+                t.name + "; the workspace must not alias other arguments");
+      }
+    }
+  });
+}
+
 kvattn_status validate_fwd(const kvattn_fwd_params& args, FwdProblem* problem, CudaFwdCall* cuda) {
   FwdProblem p;
   kvattn_status status = run_checks([&] { FwdValidator(args, p).run(); });

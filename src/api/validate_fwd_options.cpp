@@ -1,5 +1,5 @@
 // The second half of validate_fwd: rotary, scores and mask, biases and descales, speed options, once the
-// tensor shapes have fixed the sizes in `p` (b, hq, hk, d, dv). Also the CUDA workspace check.
+// tensor shapes have fixed the sizes in `p` (b, hq, hk, d, dv).
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -159,25 +159,6 @@ void check_fwd_options(const kvattn_fwd_params& args, FwdProblem& p) {
   check_scores_and_mask(args, p);
   check_bias_and_descales(args, p);
   check_speed_options(args, p);
-}
-
-kvattn_status validate_fwd_workspace(const FwdProblem& p, size_t needed) {
-  if (needed == 0) return KVATTN_OK;
-  if (p.workspace == nullptr) {
-    return fail(KVATTN_ERROR_INVALID_ARGUMENT, "workspace: required (" + std::to_string(needed) +
-                                                   " bytes, see kvattn_fwd_workspace_size), got NULL");
-  }
-  if (p.workspace_bytes < needed) {
-    return fail(KVATTN_ERROR_INVALID_ARGUMENT, "workspace_bytes: " + std::to_string(p.workspace_bytes) +
-                                                   " is less than the " + std::to_string(needed) +
-                                                   " bytes that kvattn_fwd_workspace_size() asks for");
-  }
-  constexpr uintptr_t kWorkspaceAlignment = 256;
-  if (reinterpret_cast<uintptr_t>(p.workspace) % kWorkspaceAlignment != 0) {
-    return fail(KVATTN_ERROR_INVALID_ARGUMENT, "workspace: must be 256-byte aligned, got address " +
-                                                   std::to_string(reinterpret_cast<uintptr_t>(p.workspace)));
-  }
-  return KVATTN_OK;
 }
 
 }  // namespace kvattn

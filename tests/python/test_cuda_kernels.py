@@ -305,6 +305,31 @@ def test_device_error_longest_sequence():
     H.assert_close("out of sequence 0", got[:1], ref["out"], H.TOL_OUT["bf16"])
 
 
+def test_workspace_overlapping_an_argument_is_an_error(monkeypatch):
+    """The workspace is written by the call: one that overlaps an argument (here cache_seqlens, which the decode
+    kernel's producer and consumers both read) is validation's error naming both, and nothing runs. The Python
+    layer makes its own workspace; the C ABI takes any address, which tensors.workspace stands in for here."""
+    H.skip_unsupported_on(DEVICE, H.BF16)
+    from kvattn import _fwd
+    from kvattn import tensors as T
+
+    rng = np.random.default_rng(84)
+    d, hq, hk, s = 128, 8, 2, 8192  # one long sequence: the decode kernel splits it, so a workspace is needed
+    k_cache = H.to_device(randn(rng, (1, s, hk, d), H.BF16), DEVICE)
+    v_cache = H.to_device(randn(rng, (1, s, hk, d), H.BF16), DEVICE)
+    q = H.to_device(randn(rng, (1, 1, hq, d), H.BF16), DEVICE)
+    seqlens = H.to_device(np.array([s], np.int32), DEVICE)
+    assert seqlens.data_ptr() % 256 == 0  # (so that only the overlap can be the error)
+    monkeypatch.setattr(_fwd, "_workspace_hint", {})
+    monkeypatch.setattr(T, "workspace",
+                        lambda call, like, nbytes, alignment=256: seqlens.data_ptr() if nbytes else None)
+    with pytest.raises(H.kvattn.KvattnError) as e:
+        H.kvattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens)
+    assert "which the call writes, overlap cache_seqlens" in str(e.value), str(e.value)
+    H.sync_device_errors(DEVICE)
+    assert int(H.to_numpy(seqlens)[0]) == s  # nothing wrote it
+
+
 def test_device_error_offending_sequence_with_rotary_reads_no_table():
     """A decode whose second sequence is offending (cache_seqlens past the capacity) with rotary on: that
     sequence's rotary position (its cache_seqlens, 2e9) is unchecked: the sm_90a decode kernel rotated its Q
