@@ -23,7 +23,7 @@ show() {
 Session 35 ran 18, 10, 20, 2, 3, 1, 11, 19, 21 and an ad hoc d 256 check (bench/NOTES.md); pvmid landed at
 d 128 / 256, fp8 caches take the sm_90a prefill kernel at every head dim, and those calls are history (git
 log). First, on an H200: the full run with the peers (bench/NOTES.md, "The full run: three device calls in a
-row"; the RESULTS summary is session 25's). Then, in order of value: 10, 23, 12, 5, 7-9, 15 (bench/NOTES.md,
+row"; the RESULTS summary is session 25's). Then, in order of value: 15, 10, 23, 12, 5, 7-9 (bench/NOTES.md,
 "Where to go next", sessions 35-31). Tree at main for calls 5, 10, 12, 15 and 23 (10 needs only
 bench/fp8_prefill.py next to pfp8tma2's library), at wide for 7-9.
 5. run(command="bash tools/calls.sh run 5", carry=[".dev/main128.so.xz", ".whl"], timeout_s=590)
@@ -47,7 +47,9 @@ bench/fp8_prefill.py next to pfp8tma2's library), at wide for 7-9.
 15. run(command="bash tools/calls.sh run 15", carry=[".dev/main128.so.xz", ".whl"], timeout_s=500)
    session 33's audit fixes (passed on an H100 in session 34, as call 17 then; kept as a regression check):
    the device-error tests (an offending decode with rotary, a sequence past 2^31 - 2^16 keys), the
-   negative-stride test, the decode kernel's tests, the persistent prefill tests; memcheck on the new cases.
+   negative-stride test, the decode kernel's tests, the persistent prefill tests, and session 35's
+   workspace-overlap error (test_workspace_overlapping_an_argument_is_an_error: never run on a GPU yet, so
+   first in value after the full run); memcheck on the new cases.
 23. run(command="bash tools/calls.sh run 23", carry=[".dev/main128.so.xz", ".whl"], timeout_s=400)
    where the fp8 cache's producer spends its time (session 35's diagnostic: it bounds that kernel, and TMA
    did not move it): ncu on the prefill kernel of W3 b1 +2048 over 32k p16, bf16 and fp8kv: pipe
@@ -124,7 +126,7 @@ case "${1:-show}" in
         KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/main128.so.xz KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=0 \
           KVATTN_AB_TESTS="tests/python/test_cuda_kernels.py tests/python/test_negative_strides.py tests/python/test_cuda_decode_sm90.py tests/python/test_cuda_prefill_sm90.py" \
           KVATTN_AB_SMOKE_K="offending_sequence_with_rotary or longest_sequence or q_at_odd_elements" \
-          KVATTN_AB_K="offending_sequence_with_rotary or longest_sequence or negative_strides or decode_sm90 or persistent" \
+          KVATTN_AB_K="offending_sequence_with_rotary or longest_sequence or negative_strides or decode_sm90 or persistent or workspace_overlapping" \
           KVATTN_AB_SMOKE_TIMEOUT=120 KVATTN_AB_TEST_TIMEOUT=240 KVATTN_AB_SAN_TIMEOUT=60 \
           KVATTN_AB_RACE_K="q_at_odd_elements" \
           KVATTN_AB_MEM_K="offending_sequence_with_rotary or longest_sequence or q_at_odd_elements or negative_strides" \
