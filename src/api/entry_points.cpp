@@ -16,19 +16,27 @@ namespace {
 constexpr size_t kFwdParamsFirstSize = offsetof(kvattn_fwd_params, force_portable);
 
 // Header and full validation of kvattn_fwd's arguments. A struct from an older header (smaller
-// struct_size) is read over the _init defaults of the fields it lacks.
-kvattn_status validated_fwd(const kvattn_fwd_params* params, FwdProblem* p, CudaFwdCall* cuda) {
+// struct_size) is read over the _init defaults of the fields it lacks: args.get() is what was validated
+// (the caller's struct, or that copy), and what later checks read (the workspace's).
+struct FwdArgs {
+  const kvattn_fwd_params* given = nullptr;
+  kvattn_fwd_params full;  // filled only for a smaller struct_size
+  const kvattn_fwd_params& get() const { return given != nullptr ? *given : full; }
+};
+
+kvattn_status validated_fwd(const kvattn_fwd_params* params, FwdArgs* args, FwdProblem* p,
+                            CudaFwdCall* cuda) {
   if (kvattn_status s = check_header(params, "kvattn_fwd_params", kFwdParamsFirstSize); s != KVATTN_OK) {
     return s;
   }
   if (params->struct_size < sizeof(kvattn_fwd_params)) {
-    kvattn_fwd_params full;
-    kvattn_fwd_params_init(&full);
-    std::memcpy(&full, params, params->struct_size);
-    full.struct_size = sizeof(full);
-    return validate_fwd(full, p, cuda);
+    kvattn_fwd_params_init(&args->full);
+    std::memcpy(&args->full, params, params->struct_size);
+    args->full.struct_size = sizeof(args->full);
+  } else {
+    args->given = params;
   }
-  return validate_fwd(*params, p, cuda);
+  return validate_fwd(args->get(), p, cuda);
 }
 
 kvattn_status run_fwd(const FwdProblem& p, const CudaFwdCall& cuda) {
@@ -44,10 +52,11 @@ extern "C" {
 
 KVATTN_API kvattn_status kvattn_check(const kvattn_fwd_params* params) {
   return guarded([&] {
+    kvattn::FwdArgs args;
     kvattn::FwdProblem p;
     kvattn::CudaFwdCall cuda;
-    if (kvattn_status s = kvattn::validated_fwd(params, &p, &cuda); s != KVATTN_OK) return s;
-    return kvattn::validate_fwd_workspace(*params, cuda.plan.workspace_bytes);
+    if (kvattn_status s = kvattn::validated_fwd(params, &args, &p, &cuda); s != KVATTN_OK) return s;
+    return kvattn::validate_fwd_workspace(args.get(), cuda.plan.workspace_bytes);
   });
 }
 
@@ -55,9 +64,10 @@ KVATTN_API kvattn_status kvattn_fwd_workspace_size(const kvattn_fwd_params* para
   return guarded([&] {
     if (bytes == nullptr) return kvattn::fail(KVATTN_ERROR_INVALID_ARGUMENT, "bytes: NULL output pointer");
     *bytes = 0;
+    kvattn::FwdArgs args;
     kvattn::FwdProblem p;
     kvattn::CudaFwdCall cuda;  // the CPU backend needs no workspace: its plan stays empty
-    if (kvattn_status s = kvattn::validated_fwd(params, &p, &cuda); s != KVATTN_OK) return s;
+    if (kvattn_status s = kvattn::validated_fwd(params, &args, &p, &cuda); s != KVATTN_OK) return s;
     *bytes = cuda.plan.workspace_bytes;
     return KVATTN_OK;
   });
@@ -67,11 +77,12 @@ namespace {
 // kvattn_fwd and kvattn_fwd_sized: one validation, the workspace check, the run; `needed` (optional)
 // receives the workspace size the call needs once validation passed.
 kvattn_status validate_and_run_fwd(const kvattn_fwd_params* params, size_t* needed) {
+  kvattn::FwdArgs args;
   kvattn::FwdProblem p;
   kvattn::CudaFwdCall cuda;
-  if (kvattn_status s = kvattn::validated_fwd(params, &p, &cuda); s != KVATTN_OK) return s;
+  if (kvattn_status s = kvattn::validated_fwd(params, &args, &p, &cuda); s != KVATTN_OK) return s;
   if (needed != nullptr) *needed = cuda.plan.workspace_bytes;
-  if (kvattn_status s = kvattn::validate_fwd_workspace(*params, cuda.plan.workspace_bytes); s != KVATTN_OK)
+  if (kvattn_status s = kvattn::validate_fwd_workspace(args.get(), cuda.plan.workspace_bytes); s != KVATTN_OK)
     return s;
   return kvattn::run_fwd(p, cuda);
 }

@@ -446,15 +446,19 @@ kvattn_status validate_fwd_workspace(const kvattn_fwd_params& args, size_t neede
     }
     // The call writes the first `needed` bytes: an argument there would be overwritten under the kernels
     // (the decode kernel's producer and consumers, reading lengths it had changed, could wait forever).
-    if (begin + needed < begin)
-      invalid("workspace: " + std::to_string(needed) + " bytes at its address wrap the address space");
+    if (begin + needed < begin) {
+      invalid("workspace: " + std::to_string(needed) + " bytes from address " + std::to_string(begin) +
+              " wrap the address space");
+    }
     const Extent ws{0, 0, 1, begin, begin + needed};
     for (const NamedTensor& t : kTensors) {
       if (!given(args.*t.member)) continue;
       const Extent e = expect_extent(t.name, args.*t.member);
       if (e.numel > 0 && e.begin < ws.end && ws.begin < e.end) {
         invalid("workspace: its first " + std::to_string(needed) + " bytes, which the call writes, overlap " +
-                t.name + "; the workspace must not alias other arguments");
+                t.name + " (workspace bytes [" + std::to_string(ws.begin) + ", " + std::to_string(ws.end) +
+                "), " + t.name + " [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
+                ")); the workspace must not alias other arguments");
       }
     }
   });

@@ -308,21 +308,29 @@ def test_device_error_longest_sequence():
 def test_workspace_overlapping_an_argument_is_an_error(monkeypatch):
     """The workspace is written by the call: one that overlaps an argument (here cache_seqlens, which the decode
     kernel's producer and consumers both read) is validation's error naming both, and nothing runs. The Python
-    layer makes its own workspace; the C ABI takes any address, which tensors.workspace stands in for here."""
+    layer makes its own workspace; the C ABI takes any address, which tensors.workspace stands in for here
+    (the ctypes path: the built torch op, if any, makes its workspace in C++)."""
     H.skip_unsupported_on(DEVICE, H.BF16)
-    from kvattn import _fwd
+    import torch
+
+    from kvattn import _fwd, _stable
     from kvattn import tensors as T
 
     rng = np.random.default_rng(84)
-    d, hq, hk, s = 128, 8, 2, 8192  # one long sequence: the decode kernel splits it, so a workspace is needed
+    d, hq, hk, s = 128, 8, 2, 8192  # the balanced decode schedule: partials in a workspace
     k_cache = H.to_device(randn(rng, (1, s, hk, d), H.BF16), DEVICE)
     v_cache = H.to_device(randn(rng, (1, s, hk, d), H.BF16), DEVICE)
     q = H.to_device(randn(rng, (1, 1, hq, d), H.BF16), DEVICE)
-    seqlens = H.to_device(np.array([s], np.int32), DEVICE)
-    assert seqlens.data_ptr() % 256 == 0  # (so that only the overlap can be the error)
+    # cache_seqlens at the start of an 8 MiB arena that the workspace then takes from there: no other
+    # argument can lie in it, so cache_seqlens is the one the error names
+    arena = torch.zeros(8 << 20, dtype=torch.uint8, device=DEVICE)
+    seqlens = arena[:4].view(torch.int32)
+    seqlens.fill_(s)
+    assert arena.data_ptr() % 256 == 0  # (so that only the overlap can be the error)
+    monkeypatch.setattr(_stable, "_op", False)
     monkeypatch.setattr(_fwd, "_workspace_hint", {})
     monkeypatch.setattr(T, "workspace",
-                        lambda call, like, nbytes, alignment=256: seqlens.data_ptr() if nbytes else None)
+                        lambda call, like, nbytes, alignment=256: arena.data_ptr() if nbytes else None)
     with pytest.raises(H.kvattn.KvattnError) as e:
         H.kvattn.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens)
     assert "which the call writes, overlap cache_seqlens" in str(e.value), str(e.value)

@@ -616,10 +616,11 @@ struct PingPong {
 };
 
 // The consumer's tiles, S and P V in flight: the softmax of tile t overlaps the P V of tile t - 1 on the
-// tensor cores. Per iteration, issue S_t = Q K_t and O += P_{t-1} V_{t-1}, wait for S_t, softmax it; a third
-// of the way into its exponentials (FA3's place: P V, issued after S_t, is expected done by then), wait for P
-// V, release stage t - 1, rescale O by tile t's correction, so that P's packing (and O's rescale's latency)
-// run under the rest of the MUFU stream instead of after it (bench/NOTES.md, session 34). wait_full(tile):
+// tensor cores. Per iteration, issue S_t = Q K_t and O += P_{t-1} V_{t-1}, wait for S_t, softmax it; at d 128
+// and 256 a third of the way into its exponentials (FA3's place: P V, issued after S_t, is expected done by
+// then; at d 64 and (192, 128) after all of them: kPairsBeforePv), wait for P V, release stage t - 1, rescale
+// O by tile t's correction, so that P's packing (and O's rescale's latency) run under the rest of the MUFU
+// stream instead of after it (bench/NOTES.md, sessions 34-35). wait_full(tile):
 // the tile's stage, once loaded; softmax(s, tile, correction, sums, rest): S -> P (the score mods, the online
 // softmax) in two calls around the P V wait (consume). A WaitFullThenLast's
 // last() runs while the last P V is on the tensor cores (every Q K^T of the tiles is done then).

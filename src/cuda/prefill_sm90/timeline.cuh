@@ -22,9 +22,10 @@ enum PrefillTlStamp : int {  // in the order an iteration passes them
   kPtlFenced,                // wgmma.fence passed, before the first wgmma (ptxas adds an arrive: C7519)
   kPtlIssued,                // its Q K^T (and the previous tile's P V) issued
   kPtlS,                     // S landed (wgmma wait)
-  kPtlSoftmax,               // the score mods and the online softmax's first third done (kPairsBeforePv)
+  kPtlSoftmax,               // the score mods and the softmax's first kPairsBeforePv pairs done (d 128 /
+                             // 256: a third; d 64 / 192: all of it)
   kPtlPv,                    // the previous tile's P V done
-  kPtlEnd,                   // O rescaled, the softmax's rest, P packed: the iteration's end
+  kPtlEnd,                   // O rescaled, the softmax's rest (if any), P packed: the iteration's end
   kPtlStamps
 };
 constexpr int kPtlCtas = 8, kPtlWarps = 9, kPtlTile0 = 16, kPtlTiles = 16;  // 8 consumer warps, producer
