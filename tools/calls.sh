@@ -16,15 +16,15 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 pfp8tma2_128:pfp8tma2:128 e4m3dead128:e4m3dead:128 pfb128:pfp8batch:128"
+LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 pfp8tma2_128:pfp8tma2:128 e4m3dead128:e4m3dead:128 pfb128:pfp8batch:128 pstsm64:pstsm:64"
 
 show() {
   cat << 'END'
 Session 35 ran 18, 10, 20, 2, 3, 1, 11, 19, 21 and an ad hoc d 256 check (bench/NOTES.md); pvmid landed at
 d 128 / 256, fp8 caches take the sm_90a prefill kernel at every head dim, and those calls are history (git
 log). First, on an H200: the full run with the peers (bench/NOTES.md, "The full run: three device calls in a
-row"; the RESULTS summary is session 25's). Then, in order of value: 15, 10, 23, 24, 12, 5, 7-9 (bench/NOTES.md,
-"Where to go next", sessions 35-31). Tree at main for calls 5, 10, 12, 15, 23 and 24 (10 needs only
+row"; the RESULTS summary is session 25's). Then, in order of value: 15, 25, 10, 23, 24, 12, 5, 7-9 (bench/NOTES.md,
+"Where to go next", sessions 35-31). Tree at main for calls 5, 10, 12, 15 and 23-25 (10 needs only
 bench/fp8_prefill.py next to pfp8tma2's library), at wide for 7-9.
 5. run(command="bash tools/calls.sh run 5", carry=[".dev/main128.so.xz", ".whl"], timeout_s=590)
    W3's fp8kv cases and their bf16 twins: the landed fp8 path against the portable kernel
@@ -61,6 +61,11 @@ bench/fp8_prefill.py next to pfp8tma2's library), at wide for 7-9.
    loop): the fp8 tests at d 128, racecheck, memcheck, then bench/fp8_prefill.py A B A B against main.
    Predicted (a helper's SASS walk): the fp8 cache's W6 time -5 to -10% if the conversion chain is the
    bound, less what the spills cost; e4m3 unchanged (it transposes instead).
+25. run(command="bash tools/calls.sh run 25", carry=[".dev/main64.so.xz", ".dev/pstsm64.so.xz", ".whl"], timeout_s=500)
+   branch pstsm (session 35: P into the d 64 consumers' shared buffer by stmatrix.x4, 8 stores a tile
+   instead of 32): the d 64 prefill and fp8 tests, racecheck, memcheck, W6 32x64 A B A B against main.
+   Predicted -5 to -9% at d 64 (a helper's SASS count: d 64 is issue-bound, ~40 fewer instructions a warp
+   a tile of ~510).
 END
 }
 
@@ -158,6 +163,12 @@ case "${1:-show}" in
           KVATTN_AB_RACE_K="fp8_nan_page or (fp8 and split)" KVATTN_AB_MEM_K="fp8_nan_page" \
           bash tools/prefill_ab.sh
         for round in 1 2; do fp8_rows 60 "a$round:.dev/main128.so.xz" "b$round:.dev/pfb128.so.xz"; done
+        ;;
+      25)
+        KVATTN_AB_A=.dev/main64.so.xz KVATTN_AB_B=.dev/pstsm64.so.xz KVATTN_AB_DIMS=64 KVATTN_AB_ROUNDS=2 \
+          KVATTN_AB_TESTS="tests/python/test_cuda_prefill_sm90.py tests/python/test_cuda_prefill_sm90_fp8.py" \
+          KVATTN_AB_SMOKE_TIMEOUT=100 KVATTN_AB_TEST_TIMEOUT=240 KVATTN_AB_SUITES=W6 KVATTN_AB_FILTER="32x64" \
+          bash tools/prefill_ab.sh
         ;;
       *) echo "no call $2" >&2; exit 2 ;;
     esac
