@@ -16,15 +16,15 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 pfp8tma2_128:pfp8tma2:128 e4m3dead128:e4m3dead:128 pfb128:pfp8batch:128 pstsm64:pstsm:64"
+LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 pfp8tma2_128:pfp8tma2:128 e4m3dead128:e4m3dead:128 pfb128:pfp8batch:128 pstsm64:pstsm:64 pfa128:pfp8ahead:128"
 
 show() {
   cat << 'END'
 Session 35 ran 18, 10, 20, 2, 3, 1, 11, 19, 21 and an ad hoc d 256 check (bench/NOTES.md); pvmid landed at
 d 128 / 256, fp8 caches take the sm_90a prefill kernel at every head dim, and those calls are history (git
 log). First, on an H200: the full run with the peers (bench/NOTES.md, "The full run: three device calls in a
-row"; the RESULTS summary is session 25's). Then, in order of value: 15, 25, 10, 23, 24, 12, 5, 7-9 (bench/NOTES.md,
-"Where to go next", sessions 35-31). Tree at main for calls 5, 10, 12, 15 and 23-25 (10 needs only
+row"; the RESULTS summary is session 25's). Then, in order of value: 15, 25, 24 (+ 26), 10, 23, 12, 5, 7-9 (bench/NOTES.md,
+"Where to go next", sessions 35-31). Tree at main for calls 5, 10, 12, 15 and 23-26 (10 needs only
 bench/fp8_prefill.py next to pfp8tma2's library), at wide for 7-9.
 5. run(command="bash tools/calls.sh run 5", carry=[".dev/main128.so.xz", ".whl"], timeout_s=590)
    W3's fp8kv cases and their bf16 twins: the landed fp8 path against the portable kernel
@@ -55,17 +55,22 @@ bench/fp8_prefill.py next to pfp8tma2's library), at wide for 7-9.
    did not move it): ncu on the prefill kernel of W3 b1 +2048 over 32k p16, bf16 and fp8kv: pipe
    utilization (is the conversion pipe the limit, or the issue slots?), warp states, shared-memory
    traffic and bank conflicts. Text tables in $OUT/ncu_*.txt.
-24. run(command="bash tools/calls.sh run 24", carry=[".dev/main128.so.xz", ".dev/pfb128.so.xz", ".whl"], timeout_s=400)
-   branch pfp8batch (session 35: the fp8 cache's in-place conversion loads 4 chunks before converting them,
-   so 16 dependent shared-memory round trips a tile become 4; +10 spill instructions a tile in the producer
-   loop): the fp8 tests at d 128, racecheck, memcheck, then bench/fp8_prefill.py A B A B against main.
-   Predicted (a helper's SASS walk): the fp8 cache's W6 time -5 to -10% if the conversion chain is the
-   bound, less what the spills cost; e4m3 unchanged (it transposes instead).
+24. run(command="bash tools/calls.sh run 24", carry=[".dev/main128.so.xz", ".dev/pfb128.so.xz", ".dev/pfa128.so.xz", ".whl"], timeout_s=400)
+   the fp8 producer's two session-35 branches, timing only (bench/fp8_prefill.py, W6 16x128 full: bf16, fp8
+   cache, e4m3, f16 kernel), main / pfp8batch / pfp8ahead, two rounds: pfp8batch loads 4 fp8 chunks before
+   converting them (16 dependent shared-memory round trips a tile -> 4; +10 spill instructions a tile),
+   pfp8ahead issues tile t + 1's copies before converting tile t (the conversion under the copies; the
+   persistent kernels' spills unchanged). Predicted (a helper's SASS walk): fp8 cache 4,075 us -> pfb
+   -5 to -10%, pfa 3,300-3,600; e4m3 level (pfb) / unknown (pfa: session 31's lookahead lost 1.5-3% on
+   e4m3 before pfp8lean). The winner's checks: call 26.
 25. run(command="bash tools/calls.sh run 25", carry=[".dev/main64.so.xz", ".dev/pstsm64.so.xz", ".whl"], timeout_s=500)
    branch pstsm (session 35: P into the d 64 consumers' shared buffer by stmatrix.x4, 8 stores a tile
    instead of 32): the d 64 prefill and fp8 tests, racecheck, memcheck, W6 32x64 A B A B against main.
    Predicted -5 to -9% at d 64 (a helper's SASS count: d 64 is issue-bound, ~40 fewer instructions a warp
    a tile of ~510).
+26. run(command="LIB=.dev/pfa128.so.xz bash tools/calls.sh run 26", carry=[".dev/pfa128.so.xz", ".whl"], timeout_s=400)
+   the checks of call 24's winner (pfa128 or pfb128): the fp8 and negative-stride tests at d 128, racecheck,
+   memcheck. If green and faster, land it (and time W3's fp8kv cases: call 5's filter).
 END
 }
 
@@ -156,13 +161,17 @@ case "${1:-show}" in
           grep -E "Issue Slots Busy|Executed Ipc|No Eligible|Shared Memory|Bank Conflicts|Duration" "$OUT/ncu_$name.txt" | head -12
         done
         ;;
-      24)
-        KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/pfb128.so.xz KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=0 \
-          KVATTN_AB_TESTS=tests/python/test_cuda_prefill_sm90_fp8.py KVATTN_AB_SMOKE_K="fp8 and persistent" \
-          KVATTN_AB_SMOKE_TIMEOUT=100 KVATTN_AB_TEST_TIMEOUT=200 KVATTN_AB_SAN_TIMEOUT=60 \
-          KVATTN_AB_RACE_K="fp8_nan_page or (fp8 and split)" KVATTN_AB_MEM_K="fp8_nan_page" \
-          bash tools/prefill_ab.sh
-        for round in 1 2; do fp8_rows 60 "a$round:.dev/main128.so.xz" "b$round:.dev/pfb128.so.xz"; done
+      24)  # timing only
+        for round in 1 2; do
+          fp8_rows 60 "main$round:.dev/main128.so.xz" "pfb$round:.dev/pfb128.so.xz" "pfa$round:.dev/pfa128.so.xz"
+        done
+        ;;
+      26)  # checks of one fp8 producer branch: LIB=.dev/pfa128.so.xz (or pfb128)
+        KVATTN_AB_A="${LIB:?LIB=.dev/NAME.so.xz}" KVATTN_AB_B="$LIB" KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=0 \
+          KVATTN_AB_TESTS="tests/python/test_cuda_prefill_sm90_fp8.py tests/python/test_negative_strides.py" \
+          KVATTN_AB_SMOKE_K="fp8 and persistent" KVATTN_AB_SMOKE_TIMEOUT=100 KVATTN_AB_TEST_TIMEOUT=200 \
+          KVATTN_AB_SAN_TIMEOUT=60 KVATTN_AB_RACE_K="fp8_nan_page or (fp8 and split)" \
+          KVATTN_AB_MEM_K="fp8_nan_page or negative_strides" bash tools/prefill_ab.sh
         ;;
       25)
         KVATTN_AB_A=.dev/main64.so.xz KVATTN_AB_B=.dev/pstsm64.so.xz KVATTN_AB_DIMS=64 KVATTN_AB_ROUNDS=2 \
