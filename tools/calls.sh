@@ -65,7 +65,8 @@ bench/fp8_prefill.py next to pfp8tma2's library), at wide for 7-9.
    e4m3 before pfp8lean). The winner's checks: call 26.
 25. run(command="bash tools/calls.sh run 25", carry=[".dev/main64.so.xz", ".dev/pstsm64.so.xz", ".whl"], timeout_s=500)
    branch pstsm (session 35: P into the d 64 consumers' shared buffer by stmatrix.x4, 8 stores a tile
-   instead of 32): the d 64 prefill and fp8 tests, racecheck, memcheck, W6 32x64 A B A B against main.
+   instead of 32, and P V's V descriptor once a tile): the d 64 prefill and fp8 tests, racecheck, memcheck,
+   W6 32x64 A B A B against main.
    Predicted -5 to -9% at d 64 (a helper's SASS count: d 64 is issue-bound, ~40 fewer instructions a warp
    a tile of ~510).
 26. run(command="LIB=.dev/pfa128.so.xz bash tools/calls.sh run 26", carry=[".dev/pfa128.so.xz", ".whl"], timeout_s=400)
