@@ -111,11 +111,11 @@ void expect_no_self_overlap(const char* name, const kvattn_tensor& t) {
   }
 }
 
+}  // namespace
+
 bool overlap(const Extent& a, const Extent& b) {
   return a.numel > 0 && b.numel > 0 && a.begin < b.end && b.begin < a.end;
 }
-
-}  // namespace
 
 void expect_disjoint_outputs(const Access* written, size_t n_written, const Access* read, size_t n_read) {
   if (n_written > kMaxAccesses || n_read > kMaxAccesses) throw std::length_error("expect_disjoint_outputs");

@@ -28,6 +28,9 @@ struct Extent {
 // or the data pointer is not a multiple of the element size. `t` is given and its ndim/dtype are known.
 Extent expect_extent(const char* name, const kvattn_tensor& t);
 
+// Whether two extents share a byte (an empty one shares none).
+bool overlap(const Extent& a, const Extent& b);
+
 // One tensor argument for the overlap rule.
 struct Access {
   const char* name;

@@ -454,7 +454,7 @@ kvattn_status validate_fwd_workspace(const kvattn_fwd_params& args, size_t neede
     for (const NamedTensor& t : kTensors) {
       if (!given(args.*t.member)) continue;
       const Extent e = expect_extent(t.name, args.*t.member);
-      if (e.numel > 0 && e.begin < ws.end && ws.begin < e.end) {
+      if (overlap(ws, e)) {
         invalid("workspace: its first " + std::to_string(needed) + " bytes, which the call writes, overlap " +
                 t.name + " (workspace bytes [" + std::to_string(ws.begin) + ", " + std::to_string(ws.end) +
                 "), " + t.name + " [" + std::to_string(e.begin) + ", " + std::to_string(e.end) +
