@@ -151,7 +151,7 @@ case "${1:-show}" in
         ;;
       23)
         source tools/device_env.sh
-        lib=$(device_lib .dev/main128.so.xz m)
+        lib=$(device_lib "${LIB:-.dev/main128.so.xz}" m)
         for c in "W3 32/8 b1 +2048 over 32k p16" "W3 32/8 b1 +2048 over 32k p16 fp8kv"; do
           name=$(echo "$c" | tr -c 'a-z0-9\n' '_')
           KVATTN_LIBRARY="$lib" timeout -k 5 150 ncu --kernel-name regex:prefill --launch-skip 2 --launch-count 1 \

@@ -17,6 +17,7 @@ from inputs import DTYPES, paged_from_contiguous, nan_fill_invalid, randn
 from reference import reference_attention
 
 kvattn = H.kvattn
+from kvattn import _stable  # noqa: E402
 from kvattn import tensors as kv_tensors  # noqa: E402  (the binding's descriptor, patched on torch devices)
 
 
@@ -68,6 +69,8 @@ def described_as(monkeypatch):
         return ptr, code, shape, strides, device
 
     monkeypatch.setattr(kv_tensors, "_describe_torch", describe)
+    # the stable-ABI op (if built) reads tensors in C++ and would bypass the rewritten descriptors
+    monkeypatch.setattr(_stable, "_op", False)
     monkeypatch.setenv("KVATTN_FORCE_SM90_PREFILL", "1")  # the shape rule off: the prefill case would take it
     return patches
 
