@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 pfp8tma2_128:pfp8tma2:128 e4m3dead128:e4m3dead:128 pfb128:pfp8batch:128 pstsm64:pstsm:64 pfa128:pfp8ahead:128"
+LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 pfp8tma2_128:pfp8tma2:128 e4m3dead128:e4m3dead:128 pfb128:pfp8batch:128 pstsm64:pstsm:64 pfa128:pfp8ahead:128 pfc128:pfp8tma3:128 pfc256:pfp8tma3:256"
 
 show() {
   cat << 'END'
@@ -173,6 +173,24 @@ case "${1:-show}" in
           KVATTN_AB_SMOKE_K="fp8 and persistent" KVATTN_AB_SMOKE_TIMEOUT=100 KVATTN_AB_TEST_TIMEOUT=200 \
           KVATTN_AB_SAN_TIMEOUT=60 KVATTN_AB_RACE_K="fp8_nan_page or (fp8 and split)" \
           KVATTN_AB_MEM_K="fp8_nan_page or negative_strides" bash tools/prefill_ab.sh
+        ;;
+      27)  # branch pfp8tma3 (pfp8batch + fp8 K / V by TMA by default at d 128 / 256): its checks, then timing
+        KVATTN_AB_A=.dev/pfc128.so.xz KVATTN_AB_B=.dev/pfc128.so.xz KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=0 \
+          KVATTN_AB_TESTS="tests/python/test_cuda_prefill_sm90_fp8.py tests/python/test_negative_strides.py" \
+          KVATTN_AB_SMOKE_K="tma_variants" KVATTN_AB_SMOKE_TIMEOUT=100 KVATTN_AB_TEST_TIMEOUT=200 \
+          KVATTN_AB_SAN_TIMEOUT=60 KVATTN_AB_RACE_K="tma_variants or (producers and paged and 16 and fp8)" \
+          KVATTN_AB_MEM_K="fp8_nan_page or (producers and (leftpad or varlen))" OUT=$OUT/c128 bash tools/prefill_ab.sh
+        KVATTN_AB_A=.dev/pfc256.so.xz KVATTN_AB_B=.dev/pfc256.so.xz KVATTN_AB_DIMS=256 KVATTN_AB_ROUNDS=0 \
+          KVATTN_AB_TESTS=tests/python/test_cuda_prefill_sm90_fp8.py KVATTN_AB_SMOKE_K="tma_variants" \
+          KVATTN_AB_SMOKE_TIMEOUT=100 KVATTN_AB_TEST_TIMEOUT=150 KVATTN_AB_SAN_TIMEOUT=40 \
+          KVATTN_AB_RACE_K="tma_variants and split" KVATTN_AB_MEM_K="producers and leftpad and fp8" \
+          OUT=$OUT/c256 bash tools/prefill_ab.sh
+        for round in 1 2; do
+          fp8_rows 60 "main$round:.dev/main128.so.xz" "pfc$round:.dev/pfc128.so.xz"
+        done
+        source tools/device_env.sh  # (the workspace-overlap test by name: call 15's -q log does not list it)
+        KVATTN_LIBRARY=$(device_lib .dev/pfc128.so.xz c) KVATTN_TEST_HEAD_DIMS=128 timeout 60 python3 -m pytest -q -rA \
+          -p no:cacheprovider tests/python/test_cuda_kernels.py -k workspace_overlapping 2>&1 | grep -E "PASSED|FAILED|SKIPPED|passed|failed"
         ;;
       25)
         KVATTN_AB_A=.dev/main64.so.xz KVATTN_AB_B=.dev/pstsm64.so.xz KVATTN_AB_DIMS=64 KVATTN_AB_ROUNDS=2 \
