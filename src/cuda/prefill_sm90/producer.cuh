@@ -148,14 +148,31 @@ struct Fp8RowCopy<kRows, kC, true> {
 // converted its rows and fenced them for wgmma (async proxy): unlike the 16-bit producer's copies, the
 // copies' latency is waited for here, between a slot's release and its fill (one consumer tile of slack
 // with three stages: the consumers hold K_t and V_t-1). row: stage + row_base(r) (fp8_lanes.hpp).
+// In batches of up to 4 fp8 chunks from the last down, each batch's loads first: their round trips overlap
+// (the asm's memory clobbers keep every load after every earlier store, so one chunk at a time made 16
+// dependent shared-memory round trips a tile at d 128: bench/NOTES.md, session 35). Safe: a batch [j0, j0 +
+// kBatch) writes f16 chunks [2 j0, 2 j0 + 2 kBatch), none of them an fp8 chunk still unread (those are < j0).
+// SASS (d 128, bf16 q): the persistent producer loop 0 -> 10 spill instructions a tile, the one-pass one
+// 4 -> 10 (its 56 registers; batches of 2 spill as much in the persistent loop): to be measured.
 template <int kChunks8>
 __device__ __forceinline__ void fp8_row_to_f16(uint32_t row, int panel_bytes) {
+  constexpr int kBatch = kChunks8 < 4 ? kChunks8 : 4;
+  static_assert(kChunks8 % kBatch == 0, "whole batches");
 #pragma unroll
-  for (int j = kChunks8 - 1; j >= 0; --j) {
-    uint4 lo, hi;
-    e4m3x16_to_f16x16(ld_shared_v4((row ^ chunk_xor(j)) + chunk_panel(j, panel_bytes)), lo, hi);
-    st_shared_v4((row ^ chunk_xor(2 * j)) + chunk_panel(2 * j, panel_bytes), lo);
-    st_shared_v4((row ^ chunk_xor(2 * j + 1)) + chunk_panel(2 * j + 1, panel_bytes), hi);
+  for (int j0 = kChunks8 - kBatch; j0 >= 0; j0 -= kBatch) {
+    uint4 in[kBatch];
+#pragma unroll
+    for (int b = kBatch - 1; b >= 0; --b) {
+      in[b] = ld_shared_v4((row ^ chunk_xor(j0 + b)) + chunk_panel(j0 + b, panel_bytes));
+    }
+#pragma unroll
+    for (int b = kBatch - 1; b >= 0; --b) {
+      const int j = j0 + b;
+      uint4 lo, hi;
+      e4m3x16_to_f16x16(in[b], lo, hi);
+      st_shared_v4((row ^ chunk_xor(2 * j)) + chunk_panel(2 * j, panel_bytes), lo);
+      st_shared_v4((row ^ chunk_xor(2 * j + 1)) + chunk_panel(2 * j + 1, panel_bytes), hi);
+    }
   }
 }
 // Cfg::kFp8Mma: warp w's 32 landed fp8 V rows (keys 32 w ..) into V^T at v + kVtOffset (fp8_lanes.hpp has
