@@ -78,15 +78,19 @@ constexpr size_t kPrefillPersistentBytes = 32 + 2 * kPrefillUnitBytes + 16;
 // Dynamic shared memory: 1024 bytes of alignment slack, Q, the K and V stages, two mbarriers a stage, and
 // the persistent kernel's ring. (No second Q buffer: at d 128 and 256 it does not fit in 227 KiB beside the
 // stages; the persistent kernel rewrites Q under the last tile's P V instead.)
-constexpr size_t prefill_smem_bytes(int head_dim, bool persistent = false) {
+// (fp8 caches: a third mbarrier a stage, the producer's "landed", for K / V by TMA: produce_fp8_tma.)
+constexpr size_t prefill_smem_bytes(int head_dim, bool persistent = false, bool kv_fp8 = false) {
   const PrefillTile t = prefill_tile(head_dim);
   return 1024 + size_t(64) * t.consumers * head_dim * 2 +
          (t.p_smem ? size_t(64) * t.consumers * t.block_n * 2 : 0) +
          size_t(t.stages) * t.block_n * (head_dim + prefill_head_dim_v(head_dim)) * 2 +
-         16 * size_t(t.stages) + (persistent ? kPrefillPersistentBytes : 0);
+         16 * size_t(t.stages) + (persistent ? kPrefillPersistentBytes : 0) +
+         (kv_fp8 ? 8 * size_t(t.stages) : 0);
 }
-static_assert(prefill_smem_bytes(64, true) <= 227 * 1024 && prefill_smem_bytes(128, true) <= 227 * 1024 &&
-                  prefill_smem_bytes(192, true) <= 227 * 1024 && prefill_smem_bytes(256, true) <= 227 * 1024,
+static_assert(prefill_smem_bytes(64, true, true) <= 227 * 1024 &&
+                  prefill_smem_bytes(128, true, true) <= 227 * 1024 &&
+                  prefill_smem_bytes(192, true, true) <= 227 * 1024 &&
+                  prefill_smem_bytes(256, true, true) <= 227 * 1024,
               "the opt-in shared memory of a CTA on sm_90");
 
 // The TMA producer's view of a KV cache (kernel.cuh produce_tma, launch.cuh make_kv_maps): every layout as

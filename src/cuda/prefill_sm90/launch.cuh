@@ -60,10 +60,18 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // below 2^40, dims in [1, 2^32]; and ours: a box within the slot dim (the box copies a whole tile from any
 // slot; a box larger than the tensor is not documented either way), coordinates within int32. The driver's
 // own refusal declines too.
+// fp8 caches (KvFp8): e4m3 boxes of 128 channels (one 128-byte swizzle row), head dims multiples of 128 only,
+// under KVATTN_SM90_FP8_TMA=1 (produce_fp8_tma).
 template <class Cfg>
 bool make_kv_maps(const AttnParams& params, PrefillArgs& a) {
-  using T = typename Cfg::T;
-  if (Cfg::kKvFp8) return false;  // fp8 caches: the cp.async producer, which converts them (produce_fp8)
+  using TKV = typename Cfg::TKV;
+  constexpr int kBoxChannels = 128 / static_cast<int>(sizeof(TKV));
+  if constexpr (Cfg::kKvFp8) {
+    const char* v = std::getenv("KVATTN_SM90_FP8_TMA");
+    if (v == nullptr || std::strcmp(v, "1") != 0 || Cfg::kHeadDim % 128 != 0 || Cfg::kHeadDimV % 128 != 0) {
+      return false;
+    }
+  }
   const SeqParams& sp = params.seq;
   if (const char* v = std::getenv("KVATTN_SM90_TMA"); v != nullptr && std::strcmp(v, "0") == 0) return false;
   const bool packed = sp.cu_seqlens_k != nullptr, paged = sp.page_table != nullptr && !packed;
@@ -86,22 +94,23 @@ bool make_kv_maps(const AttnParams& params, PrefillArgs& a) {
     cuuint64_t strides[3];
     for (int i = 0; i < 3; ++i) {
       const int64_t s = strides_elems[i];
-      if (s < 0 || s >= (int64_t{1} << 40) / static_cast<int64_t>(sizeof(T))) return false;
-      strides[i] = static_cast<cuuint64_t>(s) * sizeof(T);
+      if (s < 0 || s >= (int64_t{1} << 40) / static_cast<int64_t>(sizeof(TKV))) return false;
+      strides[i] = static_cast<cuuint64_t>(s) * sizeof(TKV);
       if (strides[i] % 16 != 0) return false;
     }
     if (reinterpret_cast<uintptr_t>(c.ptr) % 16 != 0) return false;
     const cuuint64_t dims[4] = {static_cast<cuuint64_t>(channels), static_cast<cuuint64_t>(g.slots),
                                 static_cast<cuuint64_t>(params.num_kv_heads),
                                 static_cast<cuuint64_t>(g.pages)};
-    const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(g.box), 1, 1};
+    const cuuint32_t box[4] = {kBoxChannels, static_cast<cuuint32_t>(g.box), 1, 1};
     const cuuint32_t unit[4] = {1, 1, 1, 1};
     // FLOAT_OOB_FILL_NONE: elements outside the tensor are zeros (not NaN), which P V needs past a row's end.
-    return encode(
-               map,
-               std::is_same_v<T, half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-               4, c.ptr, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    const CUtensorMapDataType dtype = std::is_same_v<TKV, __nv_fp8_e4m3> ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                      : std::is_same_v<TKV, half>        ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                                         : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    return encode(map, dtype, 4, c.ptr, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
   };
   return make(params.k_cache, Cfg::kHeadDim, &a.k_map) && make(params.v_cache, Cfg::kHeadDimV, &a.v_map);
 }
@@ -155,7 +164,7 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream, bool 
     return fail(KVATTN_ERROR_UNSUPPORTED, "q: batch * kv heads * row blocks = " + std::to_string(ctas) +
                                               " CTAs exceeds the grid limit");
   }
-  const int smem = static_cast<int>(prefill_smem_bytes(Cfg::kHeadDim, Cfg::kPersistent));
+  const int smem = static_cast<int>(prefill_smem_bytes(Cfg::kHeadDim, Cfg::kPersistent, Cfg::kKvFp8));
   static std::atomic<uint64_t> opted_in{0};  // the devices this kernel has opted into its shared memory on
   int device = 0;
   if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {

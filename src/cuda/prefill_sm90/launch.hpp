@@ -134,7 +134,7 @@ inline int prefill_sm90_splits(const FwdProblem& p, int sm_count) {
 inline AttentionPlan plan_prefill_sm90(const FwdProblem& p, const AttentionKernel& row,
                                        const DeviceShape& device) {
   AttentionPlan plan = prefill_sm90_single_pass(plan_portable(p, row, device));
-  plan.smem_bytes = prefill_smem_bytes(row.head_dim);
+  plan.smem_bytes = prefill_smem_bytes(row.head_dim, false, row.kv_dtype == DType::fp8_e4m3);
   plan.static_smem_bytes = 0;
   const bool q_rotated = prefill_q_rotated_ahead(p);
   plan.splits = prefill_sm90_splits(p, device.sm_count);
@@ -149,7 +149,7 @@ inline AttentionPlan plan_prefill_sm90(const FwdProblem& p, const AttentionKerne
     // kernel, which computes their padding rows but overlaps a unit's start with the last one's tiles: A/B.)
     plan.unit_counter = true;
     plan.workspace_bytes = kWorkspaceAlign;
-    plan.smem_bytes = prefill_smem_bytes(row.head_dim, true);
+    plan.smem_bytes = prefill_smem_bytes(row.head_dim, true, row.kv_dtype == DType::fp8_e4m3);
   }
   if (q_rotated) {
     plan.q_rotated = true;

@@ -70,11 +70,19 @@ struct KvRowStrides {
 
 // The ring's barriers (thread 0, before the block's first barrier): a stage's "full" counts the producer
 // warps (TMA or cp.async), its "empty" the consumer warps (Cfg::kFullArrivals / kEmptyArrivals).
+// fp8 caches: a third barrier a stage, "landed" (the producer's own: K / V in the stage before it converts
+// them; produce_fp8_tma), after everything else (config.hpp).
+template <class Cfg>
+__device__ __forceinline__ uint32_t landed_bar_of(uint32_t empty_bar) {
+  return empty_bar + 8 * Cfg::kStages +
+         (Cfg::kPersistent ? static_cast<uint32_t>(kPrefillPersistentBytes) : 0u);
+}
 template <class Cfg>
 __device__ __forceinline__ void init_stage_barriers(uint32_t full_bar, uint32_t empty_bar) {
   for (int s = 0; s < Cfg::kStages; ++s) {
     mbar_init(full_bar + 8 * s, Cfg::kFullArrivals);
     mbar_init(empty_bar + 8 * s, Cfg::kEmptyArrivals);
+    if constexpr (Cfg::kKvFp8) mbar_init(landed_bar_of<Cfg>(empty_bar) + 8 * s, Cfg::kFullArrivals);
   }
 }
 
@@ -209,6 +217,25 @@ struct Fp8VTranspose {
 struct NoVTranspose {  // KvFp8: no V^T
   __device__ __forceinline__ NoVTranspose(int, int) {}
 };
+
+// A stage's landed fp8 rows made what the consumers read (warp w's rows, lane l; opaque for f16, as in
+// produce_fp8): f16 in place
+// (KvFp8) or V^T beside V (KvFp8Mma); fenced for wgmma, then the warp's arrival on the stage's full barrier.
+template <class Cfg>
+__device__ __forceinline__ void fp8_stage_finish(uint32_t k_dst, uint32_t v_dst, int warp, int l,
+                                                 uint32_t full) {
+  constexpr int kRowsPerWarp = Cfg::kBlockN / 4;
+  if constexpr (Cfg::kFp8Mma) {
+    Fp8VTranspose<Cfg>(warp, l)(v_dst);
+  } else if (l < kRowsPerWarp) {
+    const uint32_t row = row_base(warp * kRowsPerWarp + l);
+    fp8_row_to_f16<Cfg::kHeadDim / 16>(k_dst + row, Cfg::kKvPanelBytes);
+    fp8_row_to_f16<Cfg::kHeadDimV / 16>(v_dst + row, Cfg::kKvPanelBytes);
+  }
+  fence_proxy_async();
+  __syncwarp();
+  warp_arrive(full);
+}
 
 template <class Cfg>
 __device__ __forceinline__ void produce_fp8(const AttnParams& p, const Sequence& seq, int kv_head,
@@ -345,6 +372,87 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
   if (!Cfg::kPersistent || drain) cp_async_wait_all();  // nothing in flight when the producer leaves
 }
 
+// fp8 caches by TMA (KVATTN_SM90_FP8_TMA=1, d and dv multiples of 128: make_kv_maps): produce_tma's boxes
+// and edge tiles at 128 e4m3 channels a box (one 128-byte swizzled row), landing on the stage's "landed"
+// barrier; every producer thread waits for it, then converts or transposes (fp8_stage_finish). Edge tiles
+// by 16-byte cp.async, row r by thread r, held open on the landed barrier until they land. Warps without
+// a (K or V, panel) pair arrive with no bytes. NOT IN THE DEFAULT BUILD'S PATH: see bench/NOTES.md, session
+// 30 (in the same kernel it made ptxas spill in the e4m3 consumers' tile loop).
+template <class Cfg>
+__device__ __forceinline__ void produce_fp8_tma(const PrefillArgs& a, const Sequence& seq, int kv_head,
+                                                int64_t slot0, int64_t n_tiles, uint32_t s_k, uint32_t s_v,
+                                                uint32_t full_bar, uint32_t empty_bar, int64_t tile0) {
+  const AttnParams& p = a.p;
+  const int ptid = threadIdx.x % 128, warp = ptid / 32, lane = ptid % 32;
+  constexpr int kPanelsK = Cfg::kHeadDim / 128, kPanelsV = Cfg::kHeadDimV / 128;
+  constexpr int kPairs = kPanelsK + kPanelsV;
+  static_assert(Cfg::kHeadDim % 128 == 0 && Cfg::kHeadDimV % 128 == 0 && kPairs <= 4,
+                "a pair a warp at most");
+  constexpr int kKChunks = Cfg::kHeadDim / 16, kVChunks = Cfg::kHeadDimV / 16;
+  const bool has_pair = warp < kPairs;
+  const bool packed = p.seq.cu_seqlens_k != nullptr, paged = p.seq.page_table != nullptr && !packed;
+  const TmaGeometry g = tma_geometry(packed, paged, p.seq.num_pages, p.seq.page_size, Cfg::kBlockN);
+  const int boxes = Cfg::kBlockN / g.box;
+  const bool zero_tail = !paged && slot_address_at(p.seq, seq, seq.end, 0).in_page == g.slots;
+  const uint64_t k_map = reinterpret_cast<uint64_t>(&a.k_map), v_map = reinterpret_cast<uint64_t>(&a.v_map);
+  if (ptid == 0) {
+    tma_prefetch_map(k_map);
+    tma_prefetch_map(v_map);
+  }
+  const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache.ptr);
+  const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache.ptr);
+  const uint32_t landed = landed_bar_of<Cfg>(empty_bar);
+  for (int64_t tile = 0; tile < n_tiles; ++tile) {
+    int64_t ring_tile = tile;
+    if constexpr (Cfg::kPersistent) ring_tile += tile0;
+    const int stage = static_cast<int>(ring_tile % Cfg::kStages);
+    const uint32_t bar = landed + 8 * stage;
+    const uint32_t k_dst = s_k + stage * Cfg::kKStageBytes, v_dst = s_v + stage * Cfg::kVStageBytes;
+    const int64_t t0 = slot0 + tile * Cfg::kBlockN;
+    const bool whole = t0 >= seq.leftpad && (t0 + Cfg::kBlockN <= seq.end || zero_tail);
+    const int64_t box_slot = t0 + lane * g.box;
+    const int32_t entry = paged && whole && lane < boxes ? page_entry(p.seq, seq, box_slot) : 0;
+    mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((ring_tile / Cfg::kStages) & 1) ^ 1u);
+    if (whole) {
+      fence_proxy_async();  // (the stage's last writes were generic: the conversion, or an edge tile)
+      if (lane == 0) mbar_arrive_expect_tx(bar, has_pair ? static_cast<uint32_t>(Cfg::kKvPanelBytes) : 0u);
+      __syncwarp();
+      if (has_pair && lane < boxes) {
+        const SlotAddress box_at = slot_address_at(p.seq, seq, box_slot, entry);
+        const uint32_t rows_at = static_cast<uint32_t>(lane * g.box * 128);
+        const int panel = warp < kPanelsK ? warp : warp - kPanelsK;
+        const uint32_t at = panel * Cfg::kKvPanelBytes + rows_at;
+        if (warp < kPanelsK) {
+          tma_load_4d(k_dst + at, k_map, bar, 128 * panel, box_at.in_page, kv_head, box_at.page);
+        } else {
+          tma_load_4d(v_dst + at, v_map, bar, 128 * panel, box_at.in_page, kv_head, box_at.page);
+        }
+      }
+    } else {
+      for (int r = ptid; r < Cfg::kBlockN; r += 128) {
+        const int64_t s = t0 + r;
+        uint32_t k_off = kNoRow, v_off = kNoRow;
+        if (s >= seq.leftpad && s < seq.end) {
+          const KvRowUnits row = kv_row_units<16>(p, slot_address(p.seq, seq, s), kv_head);
+          k_off = row.k;
+          v_off = row.v;
+        }
+        const bool ok = k_off != kNoRow;
+#pragma unroll 4
+        for (int c = 0; c < kKChunks; ++c) {
+          const uint32_t at = swizzled(r, c, Cfg::kKvPanelBytes);
+          cp_async_16(k_dst + at, k_base + static_cast<uint64_t>(ok ? k_off + c : 0) * 16, ok);
+          if (c < kVChunks)
+            cp_async_16(v_dst + at, v_base + static_cast<uint64_t>(ok ? v_off + c : 0) * 16, ok);
+        }
+      }
+      warp_arrive_after_copies(bar);
+    }
+    mbar_wait(bar, static_cast<uint32_t>((ring_tile / Cfg::kStages) & 1));
+    fp8_stage_finish<Cfg>(k_dst, v_dst, warp, Cfg::kFp8Mma ? lane : opaque(lane), full_bar + 8 * stage);
+  }
+}
+
 // The TMA producer (the producer warpgroup; kTma): tile t covers slots [slot0 + t kBlockN, + kBlockN), slot0
 // a multiple of tma_geometry's align, so each box of `box` slots lies in one page: one page's rows (paged,
 // page size <= kBlockN), a part of one page, or of a contiguous cache's row / the packed token rows, where it
@@ -364,6 +472,10 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
                                             int64_t slot0, int64_t n_tiles, uint32_t s_k, uint32_t s_v,
                                             uint32_t full_bar, uint32_t empty_bar, bool diag_no_load,
                                             int64_t tile0 = 0, bool drain = true) {
+  if constexpr (Cfg::kKvFp8) {
+    produce_fp8_tma<Cfg>(a, seq, kv_head, slot0, n_tiles, s_k, s_v, full_bar, empty_bar, tile0);
+    return;
+  }
   const AttnParams& p = a.p;
   const int ptid = threadIdx.x % 128, warp = ptid / 32, lane = ptid % 32;
   constexpr int kPairs = Cfg::kPanels + Cfg::kPanelsV;  // (K or V, panel): K's panels, then V's
