@@ -59,6 +59,7 @@ struct PrefillConfig {
   using TM = T_;   // the tensor cores' operands (KvFp8: f16; KvFp8Mma: e4m3)
   static constexpr bool kKvFp8 = false;
   static constexpr bool kFp8Mma = false;
+  static constexpr bool kFp8Tma = false;                           // (WithFp8Tma)
   static constexpr int kHeadDim = kHeadDim_;                       // d: q, k
   static constexpr int kHeadDimV = prefill_head_dim_v(kHeadDim_);  // dv: v, out (= d but at (192, 128))
   static constexpr bool kPingPong = kPingPong_;  // the consumers take turns on the tensor cores
@@ -143,6 +144,15 @@ struct KvFp8Mma : KvFp8<Base> {
   static constexpr int kPLog2 = 8;  // P x 2^8 into e4m3 (softmax_max's kLog2Scale)
   static_assert(Base::kHeadDim == 128 && Base::kHeadDimV == 128 && Base::kBlockN == 128 && !Base::kPSmem,
                 "the fp8 wgmma kernel: d = dv = 128, 128-key tiles, P in registers");
+};
+
+// fp8 caches with K / V by TMA (KVATTN_SM90_FP8_TMA=1; produce_fp8_tma): kernels of their own, so that the
+// TMA path's code does not move the other fp8 kernels' register allocation (in the same kernel it made ptxas
+// spill in the e4m3 consumers' tile loop). C is a KvFp8 or KvFp8Mma config. WRITTEN WITHOUT A GPU.
+template <class C>
+struct WithFp8Tma : C {
+  static constexpr bool kFp8Tma = true;
+  static_assert(C::kKvFp8 && C::kHeadDim % 128 == 0 && C::kHeadDimV % 128 == 0, "e4m3 boxes of 128 channels");
 };
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -77,7 +77,7 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
     return;
   }
   KeyRange keys = key_range(p, seq, cta.m0, Cfg::kBlockM, Cfg::kBlockN);
-  const bool tma = (a.flags & kTma) != 0;
+  const bool tma = (!Cfg::kKvFp8 || Cfg::kFp8Tma) && (a.flags & kTma) != 0;
   if (tma && keys.last >= keys.first) {  // the first tile starts at a multiple of align (produce_tma)
     const bool packed = p.seq.cu_seqlens_k != nullptr;
     const int align = tma_geometry(packed, p.seq.page_table != nullptr && !packed, p.seq.num_pages,

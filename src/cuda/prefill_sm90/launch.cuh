@@ -60,18 +60,13 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // below 2^40, dims in [1, 2^32]; and ours: a box within the slot dim (the box copies a whole tile from any
 // slot; a box larger than the tensor is not documented either way), coordinates within int32. The driver's
 // own refusal declines too.
-// fp8 caches (KvFp8): e4m3 boxes of 128 channels (one 128-byte swizzle row), head dims multiples of 128 only,
-// under KVATTN_SM90_FP8_TMA=1 (produce_fp8_tma).
+// fp8 caches: only the WithFp8Tma kernels (KVATTN_SM90_FP8_TMA=1, head dims multiples of 128), e4m3 boxes of
+// 128 channels (one 128-byte swizzle row; produce_fp8_tma).
 template <class Cfg>
 bool make_kv_maps(const AttnParams& params, PrefillArgs& a) {
   using TKV = typename Cfg::TKV;
   constexpr int kBoxChannels = 128 / static_cast<int>(sizeof(TKV));
-  if constexpr (Cfg::kKvFp8) {
-    const char* v = std::getenv("KVATTN_SM90_FP8_TMA");
-    if (v == nullptr || std::strcmp(v, "1") != 0 || Cfg::kHeadDim % 128 != 0 || Cfg::kHeadDimV % 128 != 0) {
-      return false;
-    }
-  }
+  if constexpr (Cfg::kKvFp8 && !Cfg::kFp8Tma) return false;  // the fp8 kernels without TMA (cta.cuh)
   const SeqParams& sp = params.seq;
   if (const char* v = std::getenv("KVATTN_SM90_TMA"); v != nullptr && std::strcmp(v, "0") == 0) return false;
   const bool packed = sp.cu_seqlens_k != nullptr, paged = sp.page_table != nullptr && !packed;
@@ -164,7 +159,7 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream, bool 
     return fail(KVATTN_ERROR_UNSUPPORTED, "q: batch * kv heads * row blocks = " + std::to_string(ctas) +
                                               " CTAs exceeds the grid limit");
   }
-  const int smem = static_cast<int>(prefill_smem_bytes(Cfg::kHeadDim, Cfg::kPersistent, Cfg::kKvFp8));
+  const int smem = static_cast<int>(prefill_smem_bytes(Cfg::kHeadDim, Cfg::kPersistent, Cfg::kFp8Tma));
   static std::atomic<uint64_t> opted_in{0};  // the devices this kernel has opted into its shared memory on
   int device = 0;
   if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {
@@ -259,6 +254,16 @@ kvattn_status launch_variant(const AttnParams& params, cudaStream_t stream, bool
 
 template <class C>
 using NoWrap = C;
+template <class C>
+using KvFp8Tma = WithFp8Tma<KvFp8<C>>;
+template <class C>
+using KvFp8MmaTma = WithFp8Tma<KvFp8Mma<C>>;
+
+// KVATTN_SM90_FP8_TMA=1: fp8 caches take the WithFp8Tma kernels (A/B, not measured yet). Read on every call.
+inline bool fp8_tma_enabled() {
+  const char* v = std::getenv("KVATTN_SM90_FP8_TMA");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
 
 // KVATTN_SM90_FP8_MMA=0: fp8 q takes the f16 kernel (KvFp8) instead of the e4m3 one (A/B). Read on every
 // call.
@@ -279,10 +284,21 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
     // fp8 q over fp8 caches at d 128: e4m3 wgmma (KvFp8Mma); otherwise f16 (KvFp8). Not with rotary: q
     // rotated in the kernel is rounded to e4m3 again for the tensor cores, which took the output 0.05-0.06
     // of its scale from the oracle on the H200 (the bound is 0.03); the f16 kernel keeps it in bf16.
-    if constexpr (kHeadDim == 128 && std::is_same_v<T, __nv_bfloat16>) {
-      if (params.q_fp8 && params.rotary.rotary_dim == 0 && fp8_mma_enabled()) {
-        return launch_variant<KvFp8Mma, T, kHeadDim>(params, stream, early_launch, counter_by_append);
+    // KVATTN_SM90_FP8_TMA=1 (head dims multiples of 128): their WithFp8Tma kernels, K / V by TMA where the
+    // layout allows.
+    const bool mma = kHeadDim == 128 && std::is_same_v<T, __nv_bfloat16> && params.q_fp8 &&
+                     params.rotary.rotary_dim == 0 && fp8_mma_enabled();
+    if constexpr (kHeadDim % 128 == 0 && prefill_head_dim_v(kHeadDim) % 128 == 0) {
+      if (fp8_tma_enabled()) {
+        if constexpr (kHeadDim == 128 && std::is_same_v<T, __nv_bfloat16>) {
+          if (mma)
+            return launch_variant<KvFp8MmaTma, T, kHeadDim>(params, stream, early_launch, counter_by_append);
+        }
+        return launch_variant<KvFp8Tma, T, kHeadDim>(params, stream, early_launch, counter_by_append);
       }
+    }
+    if constexpr (kHeadDim == 128 && std::is_same_v<T, __nv_bfloat16>) {
+      if (mma) return launch_variant<KvFp8Mma, T, kHeadDim>(params, stream, early_launch, counter_by_append);
     }
     return launch_variant<KvFp8, T, kHeadDim>(params, stream, early_launch, counter_by_append);
   }

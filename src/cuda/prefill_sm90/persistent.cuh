@@ -66,7 +66,8 @@ __device__ __forceinline__ void produce_units(const PrefillArgs& a, uint32_t s_k
                                               volatile uint32_t* claim) {
   using Producers = LeadingThreads<Cfg::kProducerBarrier, 128>;
   const AttnParams& p = a.p;
-  const bool tma = (a.flags & kTma) != 0, diag_no_load = (a.flags & kDiagNoLoad) != 0;
+  const bool tma = (!Cfg::kKvFp8 || Cfg::kFp8Tma) && (a.flags & kTma) != 0,
+             diag_no_load = (a.flags & kDiagNoLoad) != 0;
   // (< 2^31: the launcher's grid limit)
   const unsigned units = static_cast<unsigned>(a.m_blocks) * p.seq.batch * p.num_kv_heads;
   unsigned* counter = reinterpret_cast<unsigned*>(p.unit_pieces);

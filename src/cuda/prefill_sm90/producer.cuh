@@ -82,7 +82,7 @@ __device__ __forceinline__ void init_stage_barriers(uint32_t full_bar, uint32_t 
   for (int s = 0; s < Cfg::kStages; ++s) {
     mbar_init(full_bar + 8 * s, Cfg::kFullArrivals);
     mbar_init(empty_bar + 8 * s, Cfg::kEmptyArrivals);
-    if constexpr (Cfg::kKvFp8) mbar_init(landed_bar_of<Cfg>(empty_bar) + 8 * s, Cfg::kFullArrivals);
+    if constexpr (Cfg::kFp8Tma) mbar_init(landed_bar_of<Cfg>(empty_bar) + 8 * s, Cfg::kFullArrivals);
   }
 }
 
@@ -219,8 +219,9 @@ struct NoVTranspose {  // KvFp8: no V^T
 };
 
 // A stage's landed fp8 rows made what the consumers read (warp w's rows, lane l; opaque for f16, as in
-// produce_fp8): f16 in place
-// (KvFp8) or V^T beside V (KvFp8Mma); fenced for wgmma, then the warp's arrival on the stage's full barrier.
+// produce_fp8): f16 in place (KvFp8) or V^T beside V (KvFp8Mma); fenced for wgmma, then the warp's arrival
+// on the stage's full barrier. (produce_fp8 writes the same steps out: through this function its kernels'
+// code moved.)
 template <class Cfg>
 __device__ __forceinline__ void fp8_stage_finish(uint32_t k_dst, uint32_t v_dst, int warp, int l,
                                                  uint32_t full) {
@@ -376,8 +377,7 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
 // and edge tiles at 128 e4m3 channels a box (one 128-byte swizzled row), landing on the stage's "landed"
 // barrier; every producer thread waits for it, then converts or transposes (fp8_stage_finish). Edge tiles
 // by 16-byte cp.async, row r by thread r, held open on the landed barrier until they land. Warps without
-// a (K or V, panel) pair arrive with no bytes. NOT IN THE DEFAULT BUILD'S PATH: see bench/NOTES.md, session
-// 30 (in the same kernel it made ptxas spill in the e4m3 consumers' tile loop).
+// a (K or V, panel) pair arrive with no bytes. Only in the WithFp8Tma kernels (cta.cuh).
 template <class Cfg>
 __device__ __forceinline__ void produce_fp8_tma(const PrefillArgs& a, const Sequence& seq, int kv_head,
                                                 int64_t slot0, int64_t n_tiles, uint32_t s_k, uint32_t s_v,
@@ -472,8 +472,9 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
                                             int64_t slot0, int64_t n_tiles, uint32_t s_k, uint32_t s_v,
                                             uint32_t full_bar, uint32_t empty_bar, bool diag_no_load,
                                             int64_t tile0 = 0, bool drain = true) {
-  if constexpr (Cfg::kKvFp8) {
-    produce_fp8_tma<Cfg>(a, seq, kv_head, slot0, n_tiles, s_k, s_v, full_bar, empty_bar, tile0);
+  if constexpr (Cfg::kKvFp8) {  // (only the WithFp8Tma kernels: the others are given no maps)
+    if constexpr (Cfg::kFp8Tma)
+      produce_fp8_tma<Cfg>(a, seq, kv_head, slot0, n_tiles, s_k, s_v, full_bar, empty_bar, tile0);
     return;
   }
   const AttnParams& p = a.p;
