@@ -235,8 +235,8 @@ def test_prefill_sm90_fp8_nan_page_is_contained(d):
     H.assert_bad_page_contained(fp8(P.prefill(layout="paged", page_size=16, seed=142), d), 3, DEVICE)
 
 
-# K / V by TMA for fp8 caches (KVATTN_SM90_FP8_TMA=1: the WithFp8Tma kernels, d 128 and 256; other head dims
-# keep the cp.async producer). WRITTEN WITHOUT A GPU (session 30, branch pfp8tma).
+# K / V of fp8 caches by TMA (the default at d 128 and 256: the WithFp8Tma kernels; other head dims have the
+# cp.async producer only) and by cp.async in the same kernels (KVATTN_SM90_TMA=0, as for layouts TMA declines).
 TMA_CASES = ["paged 16", "paged 64 hnd", "paged 128", "leftpad paged", "paged 256 leftpad", "causal contiguous",
              "packed varlen", "paged 1", "append varlen rotary paged"]
 
@@ -244,22 +244,20 @@ TMA_CASES = ["paged 16", "paged 64 hnd", "paged 128", "leftpad paged", "paged 25
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("name", TMA_CASES)
 @pytest.mark.parametrize("dtype", ["bf16", "fp8"])
-def test_prefill_sm90_fp8_tma(monkeypatch, name, d, dtype):
-    monkeypatch.setenv("KVATTN_SM90_FP8_TMA", "1")
+@pytest.mark.parametrize("tma", ["1", "0"])
+def test_prefill_sm90_fp8_producers(monkeypatch, name, d, dtype, tma):
+    monkeypatch.setenv("KVATTN_SM90_TMA", tma)
     run_and_compare(fp8(P.CASES[name], d, dtype=dtype), DEVICE)
 
 
 @pytest.mark.parametrize("d", HEAD_DIMS)
 @pytest.mark.parametrize("kind", ["persistent", "split"])
 def test_prefill_sm90_fp8_tma_variants(monkeypatch, d, kind):
-    monkeypatch.setenv("KVATTN_SM90_FP8_TMA", "1")
     if kind == "persistent":
         monkeypatch.setenv("KVATTN_SM90_PERSISTENT", "1")
         case = fp8(P.MANY_UNITS["causal paged 16"], d)
     else:
         case = fp8(P.SPLIT_CASES["64 rows, paged 16 (TMA)"], d)
-    if d in (128, 256):
-        names = P._kernel_names(case)
-        assert any("WithFp8Tma<" in n for n in names), names
+    names = P._kernel_names(case)
+    assert any("WithFp8Tma<" in n for n in names) == (d in (128, 256)), names
     run_and_compare(case, DEVICE)
-

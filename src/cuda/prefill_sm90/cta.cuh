@@ -146,9 +146,9 @@ struct KvFp8Mma : KvFp8<Base> {
                 "the fp8 wgmma kernel: d = dv = 128, 128-key tiles, P in registers");
 };
 
-// fp8 caches with K / V by TMA (KVATTN_SM90_FP8_TMA=1; produce_fp8_tma): kernels of their own, so that the
-// TMA path's code does not move the other fp8 kernels' register allocation (in the same kernel it made ptxas
-// spill in the e4m3 consumers' tile loop). C is a KvFp8 or KvFp8Mma config. WRITTEN WITHOUT A GPU.
+// fp8 caches with K / V by TMA (produce_fp8_tma; the fp8 kernels at head dims multiples of 128): a wrapper of
+// its own, so that the cp.async-only fp8 kernels of the other head dims keep their code. C is a KvFp8 or
+// KvFp8Mma config.
 template <class C>
 struct WithFp8Tma : C {
   static constexpr bool kFp8Tma = true;

@@ -60,7 +60,7 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // below 2^40, dims in [1, 2^32]; and ours: a box within the slot dim (the box copies a whole tile from any
 // slot; a box larger than the tensor is not documented either way), coordinates within int32. The driver's
 // own refusal declines too.
-// fp8 caches: only the WithFp8Tma kernels (KVATTN_SM90_FP8_TMA=1, head dims multiples of 128), e4m3 boxes of
+// fp8 caches: only the WithFp8Tma kernels (head dims multiples of 128: launch_prefill_kernel), e4m3 boxes of
 // 128 channels (one 128-byte swizzle row; produce_fp8_tma).
 template <class Cfg>
 bool make_kv_maps(const AttnParams& params, PrefillArgs& a) {
@@ -259,12 +259,6 @@ using KvFp8Tma = WithFp8Tma<KvFp8<C>>;
 template <class C>
 using KvFp8MmaTma = WithFp8Tma<KvFp8Mma<C>>;
 
-// KVATTN_SM90_FP8_TMA=1: fp8 caches take the WithFp8Tma kernels (A/B, not measured yet). Read on every call.
-inline bool fp8_tma_enabled() {
-  const char* v = std::getenv("KVATTN_SM90_FP8_TMA");
-  return v != nullptr && std::strcmp(v, "1") == 0;
-}
-
 // KVATTN_SM90_FP8_MMA=0: fp8 q takes the f16 kernel (KvFp8) instead of the e4m3 one (A/B). Read on every
 // call.
 inline bool fp8_mma_enabled() {
@@ -284,23 +278,18 @@ kvattn_status launch_prefill_kernel(const AttnParams& params, cudaStream_t strea
     // fp8 q over fp8 caches at d 128: e4m3 wgmma (KvFp8Mma); otherwise f16 (KvFp8). Not with rotary: q
     // rotated in the kernel is rounded to e4m3 again for the tensor cores, which took the output 0.05-0.06
     // of its scale from the oracle on the H200 (the bound is 0.03); the f16 kernel keeps it in bf16.
-    // KVATTN_SM90_FP8_TMA=1 (head dims multiples of 128): their WithFp8Tma kernels, K / V by TMA where the
-    // layout allows.
-    const bool mma = kHeadDim == 128 && std::is_same_v<T, __nv_bfloat16> && params.q_fp8 &&
-                     params.rotary.rotary_dim == 0 && fp8_mma_enabled();
+    // Head dims multiples of 128: the WithFp8Tma kernels (K / V by TMA where the layout allows, else by
+    // cp.async, as KVATTN_SM90_TMA=0 forces; -4% fp8 cache, -7% e4m3 on W6 16x128, session 36); the others
+    // have the cp.async producer only. One kernel a (config, head dim) either way.
     if constexpr (kHeadDim % 128 == 0 && prefill_head_dim_v(kHeadDim) % 128 == 0) {
-      if (fp8_tma_enabled()) {
-        if constexpr (kHeadDim == 128 && std::is_same_v<T, __nv_bfloat16>) {
-          if (mma)
-            return launch_variant<KvFp8MmaTma, T, kHeadDim>(params, stream, early_launch, counter_by_append);
-        }
-        return launch_variant<KvFp8Tma, T, kHeadDim>(params, stream, early_launch, counter_by_append);
+      if constexpr (kHeadDim == 128 && std::is_same_v<T, __nv_bfloat16>) {
+        if (params.q_fp8 && params.rotary.rotary_dim == 0 && fp8_mma_enabled())
+          return launch_variant<KvFp8MmaTma, T, kHeadDim>(params, stream, early_launch, counter_by_append);
       }
+      return launch_variant<KvFp8Tma, T, kHeadDim>(params, stream, early_launch, counter_by_append);
+    } else {
+      return launch_variant<KvFp8, T, kHeadDim>(params, stream, early_launch, counter_by_append);
     }
-    if constexpr (kHeadDim == 128 && std::is_same_v<T, __nv_bfloat16>) {
-      if (mma) return launch_variant<KvFp8Mma, T, kHeadDim>(params, stream, early_launch, counter_by_append);
-    }
-    return launch_variant<KvFp8, T, kHeadDim>(params, stream, early_launch, counter_by_append);
   }
 }
 

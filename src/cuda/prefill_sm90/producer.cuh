@@ -373,7 +373,7 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
   if (!Cfg::kPersistent || drain) cp_async_wait_all();  // nothing in flight when the producer leaves
 }
 
-// fp8 caches by TMA (KVATTN_SM90_FP8_TMA=1, d and dv multiples of 128: make_kv_maps): produce_tma's boxes
+// fp8 caches by TMA (the WithFp8Tma kernels: d and dv multiples of 128; make_kv_maps): produce_tma's boxes
 // and edge tiles at 128 e4m3 channels a box (one 128-byte swizzled row), landing on the stage's "landed"
 // barrier; every producer thread waits for it, then converts or transposes (fp8_stage_finish). Edge tiles
 // by 16-byte cp.async, row r by thread r, held open on the landed barrier until they land. Warps without
