@@ -18,10 +18,14 @@
 
 namespace kvattn::cuda::sm90 {
 
-// The kernel configuration of (q dtype T, cache elements TKV, head dim) and the variant's flags.
+// The kernel configuration of (q dtype T, cache elements TKV, head dim) and the variant's flags (fp8 caches
+// at head dims multiples of 128: the WithFp8Tma kernels, as launch_prefill_kernel takes them).
 template <typename T, typename TKV, int kHeadDim, bool... kFlags>
 using PrefillCfgOf =
-    std::conditional_t<std::is_same_v<TKV, __nv_fp8_e4m3>, KvFp8<PrefillConfig<T, kHeadDim, kFlags...>>,
+    std::conditional_t<std::is_same_v<TKV, __nv_fp8_e4m3>,
+                       std::conditional_t<kHeadDim % 128 == 0 && prefill_head_dim_v(kHeadDim) % 128 == 0,
+                                          WithFp8Tma<KvFp8<PrefillConfig<T, kHeadDim, kFlags...>>>,
+                                          KvFp8<PrefillConfig<T, kHeadDim, kFlags...>>>,
                        PrefillConfig<T, kHeadDim, kFlags...>>;
 
 template <typename T, int kHeadDim, typename TKV>
