@@ -16,16 +16,15 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 pfp8tma2_128:pfp8tma2:128 e4m3dead128:e4m3dead:128 pfb128:pfp8batch:128 pstsm64:pstsm:64 pfa128:pfp8ahead:128 pfc128:pfp8tma3:128 pfc256:pfp8tma3:256"
+LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128"
 
 show() {
   cat << 'END'
-Session 35 ran 18, 10, 20, 2, 3, 1, 11, 19, 21 and an ad hoc d 256 check (bench/NOTES.md); pvmid landed at
-d 128 / 256, fp8 caches take the sm_90a prefill kernel at every head dim, and those calls are history (git
-log). First, on an H200: the full run with the peers (bench/NOTES.md, "The full run: three device calls in a
-row"; the RESULTS summary is session 25's). Then, in order of value: 15, 25, 24 (+ 26), 10, 23, 12, 5, 7-9 (bench/NOTES.md,
-"Where to go next", sessions 35-31). Tree at main for calls 5, 10, 12, 15 and 23-26 (10 needs only
-bench/fp8_prefill.py next to pfp8tma2's library), at wide for 7-9.
+Session 36 ran the full run with the peers (on an H100), 15, 25, 24, 26, 10, 23 and 27 (bench/NOTES.md):
+pfp8batch and fp8 K / V by TMA landed (branch pfp8tma3), pstsm and pfp8ahead did not; those calls are history
+(git log). 15 (the audit's regression checks) and 23 (ncu of the fp8 cache's prefill; LIB= another library)
+stay runnable. Next, in order of value: the session-36 branches below, then 12, 5, 7-9 (bench/NOTES.md,
+"Where to go next", sessions 36-31). Tree at main for calls 5, 12, 15, 23, at wide for 7-9.
 5. run(command="bash tools/calls.sh run 5", carry=[".dev/main128.so.xz", ".whl"], timeout_s=590)
    W3's fp8kv cases and their bf16 twins: the landed fp8 path against the portable kernel
    (KVATTN_FORCE_PORTABLE=1 for A), same library.
@@ -35,43 +34,10 @@ bench/fp8_prefill.py next to pfp8tma2's library), at wide for 7-9.
    the MLA stack (splits, rows kernel) against mla4 on W5 128 heads, then 16 heads rows kernel vs ROWS=0.
 9. run(command="bash tools/calls.sh run 9", carry=[".dev/mla.so.xz", ".dev/mla4.so.xz", ".whl"], timeout_s=400)   [tree at wide]
    mla4 against main's MLA kernel on W5 128 heads.
-10. run(command="bash tools/calls.sh run 10", carry=[".dev/pfp8tma2_128.so.xz", ".whl"], timeout_s=300)
-   fp8 K / V by TMA (KVATTN_SM90_FP8_TMA=1) against the cp.async producer, same library, on
-   bench/fp8_prefill.py's W6 rows, twice each: session 35 timed only W3's fp8 cache cases (-1%: the
-   cache's bound is its conversion), not fp8 q on e4m3 wgmma, whose producer session 33 counted as
-   copy-bound (predicted 1.17x -> ~1.3x bf16). Its checks passed in session 35.
 12. run(command="bash tools/calls.sh run 12", carry=[".dev/main128.so.xz", ".dev/e4m3dead128.so.xz", ".whl"], timeout_s=400)
    branch e4m3dead (the e4m3 kernel without its unreachable paths; rebased onto main with pvmid in session
    35): the fp8 tests at d 128, racecheck and memcheck on e4m3 cases, then bench/fp8_prefill.py on main
    and on it (level expected). If green, land it.
-15. run(command="bash tools/calls.sh run 15", carry=[".dev/main128.so.xz", ".whl"], timeout_s=500)
-   session 33's audit fixes (passed on an H100 in session 34, as call 17 then; kept as a regression check):
-   the device-error tests (an offending decode with rotary, a sequence past 2^31 - 2^16 keys), the
-   negative-stride test, the decode kernel's tests, the persistent prefill tests, and session 35's
-   workspace-overlap error (test_workspace_overlapping_an_argument_is_an_error: never run on a GPU yet, so
-   first in value after the full run); memcheck on the new cases.
-23. run(command="bash tools/calls.sh run 23", carry=[".dev/main128.so.xz", ".whl"], timeout_s=400)
-   where the fp8 cache's producer spends its time (session 35's diagnostic: it bounds that kernel, and TMA
-   did not move it): ncu on the prefill kernel of W3 b1 +2048 over 32k p16, bf16 and fp8kv: pipe
-   utilization (is the conversion pipe the limit, or the issue slots?), warp states, shared-memory
-   traffic and bank conflicts. Text tables in $OUT/ncu_*.txt.
-24. run(command="bash tools/calls.sh run 24", carry=[".dev/main128.so.xz", ".dev/pfb128.so.xz", ".dev/pfa128.so.xz", ".whl"], timeout_s=400)
-   the fp8 producer's two session-35 branches, timing only (bench/fp8_prefill.py, W6 16x128 full: bf16, fp8
-   cache, e4m3, f16 kernel), main / pfp8batch / pfp8ahead, two rounds: pfp8batch loads 4 fp8 chunks before
-   converting them (16 dependent shared-memory round trips a tile -> 4; +10 spill instructions a tile),
-   pfp8ahead issues tile t + 1's copies before converting tile t (the conversion under the copies; the
-   persistent kernels' spills unchanged). Predicted (a helper's SASS walk): fp8 cache 4,075 us -> pfb
-   -5 to -10%, pfa 3,300-3,600; e4m3 level (pfb) / unknown (pfa: session 31's lookahead lost 1.5-3% on
-   e4m3 before pfp8lean). The winner's checks: call 26.
-25. run(command="bash tools/calls.sh run 25", carry=[".dev/main64.so.xz", ".dev/pstsm64.so.xz", ".whl"], timeout_s=500)
-   branch pstsm (session 35: P into the d 64 consumers' shared buffer by stmatrix.x4, 8 stores a tile
-   instead of 32, and P V's V descriptor once a tile): the d 64 prefill and fp8 tests, racecheck, memcheck,
-   W6 32x64 A B A B against main.
-   Predicted -5 to -9% at d 64 (a helper's SASS count: d 64 is issue-bound, ~40 fewer instructions a warp
-   a tile of ~510).
-26. run(command="LIB=.dev/pfa128.so.xz bash tools/calls.sh run 26", carry=[".dev/pfa128.so.xz", ".whl"], timeout_s=400)
-   the checks of call 24's winner (pfa128 or pfb128): the fp8 and negative-stride tests at d 128, racecheck,
-   memcheck. If green and faster, land it (and time W3's fp8kv cases: call 5's filter).
 END
 }
 
@@ -126,11 +92,6 @@ case "${1:-show}" in
           KVATTN_AB_MEM_K="nan_page" KVATTN_AB_SUITES=W5 KVATTN_AB_FILTER="W5 MLA 128/1" \
           bash tools/prefill_ab.sh
         ;;
-      10)
-        for round in 1 2; do
-          for tma in 0 1; do KVATTN_SM90_FP8_TMA=$tma fp8_rows 90 "tma${tma}_$round:.dev/pfp8tma2_128.so.xz"; done
-        done
-        ;;
       12)
         KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/e4m3dead128.so.xz KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=0 \
           KVATTN_AB_TESTS=tests/python/test_cuda_prefill_sm90_fp8.py KVATTN_AB_SMOKE_K="fp8_q_variants and persistent" \
@@ -161,42 +122,6 @@ case "${1:-show}" in
           echo "ncu $c rc=$? $(grep -c . "$OUT/ncu_$name.txt") lines"
           grep -E "Issue Slots Busy|Executed Ipc|No Eligible|Shared Memory|Bank Conflicts|Duration" "$OUT/ncu_$name.txt" | head -12
         done
-        ;;
-      24)  # timing only
-        for round in 1 2; do
-          fp8_rows 60 "main$round:.dev/main128.so.xz" "pfb$round:.dev/pfb128.so.xz" "pfa$round:.dev/pfa128.so.xz"
-        done
-        ;;
-      26)  # checks of one fp8 producer branch: LIB=.dev/pfa128.so.xz (or pfb128)
-        KVATTN_AB_A="${LIB:?LIB=.dev/NAME.so.xz}" KVATTN_AB_B="$LIB" KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=0 \
-          KVATTN_AB_TESTS="tests/python/test_cuda_prefill_sm90_fp8.py tests/python/test_negative_strides.py" \
-          KVATTN_AB_SMOKE_K="fp8 and persistent" KVATTN_AB_SMOKE_TIMEOUT=100 KVATTN_AB_TEST_TIMEOUT=200 \
-          KVATTN_AB_SAN_TIMEOUT=60 KVATTN_AB_RACE_K="fp8_nan_page or (fp8 and split)" \
-          KVATTN_AB_MEM_K="fp8_nan_page or negative_strides" bash tools/prefill_ab.sh
-        ;;
-      27)  # branch pfp8tma3 (pfp8batch + fp8 K / V by TMA by default at d 128 / 256): its checks, then timing
-        KVATTN_AB_A=.dev/pfc128.so.xz KVATTN_AB_B=.dev/pfc128.so.xz KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=0 \
-          KVATTN_AB_TESTS="tests/python/test_cuda_prefill_sm90_fp8.py tests/python/test_negative_strides.py" \
-          KVATTN_AB_SMOKE_K="tma_variants" KVATTN_AB_SMOKE_TIMEOUT=100 KVATTN_AB_TEST_TIMEOUT=200 \
-          KVATTN_AB_SAN_TIMEOUT=60 KVATTN_AB_RACE_K="tma_variants or (producers and paged and 16 and fp8)" \
-          KVATTN_AB_MEM_K="fp8_nan_page or (producers and (leftpad or varlen))" OUT=$OUT/c128 bash tools/prefill_ab.sh
-        KVATTN_AB_A=.dev/pfc256.so.xz KVATTN_AB_B=.dev/pfc256.so.xz KVATTN_AB_DIMS=256 KVATTN_AB_ROUNDS=0 \
-          KVATTN_AB_TESTS=tests/python/test_cuda_prefill_sm90_fp8.py KVATTN_AB_SMOKE_K="tma_variants" \
-          KVATTN_AB_SMOKE_TIMEOUT=100 KVATTN_AB_TEST_TIMEOUT=150 KVATTN_AB_SAN_TIMEOUT=40 \
-          KVATTN_AB_RACE_K="tma_variants and split" KVATTN_AB_MEM_K="producers and leftpad and fp8" \
-          OUT=$OUT/c256 bash tools/prefill_ab.sh
-        for round in 1 2; do
-          fp8_rows 60 "main$round:.dev/main128.so.xz" "pfc$round:.dev/pfc128.so.xz"
-        done
-        source tools/device_env.sh  # (the workspace-overlap test by name: call 15's -q log does not list it)
-        KVATTN_LIBRARY=$(device_lib .dev/pfc128.so.xz c) KVATTN_TEST_HEAD_DIMS=128 timeout 60 python3 -m pytest -q -rA \
-          -p no:cacheprovider tests/python/test_cuda_kernels.py -k workspace_overlapping 2>&1 | grep -E "PASSED|FAILED|SKIPPED|passed|failed"
-        ;;
-      25)
-        KVATTN_AB_A=.dev/main64.so.xz KVATTN_AB_B=.dev/pstsm64.so.xz KVATTN_AB_DIMS=64 KVATTN_AB_ROUNDS=2 \
-          KVATTN_AB_TESTS="tests/python/test_cuda_prefill_sm90.py tests/python/test_cuda_prefill_sm90_fp8.py" \
-          KVATTN_AB_SMOKE_TIMEOUT=100 KVATTN_AB_TEST_TIMEOUT=240 KVATTN_AB_SUITES=W6 KVATTN_AB_FILTER="32x64" \
-          bash tools/prefill_ab.sh
         ;;
       *) echo "no call $2" >&2; exit 2 ;;
     esac

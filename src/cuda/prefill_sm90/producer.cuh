@@ -160,8 +160,8 @@ struct Fp8RowCopy<kRows, kC, true> {
 // (the asm's memory clobbers keep every load after every earlier store, so one chunk at a time made 16
 // dependent shared-memory round trips a tile at d 128: bench/NOTES.md, session 35). Safe: a batch [j0, j0 +
 // kBatch) writes f16 chunks [2 j0, 2 j0 + 2 kBatch), none of them an fp8 chunk still unread (those are < j0).
-// SASS (d 128, bf16 q): the persistent producer loop 0 -> 10 spill instructions a tile, the one-pass one
-// 4 -> 10 (its 56 registers; batches of 2 spill as much in the persistent loop): to be measured.
+// It costs the producer loops ~10 spill instructions a tile at 56 registers and paid: -6 to -9% on the fp8
+// cache's prefill (H100, session 36).
 template <int kChunks8>
 __device__ __forceinline__ void fp8_row_to_f16(uint32_t row, int panel_bytes) {
   constexpr int kBatch = kChunks8 < 4 ? kChunks8 : 4;
