@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128"
+LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 d64x:d64x:64"
 
 show() {
   cat << 'END'
@@ -25,6 +25,14 @@ pfp8batch and fp8 K / V by TMA landed (branch pfp8tma3), pstsm and pfp8ahead did
 (git log). 15 (the audit's regression checks) and 23 (ncu of the fp8 cache's prefill; LIB= another library)
 stay runnable. Next, in order of value: the session-36 branches below, then 12, 5, 7-9 (bench/NOTES.md,
 "Where to go next", sessions 36-31). Tree at main for calls 5, 12, 15, 23, at wide for 7-9.
+28. run(command="bash tools/calls.sh run 28", carry=[".dev/main64.so.xz", ".dev/d64x.so.xz", ".whl"], timeout_s=500)
+   branch d64x (session 36, a helper's analysis: at d 64 P V is m64n64k16 and P through shared memory
+   makes the tile shared-memory-bound, ~248 KiB a 192 x 128 tile, ~1,940 clocks against the tensor cores'
+   1,536; FA4 keeps P in registers): P in registers for the three d 64 consumers, a lean tile loop (row
+   records in local memory, read on masked tiles and in the epilogue: 5 LDL + 5 STL a tile). SASS: ~561 ->
+   466 instructions a tile, 32 -> 0 shared stores; d 128 / 192 / 256 kernels identical to main's. The d 64
+   tests, racecheck, memcheck, W6 32x64 A B A B. Predicted -6 to -12% at equal clock (risk: session 19's c3
+   had P in registers with ~50 spills a tile and lost 10%).
 5. run(command="bash tools/calls.sh run 5", carry=[".dev/main128.so.xz", ".whl"], timeout_s=590)
    W3's fp8kv cases and their bf16 twins: the landed fp8 path against the portable kernel
    (KVATTN_FORCE_PORTABLE=1 for A), same library.
@@ -122,6 +130,12 @@ case "${1:-show}" in
           echo "ncu $c rc=$? $(grep -c . "$OUT/ncu_$name.txt") lines"
           grep -E "Issue Slots Busy|Executed Ipc|No Eligible|Shared Memory|Bank Conflicts|Duration" "$OUT/ncu_$name.txt" | head -12
         done
+        ;;
+      28)  # branch d64x (session 36: d 64's P in registers, the lean tile loop): checks, then W6 32x64 A B A B
+        KVATTN_AB_A=.dev/main64.so.xz KVATTN_AB_B=.dev/d64x.so.xz KVATTN_AB_DIMS=64 KVATTN_AB_ROUNDS=2 \
+          KVATTN_AB_TESTS="tests/python/test_cuda_prefill_sm90.py tests/python/test_cuda_prefill_sm90_fp8.py" \
+          KVATTN_AB_SMOKE_TIMEOUT=100 KVATTN_AB_TEST_TIMEOUT=240 KVATTN_AB_SUITES=W6 KVATTN_AB_FILTER="32x64" \
+          bash tools/prefill_ab.sh
         ;;
       *) echo "no call $2" >&2; exit 2 ;;
     esac
