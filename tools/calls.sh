@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 d64x:d64x:64"
+LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 d64x:d64x:64 pcp128:pcpasync:128"
 
 show() {
   cat << 'END'
@@ -25,6 +25,17 @@ pfp8batch and fp8 K / V by TMA landed (branch pfp8tma3), pstsm and pfp8ahead did
 (git log). 15 (the audit's regression checks) and 23 (ncu of the fp8 cache's prefill; LIB= another library)
 stay runnable. Next, in order of value: the session-36 branches below, then 12, 5, 7-9 (bench/NOTES.md,
 "Where to go next", sessions 36-31). Tree at main for calls 5, 12, 15, 23, at wide for 7-9.
+29. run(command="bash tools/calls.sh run 29", carry=[".dev/main128.so.xz", ".dev/pcp128.so.xz", ".whl"], timeout_s=590)
+   branch pcpasync (session 36, a helper's count: the 16-bit cp.async producer, which serves page 1 and
+   every layout TMA declines, spent ~413 instructions a tile at d 128 against TMA's ~109, with 17-21
+   spills: +29% issue on sub-partitions the consumers keep busy; W3 page 1 runs at 0.69x page 16 while
+   FA4 has no page-1 penalty): the row walked a tile at a time in 32-bit (no division a tile), fixed-lane
+   shuffles, destinations made once, zero-fill from one ballot: ~213 a tile, no spill. The d 128 prefill
+   tests, racecheck, memcheck; W3 p1 cases and W6 A B A B. Predicted W3 b8 +512 over 32k p1 5,713 ->
+   4,600-5,000 us (0.79-0.85x page 16), b1 +2048 over 32k p1 2,837 -> 2,250-2,450.
+30. run(command="bash tools/calls.sh run 30", carry=[".dev/main128.so.xz", ".dev/pcp128.so.xz", ".whl"], timeout_s=590)
+   the same with KVATTN_SM90_TMA=0 (the new producer on every layout: its tests are the correctness check
+   that matters), W6 16x128 A B A B: predicted 4,654 -> 4,050-4,250 us (1.08-1.13x the TMA time).
 28. run(command="bash tools/calls.sh run 28", carry=[".dev/main64.so.xz", ".dev/d64x.so.xz", ".whl"], timeout_s=500)
    branch d64x (session 36, a helper's analysis: at d 64 P V is m64n64k16 and P through shared memory
    makes the tile shared-memory-bound, ~248 KiB a 192 x 128 tile, ~1,940 clocks against the tensor cores'
@@ -136,6 +147,20 @@ case "${1:-show}" in
           KVATTN_AB_TESTS="tests/python/test_cuda_prefill_sm90.py tests/python/test_cuda_prefill_sm90_fp8.py" \
           KVATTN_AB_SMOKE_TIMEOUT=100 KVATTN_AB_TEST_TIMEOUT=240 KVATTN_AB_SUITES=W6 KVATTN_AB_FILTER="32x64" \
           bash tools/prefill_ab.sh
+        ;;
+      29)  # branch pcpasync (session 36: the 16-bit cp.async producer lean): checks, then W3 page 1 and W6 A B A B
+        KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/pcp128.so.xz KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=2 \
+          KVATTN_AB_TESTS=tests/python/test_cuda_prefill_sm90.py KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=200 \
+          KVATTN_AB_SAN_TIMEOUT=50 KVATTN_AB_SUITES=W3,W6 \
+          KVATTN_AB_FILTER="W3 32/8 b8 +512 over 32k p1|W3 32/8 b1 +2048 over 32k p1|=W3 32/8 b1 +2048 over 32k p16|W6 prefill 16k 16x128 full" \
+          bash tools/prefill_ab.sh
+        ;;
+      30)  # pcpasync with the cp.async producer on every layout (KVATTN_SM90_TMA=0): its checks, W6 A B A B
+        export KVATTN_SM90_TMA=0
+        KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/pcp128.so.xz KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=2 \
+          KVATTN_AB_TESTS=tests/python/test_cuda_prefill_sm90.py KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=200 \
+          KVATTN_AB_SAN_TIMEOUT=50 KVATTN_AB_SUITES=W6,W3 \
+          KVATTN_AB_FILTER="W6 prefill 16k 16x128|=W3 32/8 b8 +512 over 4k p16" bash tools/prefill_ab.sh
         ;;
       *) echo "no call $2" >&2; exit 2 ;;
     esac
