@@ -24,8 +24,9 @@ Session 36 ran the full run with the peers (on an H100), 15, 25, 24, 26, 10, 23 
 pfp8batch and fp8 K / V by TMA landed (branch pfp8tma3), pstsm and pfp8ahead did not; those calls are history
 (git log). 15 (the audit's regression checks) and 23 (ncu of the fp8 cache's prefill; LIB= another library)
 stay runnable. Next, in order of value: the session-36 branches below, then 12, 5, 7-9 (bench/NOTES.md,
-"Where to go next", sessions 36-31). Tree at main for calls 5, 12, 15, 23, at wide for 7-9.
-29. run(command="bash tools/calls.sh run 29", carry=[".dev/main128.so.xz", ".dev/pcp128.so.xz", ".whl"], timeout_s=590)
+"Where to go next", sessions 36-31). Tree at main for calls 5, 12, 15, 23 and 28, at pcpasync for 29-30 (its
+new tests), at wide for 7-9.
+29. run(command="bash tools/calls.sh run 29", carry=[".dev/main128.so.xz", ".dev/pcp128.so.xz", ".whl"], timeout_s=590)   [tree at pcpasync]
    branch pcpasync (session 36, a helper's count: the 16-bit cp.async producer, which serves page 1 and
    every layout TMA declines, spent ~413 instructions a tile at d 128 against TMA's ~109, with 17-21
    spills: +29% issue on sub-partitions the consumers keep busy; W3 page 1 runs at 0.69x page 16 while
@@ -33,7 +34,7 @@ stay runnable. Next, in order of value: the session-36 branches below, then 12, 
    shuffles, destinations made once, zero-fill from one ballot: ~213 a tile, no spill. The d 128 prefill
    tests, racecheck, memcheck; W3 p1 cases and W6 A B A B. Predicted W3 b8 +512 over 32k p1 5,713 ->
    4,600-5,000 us (0.79-0.85x page 16), b1 +2048 over 32k p1 2,837 -> 2,250-2,450.
-30. run(command="bash tools/calls.sh run 30", carry=[".dev/main128.so.xz", ".dev/pcp128.so.xz", ".whl"], timeout_s=590)
+30. run(command="bash tools/calls.sh run 30", carry=[".dev/main128.so.xz", ".dev/pcp128.so.xz", ".whl"], timeout_s=590)   [tree at pcpasync]
    the same with KVATTN_SM90_TMA=0 (the new producer on every layout: its tests are the correctness check
    that matters), W6 16x128 A B A B: predicted 4,654 -> 4,050-4,250 us (1.08-1.13x the TMA time).
 28. run(command="bash tools/calls.sh run 28", carry=[".dev/main64.so.xz", ".dev/d64x.so.xz", ".whl"], timeout_s=500)
