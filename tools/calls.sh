@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 d64x:d64x:64 pcp128:pcpasync:128"
+LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 d64x:d64x:64 pcp128:pcpasync:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1"
 
 show() {
   cat << 'END'
@@ -45,6 +45,15 @@ new tests), at wide for 7-9.
    466 instructions a tile, 32 -> 0 shared stores; d 128 / 192 / 256 kernels identical to main's. The d 64
    tests, racecheck, memcheck, W6 32x64 A B A B. Predicted -6 to -12% at equal clock (risk: session 19's c3
    had P in registers with ~50 spills a tile and lost 10%).
+31. run(command="bash tools/calls.sh run 31", carry=[".dev/main128.so.xz", ".dev/w3tl128.so.xz", ".whl"], timeout_s=400)   [tree at w3short]
+   W3 over short prefixes (b1 +512 over 4k: 1.35x FA4's time at the same clock, of which ~7 us is the
+   append and q's rotation that FA4's timed call does not do): bench.kernel_gaps (append / prefill
+   split) and the timeline build of branch w3short (a CTA's start, the PDL wait, the first full stage, every
+   CTA's span in global time). A helper's estimate (b1): append ~7 us, CTA start to first full stage 4-5,
+   36 tiles ~59-63, epilogue ~2.5, launch / drain 1-2: ~76-80 of the 86.6 measured.
+32. run(command="bash tools/calls.sh run 32", carry=[".dev/main128.so.xz", ".whl"], timeout_s=590)
+   the same two cases under the existing switches (no loads and no softmax / no loads / cp.async / q
+   rotated ahead / persistent), one round each: which part of the fixed cost each removes.
 5. run(command="bash tools/calls.sh run 5", carry=[".dev/main128.so.xz", ".whl"], timeout_s=590)
    W3's fp8kv cases and their bf16 twins: the landed fp8 path against the portable kernel
    (KVATTN_FORCE_PORTABLE=1 for A), same library.
@@ -162,6 +171,26 @@ case "${1:-show}" in
           KVATTN_AB_TESTS=tests/python/test_cuda_prefill_sm90.py KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=200 \
           KVATTN_AB_SAN_TIMEOUT=50 KVATTN_AB_SUITES=W6,W3 \
           KVATTN_AB_FILTER="W6 prefill 16k 16x128|=W3 32/8 b8 +512 over 4k p16" bash tools/prefill_ab.sh
+        ;;
+      31)  # W3 over short prefixes: kernel gaps (main) and the timeline build's stamps (branch w3short)
+        source tools/device_env.sh
+        A=$(device_lib .dev/main128.so.xz a)
+        T=$(device_lib .dev/w3tl128.so.xz t)
+        B1="W3 32/8 b1 +512 over 4k p16"
+        B8="W3 32/8 b8 +512 over 4k p16"
+        KVATTN_LIBRARY=$A timeout 200 python3 -m bench.kernel_gaps "$B1" "$B8" > "$OUT/gaps.txt" 2>&1
+        echo "kernel_gaps rc=$?"; tail -20 "$OUT/gaps.txt"
+        for c in "$B1" "$B8"; do KVATTN_LIBRARY=$T timeout 120 python3 -m bench.prefill_timeline --bench-case "$c"; done \
+          > "$OUT/tl.txt" 2>&1
+        KVATTN_LIBRARY=$T timeout 120 python3 -m bench.prefill_timeline --case w3 --batch 1 --d 128 >> "$OUT/tl.txt" 2>&1
+        echo "timeline rc=$?"; tail -40 "$OUT/tl.txt"
+        ;;
+      32)  # W3 over short prefixes: the existing switches, same library, timing only
+        for e in KVATTN_SM90_DIAG=12 KVATTN_SM90_DIAG=4 KVATTN_SM90_TMA=0 KVATTN_SM90_QROT=1 KVATTN_SM90_PERSISTENT=1; do
+          OUT=$OUT/${e//=/_} KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/main128.so.xz KVATTN_AB_ENV_B=$e \
+            KVATTN_AB_CHECK=0 KVATTN_AB_ROUNDS=1 KVATTN_AB_SUITES=W3 \
+            KVATTN_AB_FILTER="=W3 32/8 b1 +512 over 4k p16|=W3 32/8 b8 +512 over 4k p16" bash tools/prefill_ab.sh
+        done
         ;;
       *) echo "no call $2" >&2; exit 2 ;;
     esac
