@@ -16,16 +16,26 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 d64x:d64x:64 pcp128:pcpasync:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1"
+LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 d64x:d64x:64 pcp128:pcpasync:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128"
 
 show() {
   cat << 'END'
 Session 36 ran the full run with the peers (on an H100), 15, 25, 24, 26, 10, 23 and 27 (bench/NOTES.md):
 pfp8batch and fp8 K / V by TMA landed (branch pfp8tma3), pstsm and pfp8ahead did not; those calls are history
 (git log). 15 (the audit's regression checks) and 23 (ncu of the fp8 cache's prefill; LIB= another library)
-stay runnable. Next, in order of value: the session-36 branches below, then 12, 5, 7-9 (bench/NOTES.md,
+stay runnable. Session 37 had no device (the cut-off session's budget); it committed branch sdec and
+put its call first. Next, in order of value: sdec, the session-36 branches below, then 12, 5, 7-9 (bench/NOTES.md,
 "Where to go next", sessions 36-31). Tree at main for calls 5, 12, 15, 23 and 28, at pcpasync for 29-30 (its
 new tests), at wide for 7-9.
+33. run(command="bash tools/calls.sh run 33", carry=[".dev/main128.so.xz", ".dev/sdec128.so.xz", ".whl"], timeout_s=590)   [tree at sdec]
+   branch sdec (session 36's helper, committed in session 37: #11's short contexts, b1 1k-4k at 1.45-1.87x
+   FlashInfer's time): batch 1 on the sm_90a decode kernel computes the balanced start from the one
+   sequence (no block scan, one barrier of three) and, when the CTAs are a multiple of the kv heads (every
+   short decode), each CTA finds its one piece in 32-bit arithmetic (unit_cta_range) instead of the line's
+   search. The same schedule, so the same bits (its test compares them with the scan's, and the oracle).
+   Session 25's timeline of b1 1k: scan 3.03 + walk 1.21 of the 10.4 us before the first full stage.
+   Predicted: b1 1k-4k -2.5 to -3.5 us (H100 18.1-22.9 us -> 15-20), b1 32k / 128k level. The decode
+   tests, racecheck / memcheck of the new test, W1's short and b1 cases A B A B.
 29. run(command="bash tools/calls.sh run 29", carry=[".dev/main128.so.xz", ".dev/pcp128.so.xz", ".whl"], timeout_s=590)   [tree at pcpasync]
    branch pcpasync (session 36, a helper's count: the 16-bit cp.async producer, which serves page 1 and
    every layout TMA declines, spent ~413 instructions a tile at d 128 against TMA's ~109, with 17-21
@@ -191,6 +201,14 @@ case "${1:-show}" in
             KVATTN_AB_CHECK=0 KVATTN_AB_ROUNDS=1 KVATTN_AB_SUITES=W3 \
             KVATTN_AB_FILTER="=W3 32/8 b1 +512 over 4k p16|=W3 32/8 b8 +512 over 4k p16" bash tools/prefill_ab.sh
         done
+        ;;
+      33)  # branch sdec (batch 1's direct start on the sm_90a decode kernel): checks, then W1's b1 cases A B A B
+        KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/sdec128.so.xz KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=3 \
+          KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py KVATTN_AB_SMOKE_K="batch1_direct_start" \
+          KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=240 KVATTN_AB_SAN_TIMEOUT=90 \
+          KVATTN_AB_RACE_K="batch1_direct_start and (kw1- or kw3- or kw6-)" KVATTN_AB_MEM_K="batch1_direct_start" \
+          KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="short|=W1 32/8 b1 32k p16|=W1 32/8 b1 128k p16|=W1 32/8 b4 32k p16" \
+          bash tools/prefill_ab.sh
         ;;
       *) echo "no call $2" >&2; exit 2 ;;
     esac
