@@ -38,7 +38,8 @@ new tests), at wide for 7-9.
    b4 32k and W2 level. SASS (session 37): the decode kernels' tile loops unchanged; the walk's tiles held
    in 32 bits so that the pieces' loops do not spill (the helper's version spilled 15-18 STL in the bf16
    kernels; now 1 STL / 2 LDL there, and the fp8 kernels go from main's 18-24 STL to 0). The decode tests,
-   racecheck / memcheck of the new test, W1's short and b1 cases, b4 32k and W2 Zipf A B A B.
+   racecheck / memcheck of the new test, W1's short and b1 cases, b4 32k and W2 Zipf A B A B, then
+   bench.kernel_gaps on b1 1k / 4k (the decode kernel and the combine's tail after it) for both.
 29. run(command="bash tools/calls.sh run 29", carry=[".dev/main128.so.xz", ".dev/pcp128.so.xz", ".whl"], timeout_s=590)   [tree at pcpasync]
    branch pcpasync (session 36, a helper's count: the 16-bit cp.async producer, which serves page 1 and
    every layout TMA declines, spent ~413 instructions a tile at d 128 against TMA's ~109, with 17-21
@@ -212,6 +213,13 @@ case "${1:-show}" in
           KVATTN_AB_RACE_K="batch1_direct_start and (kw1- or kw3- or kw6-)" KVATTN_AB_MEM_K="batch1_direct_start" \
           KVATTN_AB_SUITES=W1,W2 KVATTN_AB_FILTER="short|=W1 32/8 b1 32k p16|=W1 32/8 b1 128k p16|=W1 32/8 b4 32k p16|=W2 32/8 b128 zipf p16" \
           bash tools/prefill_ab.sh
+        # Where the short decode's time goes now (decode kernel, the combine's tail after it), A and B.
+        source tools/device_env.sh
+        for lib in a:.dev/main128.so.xz b:.dev/sdec128.so.xz; do
+          KVATTN_LIBRARY=$(device_lib "${lib#*:}" "${lib%%:*}") timeout 60 python3 -m bench.kernel_gaps \
+            "W1 32/8 b1 1k p16 short" "W1 32/8 b1 4k p16 short" > "$OUT/gaps_${lib%%:*}.txt" 2>&1
+          echo "kernel_gaps ${lib%%:*} rc=$?"; tail -8 "$OUT/gaps_${lib%%:*}.txt"
+        done
         ;;
       *) echo "no call $2" >&2; exit 2 ;;
     esac
