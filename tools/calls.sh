@@ -34,8 +34,8 @@ new tests), at wide for 7-9.
    short decode), each CTA finds its one piece in 32-bit arithmetic (unit_cta_range) instead of the line's
    search. The same schedule, so the same bits (its test compares them with the scan's, and the oracle).
    Session 25's timeline of b1 1k: scan 3.03 + walk 1.21 of the 10.4 us before the first full stage.
-   Predicted: b1 1k-4k -2.5 to -3.5 us (H100 18.1-22.9 us -> 15-20), b1 32k -3 to -4 us (~8%), b1 128k,
-   b4 32k and W2 level. SASS (session 37): the decode kernels' tile loops unchanged; the walk's tiles held
+   Predicted: every b1 decode -2 to -3.5 us (H100 b1 1k-4k 18.1-22.9 us -> 15-20; b1 32k ~-6%, b1 128k
+   ~-2%), b4 32k and W2 level. SASS (session 37): the decode kernels' tile loops unchanged; the walk's tiles held
    in 32 bits so that the pieces' loops do not spill (the helper's version spilled 15-18 STL in the bf16
    kernels; now 1 STL / 2 LDL there, and the fp8 kernels go from main's 18-24 STL to 0). The decode tests,
    racecheck / memcheck of the new test, W1's short and b1 cases, b4 32k and W2 Zipf A B A B, then
