@@ -25,7 +25,7 @@ pfp8batch and fp8 K / V by TMA landed (branch pfp8tma3), pstsm and pfp8ahead did
 (git log). 15 (the audit's regression checks) and 23 (ncu of the fp8 cache's prefill; LIB= another library)
 stay runnable. Session 37 had no device (the cut-off session's budget); it committed branch sdec and
 put its call first. Next, in order of value: sdec, the session-36 branches below, then 12, 5, 7-9 (bench/NOTES.md,
-"Where to go next", sessions 36-31). Tree at main for calls 5, 12, 15, 23 and 28, at pcpasync for 29-30 (its
+"Where to go next", sessions 37-31). Tree at sdec for call 33, at main for 5, 12, 15, 23 and 28, at pcpasync for 29-30 (its
 new tests), at wide for 7-9.
 33. run(command="bash tools/calls.sh run 33", carry=[".dev/main128.so.xz", ".dev/sdec128.so.xz", ".whl"], timeout_s=590)   [tree at sdec]
    branch sdec (session 36's helper, committed in session 37: #11's short contexts, b1 1k-4k at 1.45-1.87x
