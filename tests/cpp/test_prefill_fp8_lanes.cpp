@@ -46,6 +46,9 @@ void check_copy_steps(int panel) {
         ASSERT_EQ(S::dst_base(warp, lane, j % S::kP, panel) + S::dst_step(j),
                   swizzle_ref(warp * kRows + row, c, panel))
             << "rows " << kRows << " chunks " << kC << " warp " << warp << " lane " << lane << " step " << j;
+        ASSERT_EQ((S::dst_base(warp, lane, 0, panel) ^ S::dst_phase(j % S::kP)) + S::dst_rows(j % S::kP),
+                  S::dst_base(warp, lane, j % S::kP, panel))
+            << "rows " << kRows << " chunks " << kC << " warp " << warp << " lane " << lane << " step " << j;
       }
     }
     for (int n : seen) ASSERT_EQ(n, 1);
@@ -53,10 +56,46 @@ void check_copy_steps(int panel) {
 }
 
 TEST(PrefillFp8Lanes, CopyStepsCoverEachChunkOnceAtItsSwizzledPlace) {
-  check_copy_steps<32, 8>(128 * 128);  // d 128 (and dv 128 at d 192): 128-key tiles, 8 fp8 chunks a row
-  check_copy_steps<16, 8>(64 * 128);   // (192, 128)'s V rows, 64-key tiles
-  check_copy_steps<32, 4>(128 * 128);  // d 64
-  check_copy_steps<12, 16>(48 * 128);  // d 256, 48-key tiles
+  check_copy_steps<32, 8>(128 * 128);   // d 128 (and dv 128 at d 192): 128-key tiles, 8 fp8 chunks a row
+  check_copy_steps<16, 8>(64 * 128);    // (192, 128)'s V rows, 64-key tiles
+  check_copy_steps<32, 4>(128 * 128);   // d 64
+  check_copy_steps<12, 16>(48 * 128);   // d 256, 48-key tiles
+  check_copy_steps<32, 16>(128 * 128);  // 16-bit rows (d 64's are <32, 8>): d 128
+  check_copy_steps<12, 32>(48 * 128);   // d 256
+}
+
+// The row holders (the 16-bit producer): each of the warp's kRows rows is held by one lane, and step j's
+// lane l finds its row (src_lane) at holder_lane, inside l's segment of kC lanes (a shuffle of width kC).
+template <int kRows, int kC>
+void check_row_holders() {
+  using S = RowCopySteps<kRows, kC>;
+  std::vector<int> held(kRows, 0);
+  for (int lane = 0; lane < 32; ++lane) {
+    if (!S::holds_row(lane)) continue;
+    ASSERT_GE(S::held_row(lane), 0);
+    ASSERT_LT(S::held_row(lane), kRows);
+    ++held[S::held_row(lane)];
+  }
+  for (int n : held) ASSERT_EQ(n, 1);
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int j = 0; j < S::kSteps; ++j) {
+      const int from = S::holder_lane(lane, j);
+      ASSERT_EQ(from / kC, lane / kC) << "rows " << kRows << " chunks " << kC << " lane " << lane;
+      ASSERT_EQ(from % kC, j);
+      ASSERT_TRUE(S::holds_row(from));
+      ASSERT_EQ(S::held_row(from), S::src_lane(lane, j))
+          << "rows " << kRows << " chunks " << kC << " lane " << lane << " step " << j;
+    }
+  }
+}
+
+TEST(PrefillFp8Lanes, RowHoldersAreOneLaneARowInTheShufflesSegment) {
+  check_row_holders<32, 16>();  // d 128, 128-key tiles
+  check_row_holders<32, 8>();   // d 64
+  check_row_holders<12, 32>();  // d 256, 48-key tiles
+  check_row_holders<16, 16>();  // a 64-key tile of 16 chunks a row
+  check_row_holders<32, 4>();   // fp8 rows: d 64
+  check_row_holders<12, 16>();  // and d 256
 }
 
 // The in-place conversion's addresses: (stage + row_base(r)) ^ chunk_xor(c) + chunk_panel(c) for 1024-aligned

@@ -34,6 +34,19 @@ struct RowCopySteps {
     return swizzle_offset(warp * kRows + kR * k + lane / kC, lane % kC, panel_bytes);
   }
   static constexpr uint32_t dst_step(int j) { return 128u * kR * (j - j % kP); }
+  // dst_base(w, l, k) as (dst_base(w, l, 0) ^ dst_phase(k)) + dst_rows(k): the kR k rows down add to the
+  // row's swizzle phase without a carry in the layouts used (the step-0 row's phase below kR, or a
+  // multiple of 4 at kR = 1, whose adding mod 8 is an XOR; checked by the test), so one destination a lane
+  // and an XOR a step can stand for kP of them (d 256's eight).
+  static constexpr uint32_t dst_phase(int k) { return static_cast<uint32_t>((kR * k) % 8) << 4; }
+  static constexpr uint32_t dst_rows(int k) { return 128u * kR * k; }
+  // Rows whose offsets the lanes hold laid out so that step j's row (src_lane) comes from lane j of the
+  // lane's kC-lane segment: a shuffle of width kC by an immediate lane, none computed (the 16-bit
+  // producer). Lane l holds row kR (l % kC) + l / kC when l % kC < kSteps (kSteps <= kC: kRows <= 32).
+  static_assert(kSteps <= kC, "a step's row owner within the lane's segment");
+  static constexpr bool holds_row(int lane) { return lane % kC < kSteps; }
+  static constexpr int held_row(int lane) { return kR * (lane % kC) + lane / kC; }
+  static constexpr int holder_lane(int lane, int j) { return lane / kC * kC + j; }
 };
 
 // fp8 rows converted to f16 in place (KvFp8): lane row r's f16 chunk c is at

@@ -304,6 +304,152 @@ __device__ __forceinline__ void produce_fp8(const AttnParams& p, const Sequence&
   }
 }
 
+// A producer thread's key row through a unit's tiles (the 16-bit producer): the slots left in the sequence
+// from its slot in the current tile, and that slot's place (page, in-page slot) by slot_address_at's rule,
+// stepped kBlockN slots a tile without a division (a paged cache's in-page slot and page-table column advance
+// by kBlockN's remainder and quotient by the page size) and with a paged cache's page-table entry loaded a
+// tile ahead of its use. Slots, columns and in-page slots fit 32 bits (int32 lengths, page tables and
+// cu_seqlens_k). (Every 64-bit multiply, division and remainder of a tile's row was ~100 instructions of
+// the producer warp's ~400 a tile, on the sub-partitions the consumers issue from.)
+template <int kBlockN>
+struct KeyRowWalk {
+  const int32_t* entries;           // paged: the sequence's page-table row; nullptr: contiguous or packed
+  int32_t left;                     // slots from the current one to the sequence's end (<= 0: past it)
+  uint32_t page;                    // the current tile's: its entry (paged), the cache row, 0 (packed)
+  uint32_t in_page;                 // the current tile's in-page slot (packed: the token row)
+  uint32_t column;                  // paged: the page-table column of the current slot
+  uint32_t step_pages, step_slots;  // kBlockN = step_pages page sizes + step_slots slots (paged)
+  uint32_t pages;  // entries below this are pages (slot_address_at's range check; every page otherwise)
+  bool holds;      // the thread holds a row (RowCopySteps::holds_row)
+
+  // slot: the thread's row's slot in the unit's first tile; first_used: that tile is one of the unit's.
+  __device__ __forceinline__ KeyRowWalk(const SeqParams& sp, const Sequence& seq, int64_t slot,
+                                        bool holds_row, bool first_used)
+      : entries(sp.page_table != nullptr && sp.cu_seqlens_k == nullptr ? sp.page_table + seq.page_row0
+                                                                       : nullptr),
+        left(static_cast<int32_t>(seq.end - slot)),
+        holds(holds_row) {
+    const uint32_t s = static_cast<uint32_t>(slot);
+    if (entries != nullptr) {
+      const uint32_t page_size = static_cast<uint32_t>(sp.page_size);
+      column = s / page_size;
+      in_page = s % page_size;
+      step_pages = kBlockN / page_size;
+      step_slots = kBlockN % page_size;
+      pages = static_cast<uint32_t>(min(sp.num_pages, int64_t{1} << 31));  // (entries are int32)
+      page = first_used && holds && left > 0 ? static_cast<uint32_t>(entries[column]) : 0;
+    } else {
+      const bool packed = sp.cu_seqlens_k != nullptr;
+      column = step_pages = 0;
+      step_slots = kBlockN;
+      pages = 0xffffffffu;
+      page = packed ? 0 : static_cast<uint32_t>(seq.cache_row);
+      in_page = packed ? static_cast<uint32_t>(seq.packed_row0) + s : s;
+    }
+  }
+  // Whether the current tile's row is one: held, before the end, its entry a page (else zero-filled).
+  __device__ __forceinline__ bool valid() const { return holds && left > 0 && page < pages; }
+  // The current tile's row offsets (kv_row_units'), in range where valid().
+  __device__ __forceinline__ KvRowUnits offsets(const KvRowStrides<8>& st) const {
+    return {page * st.k_page + in_page * st.k_slot + st.k_head,
+            page * st.v_page + in_page * st.v_slot + st.v_head};
+  }
+  // On to the next tile; load: it is one of the unit's (its entry is read, a tile ahead of its use).
+  __device__ __forceinline__ void next(const SeqParams& sp, bool load) {
+    left -= kBlockN;
+    if (entries != nullptr) {
+      in_page += step_slots;
+      column += step_pages;
+      if (in_page >= static_cast<uint32_t>(sp.page_size)) {
+        in_page -= static_cast<uint32_t>(sp.page_size);
+        ++column;
+      }
+      page = load && holds && left > 0 ? static_cast<uint32_t>(entries[column]) : 0;
+    } else {
+      in_page += kBlockN;
+    }
+  }
+};
+
+// Whether x has a bit of mask set, as one predicate-writing instruction (NVVM turns the C++ test of a bit
+// of a shifted value into a shift, a mask and a compare).
+__device__ __forceinline__ bool any_bit(uint32_t x, uint32_t mask) {
+  uint32_t r;
+  asm("and.b32 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(mask));
+  return r != 0;
+}
+
+// The 16-bit producer's copies of a warp's rows of K and V of one width, kC = Cfg::kChunks 16-byte chunks a
+// power of two: RowCopySteps' warp steps, the lane's destinations and chunk sources made once, its rows'
+// offsets shuffled from their holder lanes by immediate lanes (RowCopySteps::holder_lane) and whether each
+// is a row from one ballot a tile. A step is 8 instructions: a shuffle, a bit test, K's source address,
+// V's (K's plus the caches' distance where their layouts match; else a shuffle and an address), the two
+// copies (the loop before: ~13 and a spilled destination reloaded).
+template <class Cfg>
+struct RowPairCopy {
+  static constexpr int kC = Cfg::kChunks;
+  using Steps = RowCopySteps<Cfg::kBlockN / 4, kC>;
+  // The lane's kP destinations held (d 64: 2, d 128: 4), or (d 256: a swizzle phase a row, 8) the first
+  // and the others by an XOR a step (dst_phase): 7 registers of the producer's 40.
+  static constexpr bool kHeld = Steps::kP <= 4;
+  static_assert(Cfg::kKStageBytes % 1024 == 0 && Cfg::kVStageBytes % 1024 == 0,
+                "1024-aligned stages: the XOR of a destination's phase after the stage's address");
+  const unsigned char *k_src, *v_src;  // this lane's chunk of the kv head's row at offset 0
+  uint32_t at[kHeld ? Steps::kP : 1];  // destinations from a stage's start, less dst_step
+  int segment;                         // the lane's segment's first lane: step j's holder is segment + j
+  __device__ __forceinline__ RowPairCopy(const AttnParams& p, int kv_head, int warp, int lane)
+      : k_src(static_cast<const unsigned char*>(p.k_cache.ptr) +
+              16 * (kv_head * (p.k_cache.head_stride / 8) + lane % kC)),
+        v_src(static_cast<const unsigned char*>(p.v_cache.ptr) +
+              16 * (kv_head * (p.v_cache.head_stride / 8) + lane % kC)),
+        segment(lane / kC * kC) {
+#pragma unroll
+    for (int k = 0; k < (kHeld ? Steps::kP : 1); ++k)
+      at[k] = Steps::dst_base(warp, lane, k, Cfg::kKvPanelBytes);
+  }
+  // off: this lane's row's offsets less the kv head's (KvRowStrides without it), 0 where it is none (a
+  // source in range); rows: the warp's ballot of rows (lane l's bit: its row is one; the others' copies
+  // are zero-filled); same_rows: the caches' page and slot strides are equal, so are the offsets (K and V
+  // of one layout, the common case: one shuffle a step).
+  __device__ __forceinline__ void operator()(uint32_t k_dst, uint32_t v_dst, const KvRowUnits& off,
+                                             uint32_t rows, bool same_rows) const {
+    if (same_rows) {
+      steps<true>(k_dst, v_dst, off, rows);
+    } else {
+      steps<false>(k_dst, v_dst, off, rows);
+    }
+  }
+  template <bool kSameRows>
+  __device__ __forceinline__ void steps(uint32_t k_dst, uint32_t v_dst, const KvRowUnits& off,
+                                        uint32_t rows) const {
+    const uint32_t mine = rows >> segment;
+    // kSameRows: V's source is K's plus the caches' distance (a 64-bit add; as a second multiply-add of the
+    // same row, ptxas shares the row's 64-bit product and adds it twice: more instructions, not fewer)
+    const uint64_t v_minus_k = reinterpret_cast<uint64_t>(v_src) - reinterpret_cast<uint64_t>(k_src);
+#pragma unroll
+    for (int j = 0; j < Steps::kSteps; ++j) {
+      const uint32_t k_row = __shfl_sync(0xffffffffu, off.k, j, kC);
+      const bool ok = any_bit(mine, 1u << j);
+      const int k = j % Steps::kP;
+      const uint32_t k_to =
+          kHeld ? k_dst + at[k] + Steps::dst_step(j)
+                : ((k_dst + at[0]) ^ Steps::dst_phase(k)) + Steps::dst_rows(k) + Steps::dst_step(j);
+      const uint32_t v_to = k_to + (v_dst - k_dst);
+      const void* k_at = plus_rows16(k_src, k_row);
+      cp_async_16(k_to, k_at, ok);
+      if constexpr (kSameRows) {
+        cp_async_16(v_to, reinterpret_cast<const void*>(reinterpret_cast<uint64_t>(k_at) + v_minus_k), ok);
+      } else {
+        cp_async_16(v_to, plus_rows16(v_src, __shfl_sync(0xffffffffu, off.v, j, kC)), ok);
+      }
+    }
+  }
+};
+
+struct NoPairCopy {  // (192, 128): copy_key_rows
+  __device__ __forceinline__ NoPairCopy(const AttnParams&, int, int, int) {}
+};
+
 // Cfg::kPersistent: tile n is the CTA's tile tile0 + n of the stage ring (the units so far), and drain =
 // false leaves the copies in flight (the persistent kernel waits once, at its end).
 template <class Cfg>
@@ -316,59 +462,53 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
     return;
   }
   constexpr int kRowsPerWarp = Cfg::kBlockN / 4;
+  // K and V rows of one width, a power of two of chunks: RowPairCopy; (192, 128): copy_key_rows at each
+  // width, lane r holding the warp's row r.
+  constexpr bool kPaired = Cfg::kChunksV == Cfg::kChunks && 32 % Cfg::kChunks == 0;
   const int ptid = threadIdx.x;  // 0..127
   const int warp = ptid / 32, lane = ptid % 32;
-  const bool owns_row =
-      lane < kRowsPerWarp;  // thread (warp, lane) addresses key row warp * kRowsPerWarp + lane
-  const int key_row = warp * kRowsPerWarp + lane;
-  const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache.ptr);
-  const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache.ptr);
-  const bool paged = p.seq.page_table != nullptr && p.seq.cu_seqlens_k == nullptr;
-  // The page-table entry of this thread's key row, loaded one tile ahead of its use.
-  auto entry_of = [&](int64_t tile) -> int32_t {
-    const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
-    return paged && owns_row && tile < n_tiles && s < seq.end ? page_entry(p.seq, seq, s) : 0;
-  };
-  int32_t entry = entry_of(0);
-  for (int64_t tile = 0; tile < n_tiles; ++tile) {
-    int64_t ring_tile = tile;
-    if constexpr (Cfg::kPersistent) ring_tile += tile0;
-    const int stage = static_cast<int>(ring_tile % Cfg::kStages);
-    // This thread's key row (kv_row_units).
-    const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
-    uint32_t k_off = kNoRow, v_off = kNoRow;
-    if (owns_row && s < seq.end) {
-      const KvRowUnits row = kv_row_units(p, slot_address_at(p.seq, seq, s, entry), kv_head);
-      k_off = row.k;
-      v_off = row.v;
-    }
-    entry = entry_of(tile + 1);
-    mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((ring_tile / Cfg::kStages) & 1) ^ 1u);
+  bool holds = lane < kRowsPerWarp;
+  int row = lane;  // of the warp's rows of a tile
+  if constexpr (kPaired) {
+    holds = RowPairCopy<Cfg>::Steps::holds_row(lane);
+    row = RowPairCopy<Cfg>::Steps::held_row(lane);
+  }
+  KeyRowWalk<Cfg::kBlockN> walk(p.seq, seq, slot0 + warp * kRowsPerWarp + row, holds, n_tiles > 0);
+  const KvRowStrides<8> strides(p, kPaired ? 0 : kv_head);  // (RowPairCopy's sources hold the head)
+  const bool same_rows =
+      p.k_cache.page_stride == p.v_cache.page_stride && p.k_cache.slot_stride == p.v_cache.slot_stride;
+  const std::conditional_t<kPaired, RowPairCopy<Cfg>, NoPairCopy> copy(p, kv_head, warp, lane);
+  // 32-bit tile counts and ring position: a unit's tiles number < 2^31 / kBlockN, tile0 < 2 kStages. The
+  // tiles counted down (left: this one and those after it) and the diagnostic's first tile without copies
+  // as a count too: one register less through the loop (the non-persistent kernels spilled the count).
+  const int tiles = static_cast<int>(n_tiles);
+  const int copies_until = diag_no_load ? tiles - Cfg::kStages : 0;  // left <= this: no copies
+  uint32_t stage = static_cast<uint32_t>(tile0) % Cfg::kStages;
+  uint32_t phase = static_cast<uint32_t>(tile0) / Cfg::kStages & 1u;
+  for (int left = tiles; left > 0; --left) {
+    const bool valid = walk.valid();
+    KvRowUnits off = walk.offsets(strides);
+    off.k = valid ? off.k : (kPaired ? 0 : kNoRow);
+    off.v = valid ? off.v : (kPaired ? 0 : kNoRow);
+    const uint32_t rows = kPaired ? __ballot_sync(0xffffffffu, valid) : 0;
+    walk.next(p.seq, left > 1);
+    mbar_wait(empty_bar + 8 * stage, phase ^ 1u);
     const uint32_t k_dst = s_k + stage * Cfg::kKStageBytes, v_dst = s_v + stage * Cfg::kVStageBytes;
-    // Warp-wide steps of 32 chunks: lane l copies chunk (j * 32 + l) % kChunks of row (j * 32 + l) /
-    // kChunks of the warp's rows, so consecutive lanes read consecutive 16 bytes of a row.
-    if constexpr (Cfg::kChunksV == Cfg::kChunks) {  // K and V rows of one width: one loop
-#pragma unroll
-      for (int j = 0; j < kRowsPerWarp * Cfg::kChunks / 32; ++j) {
-        if (diag_no_load && tile >= Cfg::kStages) break;
-        const int idx = j * 32 + lane;
-        const int row_in_warp = idx / Cfg::kChunks, c = idx % Cfg::kChunks;
-        const uint32_t k_row = __shfl_sync(0xffffffffu, k_off, row_in_warp);
-        const uint32_t v_row = __shfl_sync(0xffffffffu, v_off, row_in_warp);
-        const bool ok = k_row != kNoRow;
-        const int r = warp * kRowsPerWarp + row_in_warp;
-        const uint32_t at = swizzled(r, c, Cfg::kKvPanelBytes);
-        const uint32_t k_unit = ok ? k_row + c : 0, v_unit = ok ? v_row + c : 0;  // in range when ok
-        cp_async_16(k_dst + at, k_base + static_cast<uint64_t>(k_unit) * 16, ok);
-        cp_async_16(v_dst + at, v_base + static_cast<uint64_t>(v_unit) * 16, ok);
-      }
+    const bool skip = left <= copies_until;
+    if constexpr (kPaired) {
+      if (!skip) copy(k_dst, v_dst, off, rows, same_rows);
     } else {  // (d, dv) = (192, 128): each cache's rows at its own width
-      const bool skip = diag_no_load && tile >= Cfg::kStages;
-      copy_key_rows<kRowsPerWarp, Cfg::kChunks>(k_dst, k_base, k_off, warp, lane, Cfg::kKvPanelBytes, skip);
-      copy_key_rows<kRowsPerWarp, Cfg::kChunksV>(v_dst, v_base, v_off, warp, lane, Cfg::kKvPanelBytes, skip);
+      const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache.ptr);
+      const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache.ptr);
+      copy_key_rows<kRowsPerWarp, Cfg::kChunks>(k_dst, k_base, off.k, warp, lane, Cfg::kKvPanelBytes, skip);
+      copy_key_rows<kRowsPerWarp, Cfg::kChunksV>(v_dst, v_base, off.v, warp, lane, Cfg::kKvPanelBytes, skip);
     }
     // The stage is full once every producer thread's copies of it have landed (no wait here).
     warp_arrive_after_copies(full_bar + 8 * stage);
+    if (++stage == Cfg::kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
   }
   if (!Cfg::kPersistent || drain) cp_async_wait_all();  // nothing in flight when the producer leaves
 }
