@@ -872,3 +872,58 @@ def test_prefill_sm90_qrot_cuda_graph(monkeypatch, d):
     monkeypatch.setenv("KVATTN_SM90_QROT", "1")
     monkeypatch.setenv("KVATTN_SM90_PERSISTENT", "1")
     _graph_replays_give_eager_bits(dataclasses.replace(QROT_PERSISTENT["causal paged 16, neox"], d=d, dv=dv_of(d)))
+
+
+def _unlike_caches(rng, kind, d, dv, page_size):
+    """(k, v, page_table, seqlens): caches the producer must not read as one another's rows. 'v padded': V's
+    slot and page strides unlike K's (its second row walk); 'interleaved': K and V views of one buffer, V at
+    the lower address (equal strides: V's rows as K's plus a negative distance)."""
+    from inputs import nan_fill_invalid, paged_from_contiguous, randn
+
+    seqlens = np.array([300, 77], np.int32)
+    k = nan_fill_invalid(randn(rng, (2, 300, 2, d), H.BF16), seqlens)
+    v = nan_fill_invalid(randn(rng, (2, 300, 2, dv), H.BF16), seqlens)
+    (kp, vp), table = paged_from_contiguous(rng, [k, v], page_size)
+    if kind == "v padded":
+        wide = np.full(vp.shape[:-1] + (dv + 32,), np.nan, vp.dtype)
+        wide[..., :dv] = vp
+        return kp, wide[..., :dv], table, seqlens
+    both = np.empty(kp.shape[:2] + (2,) + kp.shape[2:], kp.dtype)
+    both[:, :, 0], both[:, :, 1] = vp, kp
+    return both, None, table, seqlens
+
+
+@pytest.mark.parametrize("d", HEAD_DIMS)
+@pytest.mark.parametrize("page_size", [1, 7, 16])
+@pytest.mark.parametrize("kind", ["v padded", "interleaved"])
+@pytest.mark.parametrize("tma", ["1", "0"])
+def test_prefill_sm90_v_laid_out_unlike_k(monkeypatch, d, page_size, kind, tma):
+    """V's rows are not K's rows plus a constant where their strides differ, and are where they are equal
+    even below K in one buffer: through the cp.async producer (page 1, 7; every page size under
+    KVATTN_SM90_TMA=0) and TMA (page 16), on the sm_90a kernel."""
+    from inputs import randn
+    from reference import reference_attention
+
+    dv = dv_of(d)
+    if kind == "interleaved" and dv != d:
+        pytest.skip("one buffer holds K and V rows of one width")
+    monkeypatch.setenv("KVATTN_SM90_TMA", tma)
+    rng = np.random.default_rng(5100 + d + page_size)
+    k, v, table, seqlens = _unlike_caches(rng, kind, d, dv, page_size)
+    q = randn(rng, (2, 80, 8, d), H.BF16)
+    if kind == "interleaved":  # one device buffer, two views of it
+        both = H.to_device(k, DEVICE)
+        k, v, kc, vc = k[:, :, 1], k[:, :, 0], both[:, :, 1], both[:, :, 0]
+    else:
+        kc, vc = H.to_device(k, DEVICE), H.to_device(v, DEVICE)
+    kw = dict(cache_seqlens=seqlens, page_table=table.astype(np.int32), causal=True)
+    ref = reference_attention(q, k, v, **kw)
+    dev = {name: H.to_device(x, DEVICE) for name, x in kw.items()}
+    qd = H.to_device(q, DEVICE)
+    with H.poisoned_outputs():
+        out, lse = H.kvattn.flash_attn_with_kvcache(qd, kc, vc, return_softmax_lse=True, **dev)
+    H.sync_device_errors(DEVICE)
+    H.assert_close("out", H.to_numpy(out), ref["out"], H.TOL_OUT["bf16"])
+    H.assert_close("lse", H.to_numpy(lse), ref["lse"], H.TOL_LSE["bf16"])
+    names = H.profiled_kernel_names(lambda: H.kvattn.flash_attn_with_kvcache(qd, kc, vc, **dev))
+    assert any("prefill_kernel" in n for n in names), names  # (not the portable kernel's)
