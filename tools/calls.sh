@@ -27,6 +27,12 @@ stay runnable. Session 37 had no device (the cut-off session's budget); it commi
 put its call first. Next, in order of value: sdec, the session-36 branches below, then 12, 5, 7-9 (bench/NOTES.md,
 "Where to go next", sessions 37-31). Tree at sdec for call 33, at main for 5, 12, 15, 23 and 28, at pcpasync for 29-30 (its
 new tests), at wide for 7-9.
+34. run(command="bash tools/calls.sh run 34", carry=[".dev/main64.so.xz", ".dev/main256.so.xz", ".dev/d64x.so.xz", ".whl"], timeout_s=560)   [tree at main]
+   pcpasync landed on its d 128 checks (session 38, H200: W3 page 1 -22%, cp.async on every layout -19%);
+   its d 64 and d 256 kernels changed too (fewer spills; d 256 XORs the swizzle phase a step): their prefill
+   tests, racecheck and memcheck with TMA on, and the tests with KVATTN_SM90_TMA=0 (every layout on the
+   new producer); then d64x (rebased on main) timed against main at d 64 (W6 32x64 A B A B; its checks
+   are call 28's, if it wins).
 33. run(command="bash tools/calls.sh run 33", carry=[".dev/main128.so.xz", ".dev/sdec128.so.xz", ".whl"], timeout_s=590)   [tree at sdec]
    branch sdec (session 36's helper, committed in session 37: #11's short contexts, b1 1k-4k at 1.45-1.87x
    FlashInfer's time): batch 1 on the sm_90a decode kernel computes the balanced start from the one
@@ -165,6 +171,20 @@ case "${1:-show}" in
           echo "ncu $c rc=$? $(grep -c . "$OUT/ncu_$name.txt") lines"
           grep -E "Issue Slots Busy|Executed Ipc|No Eligible|Shared Memory|Bank Conflicts|Duration" "$OUT/ncu_$name.txt" | head -12
         done
+        ;;
+      34)  # main since pcpasync landed (session 38, measured at d 128 only): its checks at d 64 and d 256, TMA on
+           # and off; then branch d64x (rebased on it) timed against main at d 64, W6 32x64 A B A B (no checks)
+        for dim in 64 256; do
+          for env_b in "" "KVATTN_SM90_TMA=0"; do
+            echo "== d $dim ${env_b:-TMA on}"
+            OUT=$OUT/d${dim}${env_b:+_notma} KVATTN_AB_A=.dev/main$dim.so.xz KVATTN_AB_B=.dev/main$dim.so.xz \
+              KVATTN_AB_ENV_B="$env_b" KVATTN_AB_DIMS=$dim KVATTN_AB_ROUNDS=0 KVATTN_AB_SMOKE_TIMEOUT=70 \
+              KVATTN_AB_TEST_TIMEOUT=120 KVATTN_AB_SAN_TIMEOUT=40 bash tools/prefill_ab.sh
+          done
+        done
+        echo "== d64x against main, W6 32x64"
+        OUT=$OUT/d64x KVATTN_AB_A=.dev/main64.so.xz KVATTN_AB_B=.dev/d64x.so.xz KVATTN_AB_CHECK=0 KVATTN_AB_ROUNDS=2 \
+          KVATTN_AB_SUITES=W6 KVATTN_AB_FILTER="32x64" bash tools/prefill_ab.sh
         ;;
       28)  # branch d64x (session 36: d 64's P in registers, the lean tile loop): checks, then W6 32x64 A B A B
         KVATTN_AB_A=.dev/main64.so.xz KVATTN_AB_B=.dev/d64x.so.xz KVATTN_AB_DIMS=64 KVATTN_AB_ROUNDS=2 \
