@@ -20,13 +20,13 @@ LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:
 
 show() {
   cat << 'END'
-Session 36 ran the full run with the peers (on an H100), 15, 25, 24, 26, 10, 23 and 27 (bench/NOTES.md):
-pfp8batch and fp8 K / V by TMA landed (branch pfp8tma3), pstsm and pfp8ahead did not; those calls are history
-(git log). 15 (the audit's regression checks) and 23 (ncu of the fp8 cache's prefill; LIB= another library)
-stay runnable. Session 37 had no device (the cut-off session's budget); it committed branch sdec and
-put its call first. Next, in order of value: sdec, the session-36 branches below, then 12, 5, 7-9 (bench/NOTES.md,
-"Where to go next", sessions 37-31). Tree at sdec for call 33, at main for 5, 12, 15, 23 and 28, at pcpasync for 29-30 (its
-new tests), at wide for 7-9.
+Session 38 (one H200) ran 33 (sdec: short decodes -5.5 to -7.5%, but b4 32k / W2 Zipf +1%: kept a branch),
+the full run with the peers, 29 and 30 (pcpasync: W3 page 1 -22%; landed), then lost the machine in 28.
+Those calls are history (git log); 33 stays runnable for sdec's follow-up. Next, in order of value: 34 (the
+landed pcpasync's d 64 / 256 checks, d64x's timing), 28's checks if d64x wins, then 31-32, 12, 5, 7-9
+(bench/NOTES.md, "Where to go next", sessions 38-31). Tree at main for 5, 12, 15, 23, 28 and 34, at sdec
+for 33, at w3short for 31, at wide for 7-9. .dev/main64 and main256 are main since pcpasync; d64x is
+rebased on it.
 34. run(command="bash tools/calls.sh run 34", carry=[".dev/main64.so.xz", ".dev/main256.so.xz", ".dev/d64x.so.xz", ".whl"], timeout_s=560)   [tree at main]
    pcpasync landed on its d 128 checks (session 38, H200: W3 page 1 -22%, cp.async on every layout -19%);
    its d 64 and d 256 kernels changed too (fewer spills; d 256 XORs the swizzle phase a step): their prefill
