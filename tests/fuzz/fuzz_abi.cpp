@@ -876,6 +876,10 @@ int main_impl(int argc, char** argv) {
       {20261203, 16600921},
       // An ALiBi slope of -7.5e8: float32 scores ~1e9 carry rounding the reference did not allow for.
       {20261205, 2410189},
+      // An appended K (aliasing fp32 rotary data) with an infinite channel and a finite one whose product
+      // with q overflows float32: NaN (inf - inf) in the kernels, -inf in float64 (the reference now counts
+      // the finite terms' rounding beside an infinite one).
+      {2026120538, 1202183},
       // Mutated sizes of ~2^62 in several dims: the fuzzer's own 128-bit extent overflowed (UBSan), now
       // saturated.
       {5005, 55975},

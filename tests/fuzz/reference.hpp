@@ -460,6 +460,9 @@ inline Expected fwd_expected(const kvattn_fwd_params& a, const Memory& mem) {
             }
             const int64_t slot = s.leftpad + kp;
             std::vector<double> v(dv);
+            // abs_dot: the finite terms' magnitudes. An infinite term leaves the others' float32 rounding
+            // in play: a finite term past float32's range is +-inf there, and against an infinite term of
+            // the other sign the kernels' sum is NaN where float64's is +-inf (seed 2026120538).
             double dot = 0, abs_dot = 0;
             for (int64_t c = 0; c < d; ++c) {
               const double kv = decode(kd, cache_at(kc, i, slot, kh, c)) * kds;
@@ -469,7 +472,7 @@ inline Expected fwd_expected(const kvattn_fwd_params& a, const Memory& mem) {
                   tiny_times_inf || (!std::isfinite(kv) && qr[c] != 0 && std::fabs(qr[c]) < 0x1p-126);
               const double term = qr[c] * kv;
               dot += term;
-              abs_dot += std::fabs(term);
+              if (std::isfinite(term)) abs_dot += std::fabs(term);
             }
             for (int64_t c = 0; c < dv; ++c) {
               const double raw = decode(kd, cache_at(vc, i, slot, kh, c));
@@ -482,7 +485,7 @@ inline Expected fwd_expected(const kvattn_fwd_params& a, const Memory& mem) {
             if (given(a.qv))
               for (int64_t c = 0; c < dv; ++c) {
                 dot += qv[c] * v[c];
-                abs_dot += std::fabs(qv[c] * v[c]);
+                if (std::isfinite(qv[c] * v[c])) abs_dot += std::fabs(qv[c] * v[c]);
               }
             double x = scale * dot;
             if (std::isfinite(abs_dot))
