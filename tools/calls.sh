@@ -16,15 +16,15 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 d64x:d64x:64 pcp128:pcpasync:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128"
+LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 d64x:d64x:64 pcp128:pcpasync:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 p192t192:p192t:192"
 
 show() {
   cat << 'END'
 Session 38 (one H200) ran 33 (sdec: short decodes -5.5 to -7.5%, but b4 32k / W2 Zipf +1%: kept a branch),
 the full run with the peers, 29 and 30 (pcpasync: W3 page 1 -22%; landed), then lost the machine in 28.
 Those calls are history (git log); 33 stays runnable for sdec's follow-up. Next, in order of value: 34 (the
-landed pcpasync's d 64 / 256 checks, d64x's timing), 28's checks if d64x wins, then 31-32, 12, 5, 7-9
-(bench/NOTES.md, "Where to go next", sessions 38-31). Tree at main for 5, 12, 15, 23, 28 and 34, at sdec
+landed pcpasync's d 64 / 256 checks, d64x's timing), 35 (p192t), 28's checks if d64x wins, then 31-32, 12, 5, 7-9
+(bench/NOTES.md, "Where to go next", sessions 38-31). Tree at main for 5, 12, 15, 23, 28 and 34, at p192t for 35, at sdec
 for 33, at w3short for 31, at wide for 7-9. .dev/main64 and main256 are main since pcpasync; d64x is
 rebased on it.
 34. run(command="bash tools/calls.sh run 34", carry=[".dev/main64.so.xz", ".dev/main256.so.xz", ".dev/d64x.so.xz", ".whl"], timeout_s=560)   [tree at main]
@@ -33,6 +33,13 @@ rebased on it.
    tests, racecheck and memcheck with TMA on, and the tests with KVATTN_SM90_TMA=0 (every layout on the
    new producer); then d64x (rebased on main) timed against main at d 64 (W6 32x64 A B A B; its checks
    are call 28's, if it wins).
+35. run(command="bash tools/calls.sh run 35", carry=[".dev/main192.so.xz", ".dev/p192t192.so.xz", ".whl"], timeout_s=560)   [tree at p192t]
+   branch p192t (session 38: (192, 128) is the widest prefill gap on the H200, FA4 1.25x faster at a lower
+   clock): 80-key tiles in three stages for 16-bit caches (fp8 caches keep 64 keys: produce_fp8's warp
+   steps), the tile per (head dim, kv dtype). SASS: the tile loop 39.0 -> 36.6 instructions a key, the same
+   local-memory ops in it; the fp8 d 192 kernels identical to main's. The d 192 prefill tests (16-bit and
+   fp8: new cases at pages 40 / 160 / 32), racecheck, memcheck, W6 16x192/128 A B A B. Predicted: full
+   5,039 -> 4,600-4,700 us, causal 2,514 -> 2,300-2,350 (-7 to -9%: a tile's work level with d 256's).
 33. run(command="bash tools/calls.sh run 33", carry=[".dev/main128.so.xz", ".dev/sdec128.so.xz", ".whl"], timeout_s=590)   [tree at sdec]
    branch sdec (session 36's helper, committed in session 37: #11's short contexts, b1 1k-4k at 1.45-1.87x
    FlashInfer's time): batch 1 on the sm_90a decode kernel computes the balanced start from the one
@@ -171,6 +178,12 @@ case "${1:-show}" in
           echo "ncu $c rc=$? $(grep -c . "$OUT/ncu_$name.txt") lines"
           grep -E "Issue Slots Busy|Executed Ipc|No Eligible|Shared Memory|Bank Conflicts|Duration" "$OUT/ncu_$name.txt" | head -12
         done
+        ;;
+      35)  # branch p192t ((192, 128) on 80-key tiles, session 38): checks at d 192, then W6 16x192/128 A B A B
+        KVATTN_AB_A=.dev/main192.so.xz KVATTN_AB_B=.dev/p192t192.so.xz KVATTN_AB_DIMS=192 KVATTN_AB_ROUNDS=2 \
+          KVATTN_AB_TESTS="tests/python/test_cuda_prefill_sm90.py tests/python/test_cuda_prefill_sm90_fp8.py" \
+          KVATTN_AB_SMOKE_TIMEOUT=100 KVATTN_AB_TEST_TIMEOUT=240 KVATTN_AB_SUITES=W6 KVATTN_AB_FILTER="16x192/128" \
+          bash tools/prefill_ab.sh
         ;;
       34)  # main since pcpasync landed (session 38, measured at d 128 only): its checks at d 64 and d 256, TMA on
            # and off; then branch d64x (rebased on it) timed against main at d 64, W6 32x64 A B A B (no checks)
