@@ -38,14 +38,18 @@ struct PrefillTile {
 //   keep one tile of slack; the price: Q K^T rereads 2 KiB of Q a 16-channel k-step whatever the key
 //   count, so 48 keys read 17% more shared memory per FLOP than 64. Consumers at 232 registers, the
 //   producer at 40 (40 + 2 x 232 = 3 x 168: what the 384-thread launch holds).
-// - (d, dv) = (192, 128) (DeepSeek's prefill, the one pair with dv != d): 64-key tiles in four stages of K
-//   (24 KiB) and V (16 KiB), 208 KiB with the 48-KiB Q of 128 rows: a consumer holds K of tile t and V of
-//   t - 1 at once, so two stages of 128 keys (80 KiB each) would expose each load's latency, as d 256 found.
-//   S 32 and O 64 accumulators a thread: d 128's register budgets.
-constexpr PrefillTile prefill_tile(int head_dim) {
+// - (d, dv) = (192, 128) (DeepSeek's prefill, the one pair with dv != d): 80-key tiles in three stages of K
+//   (30 KiB) and V (20 KiB), 199 KiB with the 48-KiB Q of 128 rows: a consumer holds K of tile t and V of
+//   t - 1 at once, so two stages of 128 keys (80 KiB each) would expose each load's latency, as d 256 found;
+//   three of 80 keep d 128's slack. 64-key tiles carried 20.5k FLOPs a row a tile against d 256's 24.6k and
+//   ran 545 TFLOP/s on the H200 (d 256 599, session 38): each tile's fixed softmax and barrier work, spread
+//   over 25% more keys. S 40 and O 64 accumulators a thread: d 128's register budgets. fp8 caches
+//   (kv_fp8) keep 64 keys in four stages: produce_fp8 copies whole warp steps of an fp8 row's 12 chunks,
+//   which 20 rows a warp (80 keys) do not fill.
+constexpr PrefillTile prefill_tile(int head_dim, bool kv_fp8 = false) {
   return head_dim <= 64    ? PrefillTile{3, 128, 4, 32, 160, true}
          : head_dim <= 128 ? PrefillTile{2, 128, 3, 56, 224}
-         : head_dim == 192 ? PrefillTile{2, 64, 4, 56, 224}
+         : head_dim == 192 ? (kv_fp8 ? PrefillTile{2, 64, 4, 56, 224} : PrefillTile{2, 80, 3, 56, 224})
                            : PrefillTile{2, 48, 3, 40, 232};
 }
 // The value head dim of the kernel of head dim d: d, except 128 at d = 192 (the kernels take d = dv, and
@@ -65,7 +69,8 @@ constexpr bool prefill_regs_fit(const PrefillTile& t) {
          t.regs_producer + t.consumers * t.regs_consumer <= per_thread * (t.consumers + 1);
 }
 static_assert(prefill_regs_fit(prefill_tile(64)) && prefill_regs_fit(prefill_tile(128)) &&
-                  prefill_regs_fit(prefill_tile(192)) && prefill_regs_fit(prefill_tile(256)),
+                  prefill_regs_fit(prefill_tile(192)) && prefill_regs_fit(prefill_tile(192, true)) &&
+                  prefill_regs_fit(prefill_tile(256)),
               "register budgets within the launch's allocation");
 static_assert(!prefill_regs_fit(PrefillTile{2, 176, 2, 32, 240}), "the budget that hung");
 
@@ -78,9 +83,10 @@ constexpr size_t kPrefillPersistentBytes = 32 + 2 * kPrefillUnitBytes + 16;
 // Dynamic shared memory: 1024 bytes of alignment slack, Q, the K and V stages, two mbarriers a stage, and
 // the persistent kernel's ring. (No second Q buffer: at d 128 and 256 it does not fit in 227 KiB beside the
 // stages; the persistent kernel rewrites Q under the last tile's P V instead.)
-// (fp8 caches: a third mbarrier a stage, the producer's "landed", for K / V by TMA: produce_fp8_tma.)
+// (fp8 caches: their tile (prefill_tile), and a third mbarrier a stage, the producer's "landed", for K / V
+// by TMA: produce_fp8_tma; the cp.async fp8 kernels leave it unused.)
 constexpr size_t prefill_smem_bytes(int head_dim, bool persistent = false, bool kv_fp8 = false) {
-  const PrefillTile t = prefill_tile(head_dim);
+  const PrefillTile t = prefill_tile(head_dim, kv_fp8);
   return 1024 + size_t(64) * t.consumers * head_dim * 2 +
          (t.p_smem ? size_t(64) * t.consumers * t.block_n * 2 : 0) +
          size_t(t.stages) * t.block_n * (head_dim + prefill_head_dim_v(head_dim)) * 2 +
@@ -89,6 +95,7 @@ constexpr size_t prefill_smem_bytes(int head_dim, bool persistent = false, bool 
 }
 static_assert(prefill_smem_bytes(64, true, true) <= 227 * 1024 &&
                   prefill_smem_bytes(128, true, true) <= 227 * 1024 &&
+                  prefill_smem_bytes(192, true) <= 227 * 1024 &&
                   prefill_smem_bytes(192, true, true) <= 227 * 1024 &&
                   prefill_smem_bytes(256, true, true) <= 227 * 1024,
               "the opt-in shared memory of a CTA on sm_90");

@@ -129,6 +129,23 @@ struct KvFp8 : Base {
   using TKV = __nv_fp8_e4m3;
   using TM = half;
   static constexpr bool kKvFp8 = true;
+  // Their own tile where it differs (config.hpp: d 192's 64 keys against the 16-bit kernel's 80), and what
+  // the tile sizes; the rest of the layout is Base's.
+  static constexpr PrefillTile kTile = prefill_tile(Base::kHeadDim, true);
+  static constexpr int kBlockN = kTile.block_n;
+  static constexpr int kStages = kTile.stages;
+  static constexpr int kKvPanelBytes = kBlockN * 128;
+  static constexpr int kKStageBytes = kBlockN * Base::kHeadDim * 2;
+  static constexpr int kVStageBytes = kBlockN * Base::kHeadDimV * 2;
+  static_assert(kTile.consumers == Base::kConsumers && kTile.p_smem == Base::kPSmem &&
+                    kTile.regs_producer == Base::kRegsProducer && kTile.regs_consumer == Base::kRegsConsumer,
+                "an fp8 tile differs in its keys and stages only");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 128, "a key row per producer thread");
+  static_assert(prefill_smem_bytes(Base::kHeadDim, Base::kPersistent, true) ==
+                    1024 + Base::kQBytes + Base::kConsumers * Base::kPBytes +
+                        kStages * (kKStageBytes + kVStageBytes) + 24 * kStages +
+                        (Base::kPersistent ? kPrefillPersistentBytes : 0),
+                "the launcher's shared memory is the kernel's (with the fp8 stages' third mbarrier)");
 };
 // fp8 q over fp8 caches on e4m3 wgmma (k32): Q (fp8 q as it is: no rotary) and K as e4m3 in shared
 // memory; the producer transposes each V tile into V^T beside it (the K-major B of O = P V, e4m3 has no

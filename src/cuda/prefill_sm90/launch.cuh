@@ -163,7 +163,7 @@ kvattn_status launch_config(const AttnParams& params, cudaStream_t stream, bool 
     return fail(KVATTN_ERROR_UNSUPPORTED, "q: batch * kv heads * row blocks = " + std::to_string(ctas) +
                                               " CTAs exceeds the grid limit");
   }
-  const int smem = static_cast<int>(prefill_smem_bytes(Cfg::kHeadDim, Cfg::kPersistent, Cfg::kFp8Tma));
+  const int smem = static_cast<int>(prefill_smem_bytes(Cfg::kHeadDim, Cfg::kPersistent, Cfg::kKvFp8));
   static std::atomic<uint64_t> opted_in{0};  // the devices this kernel has opted into its shared memory on
   int device = 0;
   if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {

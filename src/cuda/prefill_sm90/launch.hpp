@@ -116,7 +116,7 @@ constexpr int64_t kPrefillDeterministicSplitRows = 1024;
 inline int prefill_sm90_splits(const FwdProblem& p, int sm_count) {
   if (p.cu_seqlens_q != nullptr) return 1;
   if (p.deterministic && prefill_rows(p) > kPrefillDeterministicSplitRows) return 1;
-  const PrefillTile tile = prefill_tile(p.head_dim);
+  const PrefillTile tile = prefill_tile(p.head_dim, p.kv_dtype == DType::fp8_e4m3);
   const int64_t block_m = 64 * tile.consumers;
   SplitInputs in;
   in.ctas = (prefill_rows(p) + block_m - 1) / block_m * p.batch * p.num_kv_heads;
@@ -140,7 +140,8 @@ inline AttentionPlan plan_prefill_sm90(const FwdProblem& p, const AttentionKerne
   plan.splits = prefill_sm90_splits(p, device.sm_count);
   if (plan.splits > 1) {    // the split kernel (launch.cuh), its partials and the split combine
     if (p.deterministic) {  // whole tiles of the capacity a split (kernel.cuh)
-      plan.chunk_keys = split_chunk_keys(max_sequence_keys(p), plan.splits, prefill_tile(p.head_dim).block_n);
+      plan.chunk_keys = split_chunk_keys(max_sequence_keys(p), plan.splits,
+                                         prefill_tile(p.head_dim, p.kv_dtype == DType::fp8_e4m3).block_n);
     }
     plan_partials(plan, p, static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits, false);
   } else if (prefill_persistent_selected(p, device.sm_count) &&
