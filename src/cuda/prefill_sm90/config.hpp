@@ -21,12 +21,17 @@ struct PrefillTile {
 
 // Per head dim (d = dv):
 // - d = 64: three 64-row consumer warpgroups (a 192-row CTA) on 128-key tiles, four 32 KiB stages, P V's P
-//   from shared memory (p_smem: a 16 KiB buffer a consumer; 201 KiB with Q). A tile is half the FLOPs of
-//   d = 128 for the same softmax, and one consumer's iteration is latency-bound (H200 timeline, two
+//   in registers (153 KiB with Q; FA4's Hopper tile at d 64: 192 x 128, P in registers). A tile is half the
+//   FLOPs of d = 128 for the same softmax, and one consumer's iteration is latency-bound (H200 timeline, two
 //   consumers: 3,020 clocks a tile, softmax 1,460 of them, the tensor cores busy ~45%): a third consumer
-//   adds 50% more rows a tile with room left on the tensor cores. 512 threads: consumers at 160 registers
-//   (S 64 + O 32 + the row state; P in registers too spilled, session 19), the producer at 32 (32 + 3 x 160
-//   = 4 x 128). H200 W6 32x64 full -5% against two consumers with P in registers (session 20).
+//   adds 50% more rows a tile with room left on the tensor cores. P from shared memory instead (p_smem, 201
+//   KiB: sessions 20-36) costs shared-memory bandwidth that d 64 does not have: P V is m64n64k16 there, and
+//   with both operands in shared memory a k-step reads 4 KiB in its 32 tensor clocks, all of the 128 bytes
+//   a clock an SM reads; a 192 x 128 tile moves ~248 KiB through shared memory (Q K^T 72, P V 96, P's
+//   stores 48, the landed K / V 32: ~1,940 clocks against the tensor cores' 1,536), with P in registers
+//   ~152 KiB (~1,190). 512 threads: consumers at 160 registers (S 64 + O 32 + P 32: the tile loop's
+//   rarely used values leave the registers, consumer.cuh kLeanTileLoop), the producer at 32 (32 + 3 x 160
+//   = 4 x 128).
 // Two 64-row consumer warpgroups (a 128-row CTA) at d 128 and 256:
 // - d = 128: a 128 x 128 S and O per CTA, 64 fp32 accumulators each a consumer thread (plus S of the next
 //   tile and P of the previous one while they overlap), three 64 KiB K/V stages (225 KiB of shared memory
@@ -47,7 +52,7 @@ struct PrefillTile {
 //   (kv_fp8) keep 64 keys in four stages: produce_fp8 copies whole warp steps of an fp8 row's 12 chunks,
 //   which 20 rows a warp (80 keys) do not fill.
 constexpr PrefillTile prefill_tile(int head_dim, bool kv_fp8 = false) {
-  return head_dim <= 64    ? PrefillTile{3, 128, 4, 32, 160, true}
+  return head_dim <= 64    ? PrefillTile{3, 128, 4, 32, 160, false}
          : head_dim <= 128 ? PrefillTile{2, 128, 3, 56, 224}
          : head_dim == 192 ? (kv_fp8 ? PrefillTile{2, 64, 4, 56, 224} : PrefillTile{2, 80, 3, 56, 224})
                            : PrefillTile{2, 48, 3, 40, 232};

@@ -528,6 +528,15 @@ constexpr int kPairsBeforePv =
 template <class Cfg>
 constexpr bool kPvWaitMid = kPairsBeforePv<Cfg> < SoftmaxState<Cfg::kBlockN>::kPairs;
 
+// Three consumers with P in registers (d 64) hold S 64, O 32 and P of the previous tile 32 through the
+// softmax at 160 registers: what the tile loop does not need every tile leaves the registers. The thread's
+// two QueryRows (12 values, read on masked tiles and by the epilogue only) stay in local memory, and the
+// tile bounds and the first key (one value a warpgroup) in uniform registers. Held in registers, they cost
+// the plain tile ~26 local loads and stores (ptxas spilled the softmax's own state around them: SASS,
+// d 64 persistent kernel); moved, 5 + 5.
+template <class Cfg>
+constexpr bool kLeanTileLoop = Cfg::kConsumers == 3 && !Cfg::kPSmem;
+
 // Out = O / l and lse of this thread's two rows, the sink counted here; a split of the split kernel
 // (Cfg::kSplit, p.num_splits > 1) writes its normalized partial instead (the combine counts the sink).
 template <class Cfg>
@@ -809,12 +818,29 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   const KeyRange mine = key_range(p, seq, m0, 64, kBlockN);
   const int64_t to_first = mine.all_first - cta_keys.first,
                 to_last = mine.all_last - cta_keys.first - kBlockN + 1;
-  const int in_first = static_cast<int>(to_first <= 0 ? 0 : (to_first + kBlockN - 1) / kBlockN);
-  const int in_last = static_cast<int>(to_last < 0 ? -1 : to_last / kBlockN);
-  const int32_t kp_first = static_cast<int32_t>(cta_keys.first);  // (keys are int32 positions)
+  // (kLeanTileLoop: warp-uniform values as lane 0's, which ptxas keeps in uniform registers)
+  const auto lean = [](auto x) { return kLeanTileLoop<Cfg> ? __shfl_sync(0xffffffffu, x, 0) : x; };
+  const int in_first = lean(static_cast<int>(to_first <= 0 ? 0 : (to_first + kBlockN - 1) / kBlockN));
+  const int in_last = lean(static_cast<int>(to_last < 0 ? -1 : to_last / kBlockN));
+  const int32_t kp_first = lean(static_cast<int32_t>(cta_keys.first));  // (keys are int32 positions)
+  const int32_t kv_len32 = lean(static_cast<int32_t>(kv_len));  // (kLeanTileLoop only)
   // This thread's two rows of the accumulator layout, as the score modifications see them.
   const QueryRow row[2] = {query_row(p, seq, cta.i, cta.kv_head, m0 + 16 * warp + lane / 4),
                            query_row(p, seq, cta.i, cta.kv_head, m0 + 16 * warp + lane / 4 + 8)};
+  // kLeanTileLoop: the rows where they are used are copies of row_mem read through an index ptxas cannot
+  // see, so the array stays in local memory and the copies are loads (in the masked tiles' branch and the
+  // epilogue); otherwise row itself.
+  QueryRow row_mem[2] = {row[0], row[1]};
+  const auto rows = [&](QueryRow(&copy)[2]) -> const QueryRow(&)[2] {
+    if constexpr (kLeanTileLoop<Cfg>) {
+      const int k = opaque(0);
+      copy[0] = row_mem[k];
+      copy[1] = row_mem[k + 1];
+      return copy;
+    } else {
+      return row;
+    }
+  };
 
   float o[kD / 2];
 #pragma unroll
@@ -830,7 +856,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   // [plain_first, plain_last] skip the mods' tests (an empty range otherwise; -10 instructions a tile at
   // d 128, tested once a tile at the softmax's start).
   const bool plain = !score_mods_scale(p);
-  const int plain_first = plain ? in_first : 1, plain_last = plain ? in_last : 0;
+  const int plain_first = lean(plain ? in_first : 1), plain_last = lean(plain ? in_last : 0);
   // The softmax in two calls around run_tiles' P V wait: softmax(s, tile, correction, sums, false) the score
   // mods, the maxima and the first kPairsBeforePv pairs a row; returns false under diag_no_softmax (then
   // nothing ran, correction = 1). softmax(.., true): the other pairs, ending the row sums. run_tiles' wait
@@ -852,11 +878,13 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     const int t = static_cast<int>(tile);
     if (t < plain_first || t > plain_last) {
       const bool inside = t >= in_first && t <= in_last;
-      WgmmaScoreTile<kBlockN> score_tile{s, row, kp_first + t * kBlockN + 2 * quad};
+      QueryRow copy[2];
+      WgmmaScoreTile<kBlockN> score_tile{s, rows(copy), kp_first + t * kBlockN + 2 * quad};
       if constexpr (Cfg::kKvFp8) {
         if (descale_scores) score_tile.for_each([&](float& x, const QueryRow&, int32_t) { x *= qk_descale; });
       }
-      apply_score_mods<true>(p, static_cast<int32_t>(kv_len), inside, score_tile);
+      apply_score_mods<true>(p, kLeanTileLoop<Cfg> ? kv_len32 : static_cast<int32_t>(kv_len), inside,
+                             score_tile);
     }
     if constexpr (kPvWaitMid<Cfg>) {
       softmax_max<kBlockN, kPLog2Of<Cfg>>(s, factor, row_max, correction, sums);
@@ -899,7 +927,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     row_sum[1] *= kInv;
     o_descale *= kInv;
   }
-  write_rows<Cfg>(p, seq, cta, m0, row, o, row_max, row_sum, factor, o_descale);
+  QueryRow copy[2];
+  write_rows<Cfg>(p, seq, cta, m0, rows(copy), o, row_max, row_sum, factor, o_descale);
   KVATTN_PTL(pu_stamp(kPuTiles + kPuWritten));
 }
 
