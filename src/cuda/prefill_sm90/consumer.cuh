@@ -823,7 +823,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   const int in_first = lean(static_cast<int>(to_first <= 0 ? 0 : (to_first + kBlockN - 1) / kBlockN));
   const int in_last = lean(static_cast<int>(to_last < 0 ? -1 : to_last / kBlockN));
   const int32_t kp_first = lean(static_cast<int32_t>(cta_keys.first));  // (keys are int32 positions)
-  const int32_t kv_len32 = lean(static_cast<int32_t>(kv_len));  // (kLeanTileLoop only)
+  const int32_t kv_len32 = lean(static_cast<int32_t>(kv_len));          // (kLeanTileLoop only)
   // This thread's two rows of the accumulator layout, as the score modifications see them.
   const QueryRow row[2] = {query_row(p, seq, cta.i, cta.kv_head, m0 + 16 * warp + lane / 4),
                            query_row(p, seq, cta.i, cta.kv_head, m0 + 16 * warp + lane / 4 + 8)};
