@@ -16,30 +16,26 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 d64x:d64x:64 pcp128:pcpasync:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 p192t192:p192t:192"
+LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128"
 
 show() {
   cat << 'END'
-Session 38 (one H200) ran 33 (sdec: short decodes -5.5 to -7.5%, but b4 32k / W2 Zipf +1%: kept a branch),
-the full run with the peers, 29 and 30 (pcpasync: W3 page 1 -22%; landed), then lost the machine in 28.
-Those calls are history (git log); 33 stays runnable for sdec's follow-up. Next, in order of value: 34 (the
-landed pcpasync's d 64 / 256 checks, d64x's timing), 35 (p192t), 28's checks if d64x wins, then 31-32, 12, 5, 7-9
-(bench/NOTES.md, "Where to go next", sessions 38-31). Tree at main for 5, 12, 15, 23, 28 and 34, at p192t for 35, at sdec
-for 33, at w3short for 31, at wide for 7-9. .dev/main64 and main256 are main since pcpasync; d64x is
-rebased on it.
-34. run(command="bash tools/calls.sh run 34", carry=[".dev/main64.so.xz", ".dev/main256.so.xz", ".dev/d64x.so.xz", ".whl"], timeout_s=560)   [tree at main]
-   pcpasync landed on its d 128 checks (session 38, H200: W3 page 1 -22%, cp.async on every layout -19%);
-   its d 64 and d 256 kernels changed too (fewer spills; d 256 XORs the swizzle phase a step): their prefill
-   tests, racecheck and memcheck with TMA on, and the tests with KVATTN_SM90_TMA=0 (every layout on the
-   new producer); then d64x (rebased on main) timed against main at d 64 (W6 32x64 A B A B; its checks
-   are call 28's, if it wins).
-35. run(command="bash tools/calls.sh run 35", carry=[".dev/main192.so.xz", ".dev/p192t192.so.xz", ".whl"], timeout_s=560)   [tree at p192t]
-   branch p192t (session 38: (192, 128) is the widest prefill gap on the H200, FA4 1.25x faster at a lower
-   clock): 80-key tiles in three stages for 16-bit caches (fp8 caches keep 64 keys: produce_fp8's warp
-   steps), the tile per (head dim, kv dtype). SASS: the tile loop 39.0 -> 36.6 instructions a key, the same
-   local-memory ops in it; the fp8 d 192 kernels identical to main's. The d 192 prefill tests (16-bit and
-   fp8: new cases at pages 40 / 160 / 32), racecheck, memcheck, W6 16x192/128 A B A B. Predicted: full
-   5,039 -> 4,600-4,700 us, causal 2,514 -> 2,300-2,350 (-7 to -9%: a tile's work level with d 256's).
+Session 39 (one H100) ran 34 (pcpasync's d 64 / 256 checks: green), 35 and 28 (p192t and d64x: both landed)
+and 36 (the decode kernel's cluster form: b1 1k -23%, but long b1 streams +30%: a capacity bound added), then
+could start no machine. Those calls are history (git log). Next, in order of value: 38 and 37 (branch
+cluster), 33 (sdec's follow-up), 31-32, 12, 5, 7-9 (bench/NOTES.md, "Where to go next", sessions 39-31). Tree
+at cluster for 36-38 (its calls.sh holds them), at main for 5 and 12, at sdec for 33, at w3short for 31, at
+wide for 7-9. .dev/main* are main before d64x / p192t (rebuild: tools/dev_libs.sh).
+38. run(command="bash tools/calls.sh run 38", carry=[".dev/clu128.so.xz", ".whl"], timeout_s=240)   [tree at cluster]
+   the cluster form (src/cuda/decode_sm90/cluster.cuh): a cluster of 16 (else 8) CTAs a (sequence, kv head)
+   when the units are few and no sequence can hold more than 4,096 keys; 4 warps a CTA fill and compute
+   their own rings; the partials merge through distributed shared memory (no scan, no combine). Its tests
+   (cluster layouts / features / fp8 / bad pages, the dispatch rows), the device-error tests, racecheck,
+   memcheck, then W1 short and b1 32k A (persistent) B (cluster). Expected b1 1k-4k -2 to -23% (call 36), b1
+   32k level (the bound). Land the branch if green.
+37. run(command="bash tools/calls.sh run 37", carry=[".dev/clu128.so.xz", ".whl"], timeout_s=400)   [tree at cluster]
+   the diagnosis of the cluster form's long streams: resident clusters of 16 / 8 (the dispatch print), every
+   test's failures by name, C = 0 / 8 / 16 with the capacity bound lifted on b1 1k / 4k / 32k / 128k.
 33. run(command="bash tools/calls.sh run 33", carry=[".dev/main128.so.xz", ".dev/sdec128.so.xz", ".whl"], timeout_s=590)   [tree at sdec]
    branch sdec (session 36's helper, committed in session 37: #11's short contexts, b1 1k-4k at 1.45-1.87x
    FlashInfer's time): batch 1 on the sm_90a decode kernel computes the balanced start from the one
@@ -64,14 +60,6 @@ rebased on it.
 30. run(command="bash tools/calls.sh run 30", carry=[".dev/main128.so.xz", ".dev/pcp128.so.xz", ".whl"], timeout_s=590)   [tree at pcpasync]
    the same with KVATTN_SM90_TMA=0 (the new producer on every layout: its tests are the correctness check
    that matters), W6 16x128 A B A B: predicted 4,654 -> 4,050-4,250 us (1.08-1.13x the TMA time).
-28. run(command="bash tools/calls.sh run 28", carry=[".dev/main64.so.xz", ".dev/d64x.so.xz", ".whl"], timeout_s=500)
-   branch d64x (session 36, a helper's analysis: at d 64 P V is m64n64k16 and P through shared memory
-   makes the tile shared-memory-bound, ~248 KiB a 192 x 128 tile, ~1,940 clocks against the tensor cores'
-   1,536; FA4 keeps P in registers): P in registers for the three d 64 consumers, a lean tile loop (row
-   records in local memory, read on masked tiles and in the epilogue: 5 LDL + 5 STL a tile). SASS: ~561 ->
-   466 instructions a tile, 32 -> 0 shared stores; d 128 / 192 / 256 kernels identical to main's. The d 64
-   tests, racecheck, memcheck, W6 32x64 A B A B. Predicted -6 to -12% at equal clock (risk: session 19's c3
-   had P in registers with ~50 spills a tile and lost 10%).
 31. run(command="bash tools/calls.sh run 31", carry=[".dev/main128.so.xz", ".dev/w3tl128.so.xz", ".whl"], timeout_s=400)   [tree at w3short]
    W3 over short prefixes (b1 +512 over 4k: 1.35x FA4's time at the same clock, of which ~7 us is the
    append and q's rotation that FA4's timed call does not do): bench.kernel_gaps (append / prefill
