@@ -22,9 +22,9 @@ show() {
   cat << 'END'
 Session 39 (one H100) ran 34 (pcpasync's d 64 / 256 checks: green), 35 and 28 (p192t and d64x: both landed)
 and 36 (the decode kernel's cluster form: b1 1k -23%, but long b1 streams +30%: a capacity bound added), then
-could start no machine. Those calls are history (git log). Next, in order of value: 38 and 37 (branch
-cluster), 33 (sdec's follow-up), 31-32, 12, 5, 7-9 (bench/NOTES.md, "Where to go next", sessions 39-31). Tree
-at cluster for 36-38 (its calls.sh holds them), at main for 5 and 12, at sdec for 33, at w3short for 31, at
+could start no machine. Those calls are history (git log). Next, in order of value: 38, 39 and 37 (branch
+cluster; 39 is listed there), 33 (sdec's follow-up), 31-32, 12, 5, 7-9 (bench/NOTES.md, "Where to go next", sessions 39-31). Tree
+at cluster for 36-39 (its calls.sh holds them), at main for 5 and 12, at sdec for 33, at w3short for 31, at
 wide for 7-9. .dev/main* are main before d64x / p192t (rebuild: tools/dev_libs.sh).
 38. run(command="bash tools/calls.sh run 38", carry=[".dev/clu128.so.xz", ".whl"], timeout_s=240)   [tree at cluster]
    the cluster form (src/cuda/decode_sm90/cluster.cuh): a cluster of 16 (else 8) CTAs a (sequence, kv head)
