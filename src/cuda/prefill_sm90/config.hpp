@@ -14,9 +14,6 @@ struct PrefillTile {
   int stages;
   int regs_producer;  // setmaxnreg budgets: within what the launch gave the CTA (prefill_regs_fit)
   int regs_consumer;
-  // P V takes P from shared memory (each consumer's 64 x block_n buffer, after Q) instead of registers:
-  // P's block_n / 4 registers are then not held across the next tile's softmax.
-  bool p_smem = false;
 };
 
 // Per head dim (d = dv):
@@ -24,12 +21,12 @@ struct PrefillTile {
 //   in registers (153 KiB with Q; FA4's Hopper tile at d 64: 192 x 128, P in registers). A tile is half the
 //   FLOPs of d = 128 for the same softmax, and one consumer's iteration is latency-bound (H200 timeline, two
 //   consumers: 3,020 clocks a tile, softmax 1,460 of them, the tensor cores busy ~45%): a third consumer
-//   adds 50% more rows a tile with room left on the tensor cores. P from shared memory instead (p_smem, 201
-//   KiB: sessions 20-36) costs shared-memory bandwidth that d 64 does not have: P V is m64n64k16 there, and
-//   with both operands in shared memory a k-step reads 4 KiB in its 32 tensor clocks, all of the 128 bytes
-//   a clock an SM reads; a 192 x 128 tile moves ~248 KiB through shared memory (Q K^T 72, P V 96, P's
-//   stores 48, the landed K / V 32: ~1,940 clocks against the tensor cores' 1,536), with P in registers
-//   ~152 KiB (~1,190). 512 threads: consumers at 160 registers (S 64 + O 32 + P 32: the tile loop's
+//   adds 50% more rows a tile with room left on the tensor cores. P from shared memory instead (a 16 KiB
+//   buffer a consumer, 201 KiB: sessions 20-38) costs shared-memory bandwidth that d 64 does not have: P V is
+//   m64n64k16 there, and with both operands in shared memory a k-step reads 4 KiB in its 32 tensor clocks,
+//   all of the 128 bytes a clock an SM reads; a 192 x 128 tile moves ~248 KiB through shared memory (Q K^T
+//   72, P V 96, P's stores 48, the landed K / V 32: ~1,940 clocks against the tensor cores' 1,536), with P in
+//   registers ~152 KiB (~1,190). 512 threads: consumers at 160 registers (S 64 + O 32 + P 32: the tile loop's
 //   rarely used values leave the registers, consumer.cuh kLeanTileLoop), the producer at 32 (32 + 3 x 160
 //   = 4 x 128).
 // Two 64-row consumer warpgroups (a 128-row CTA) at d 128 and 256:
@@ -52,7 +49,7 @@ struct PrefillTile {
 //   (kv_fp8) keep 64 keys in four stages: produce_fp8 copies whole warp steps of an fp8 row's 12 chunks,
 //   which 20 rows a warp (80 keys) do not fill.
 constexpr PrefillTile prefill_tile(int head_dim, bool kv_fp8 = false) {
-  return head_dim <= 64    ? PrefillTile{3, 128, 4, 32, 160, false}
+  return head_dim <= 64    ? PrefillTile{3, 128, 4, 32, 160}
          : head_dim <= 128 ? PrefillTile{2, 128, 3, 56, 224}
          : head_dim == 192 ? (kv_fp8 ? PrefillTile{2, 64, 4, 56, 224} : PrefillTile{2, 80, 3, 56, 224})
                            : PrefillTile{2, 48, 3, 40, 232};
@@ -93,7 +90,6 @@ constexpr size_t kPrefillPersistentBytes = 32 + 2 * kPrefillUnitBytes + 16;
 constexpr size_t prefill_smem_bytes(int head_dim, bool persistent = false, bool kv_fp8 = false) {
   const PrefillTile t = prefill_tile(head_dim, kv_fp8);
   return 1024 + size_t(64) * t.consumers * head_dim * 2 +
-         (t.p_smem ? size_t(64) * t.consumers * t.block_n * 2 : 0) +
          size_t(t.stages) * t.block_n * (head_dim + prefill_head_dim_v(head_dim)) * 2 +
          16 * size_t(t.stages) + (persistent ? kPrefillPersistentBytes : 0) +
          (kv_fp8 ? 8 * size_t(t.stages) : 0);

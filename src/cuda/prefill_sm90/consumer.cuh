@@ -348,39 +348,6 @@ __device__ __forceinline__ void pack_p(const float (&s)[Cfg::kBlockN / 2],
   }
 }
 
-// Cfg::kPSmem: P leaves the S accumulators for this consumer's shared buffer (s_p: 64 rows x kBlockN keys,
-// K-major in 64-key panels, 128B swizzle, the A operand of P V), once the previous P V has read it; every
-// thread's stores are made visible to wgmma (fence.proxy.async) and the warpgroup meets before any warp
-// issues the next P V. Accumulator element 4 j + 2 h + e: row 16 warp + lane / 4 + 8 h, key
-// 8 j + 2 (lane % 4) + e: one 32-bit store a (j, h), a warp's 32 covering the 32 banks once.
-template <class Cfg>
-__device__ __forceinline__ void store_p(const float (&s)[Cfg::kBlockN / 2], uint32_t s_p, int consumer) {
-  const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32;
-#pragma unroll
-  for (int j = 0; j < Cfg::kBlockN / 8; ++j) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = 16 * warp + lane / 4 + 8 * h;
-      st_shared_b32(s_p + swizzled(r, j, Cfg::kPPanelBytes) + 4 * (lane % 4),
-                    pack2<typename Cfg::TM>(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
-    }
-  }
-  fence_proxy_async();
-  named_barrier_sync(Cfg::kQBarrier + consumer, 128);
-}
-// O += P V of a tile with P from shared memory (Cfg::kPSmem; issued, not waited for): P's 16-key k-steps
-// are 32 bytes apart within a 64-key panel, V's 2048 bytes (16 rows).
-template <class Cfg>
-__device__ __forceinline__ void issue_pv_tile_smem(float (&o)[Cfg::kHeadDimV / 2], const SmemDesc& pd,
-                                                   const SmemDesc& v, uint32_t v_stage) {
-#pragma unroll
-  for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
-    const uint32_t p_step = (kk / 4) * Cfg::kPPanelBytes + (kk % 4) * 32;
-    wgmma_ss_mn<typename Cfg::TM, Cfg::kHeadDimV>(o, pd.at(p_step), v.at(v_stage + kk * 2048), 1);
-  }
-  wgmma_commit();
-}
-
 // The maximum of m[0, kN), a balanced tree of pairwise maxima (m is overwritten).
 template <int kN, int kLen>
 __device__ __forceinline__ float tree_max(float (&m)[kLen]) {
@@ -535,7 +502,7 @@ constexpr bool kPvWaitMid = kPairsBeforePv<Cfg> < SoftmaxState<Cfg::kBlockN>::kP
 // the plain tile ~26 local loads and stores (ptxas spilled the softmax's own state around them: SASS,
 // d 64 persistent kernel); moved, 5 + 5.
 template <class Cfg>
-constexpr bool kLeanTileLoop = Cfg::kConsumers == 3 && !Cfg::kPSmem;
+constexpr bool kLeanTileLoop = Cfg::kConsumers == 3;
 
 // Out = O / l and lse of this thread's two rows, the sink counted here; a split of the split kernel
 // (Cfg::kSplit, p.num_splits > 1) writes its normalized partial instead (the combine counts the sink).
@@ -646,28 +613,9 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
   const SmemDesc v_desc(Cfg::kFp8Mma ? desc_k_major(s_v + kVtOffsetOf<Cfg>)
                                      : desc_mn_major(s_v, Cfg::kKvPanelBytes));
   uint32_t pa[kBlockN / 16][4];
-  // Cfg::kPSmem: this consumer's P buffer, after the CTA's Q (kernel.cuh); nothing otherwise.
-  const int c = turns.consumer;
-  const uint32_t p_addr =
-      Cfg::kPSmem ? q_addr - c * (Cfg::kQBytes / Cfg::kConsumers) + Cfg::kQBytes + c * Cfg::kPBytes : 0;
-  const SmemDesc p_desc(Cfg::kPSmem ? desc_k_major(__shfl_sync(0xffffffffu, p_addr, 0)) : 0);
-  auto keep_p = [&](const float(&s)[kBlockN / 2]) {
-    if constexpr (Cfg::kPSmem) {
-      store_p<Cfg>(s, p_addr, c);
-    } else {
-      pack_p<Cfg>(s, pa);
-    }
-  };
-  auto issue_pv = [&](int stage) {
-    if constexpr (Cfg::kPSmem) {
-      issue_pv_tile_smem<Cfg>(o, p_desc, v_desc, stage * Cfg::kVStageBytes);
-    } else {
-      issue_pv_tile<Cfg>(o, pa, v_desc, stage * Cfg::kVStageBytes);
-    }
-  };
-  auto fence_p = [&] {
-    if constexpr (!Cfg::kPSmem) fence_fragments(reinterpret_cast<uint32_t(&)[kBlockN / kKStep<Cfg>][4]>(pa));
-  };
+  auto keep_p = [&](const float(&s)[kBlockN / 2]) { pack_p<Cfg>(s, pa); };
+  auto issue_pv = [&](int stage) { issue_pv_tile<Cfg>(o, pa, v_desc, stage * Cfg::kVStageBytes); };
+  auto fence_p = [&] { fence_fragments(reinterpret_cast<uint32_t(&)[kBlockN / kKStep<Cfg>][4]>(pa)); };
   int prev_stage = 0;
   if (n_tiles > 0) {
     float s[kBlockN / 2];

@@ -87,11 +87,7 @@ struct PrefillConfig {
   static constexpr int kPanelsV = kHeadDimV / 64;         // of v
   static constexpr int kQPanelBytes = 64 * 128;           // one consumer's 64 rows of one panel
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;  // (consumer, panel, 64 rows, 128 B)
-  // P in shared memory (kTile.p_smem): after Q, a consumer's 64 x kBlockN, K-major in 64-key panels.
-  static constexpr bool kPSmem = kTile.p_smem;
-  static constexpr int kPBytes = kPSmem ? 64 * kBlockN * 2 : 0;  // one consumer's
-  static constexpr int kPPanelBytes = 64 * 128;                  // 64 rows of 64 keys
-  static constexpr int kKvPanelBytes = kBlockN * 128;            // kBlockN keys of one panel
+  static constexpr int kKvPanelBytes = kBlockN * 128;     // kBlockN keys of one panel
   static constexpr int kKStageBytes = kBlockN * kHeadDim * 2;
   static constexpr int kVStageBytes = kBlockN * kHeadDimV * 2;
   static constexpr int kChunks = kHeadDim / 8;    // 16-byte chunks of a row of q / k
@@ -114,8 +110,8 @@ struct PrefillConfig {
   static_assert((kBlockN / 4) * kChunks % 32 == 0 && (kBlockN / 4) * kChunksV % 32 == 0,
                 "whole warp copy steps");
   static_assert(prefill_smem_bytes(kHeadDim, kPersistent) ==
-                    1024 + kQBytes + kConsumers * kPBytes + kStages * (kKStageBytes + kVStageBytes) +
-                        16 * kStages + (kPersistent ? kPrefillPersistentBytes : 0),
+                    1024 + kQBytes + kStages * (kKStageBytes + kVStageBytes) + 16 * kStages +
+                        (kPersistent ? kPrefillPersistentBytes : 0),
                 "the launcher's shared memory is the kernel's");
 };
 
@@ -137,13 +133,12 @@ struct KvFp8 : Base {
   static constexpr int kKvPanelBytes = kBlockN * 128;
   static constexpr int kKStageBytes = kBlockN * Base::kHeadDim * 2;
   static constexpr int kVStageBytes = kBlockN * Base::kHeadDimV * 2;
-  static_assert(kTile.consumers == Base::kConsumers && kTile.p_smem == Base::kPSmem &&
-                    kTile.regs_producer == Base::kRegsProducer && kTile.regs_consumer == Base::kRegsConsumer,
+  static_assert(kTile.consumers == Base::kConsumers && kTile.regs_producer == Base::kRegsProducer &&
+                    kTile.regs_consumer == Base::kRegsConsumer,
                 "an fp8 tile differs in its keys and stages only");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 128, "a key row per producer thread");
   static_assert(prefill_smem_bytes(Base::kHeadDim, Base::kPersistent, true) ==
-                    1024 + Base::kQBytes + Base::kConsumers * Base::kPBytes +
-                        kStages * (kKStageBytes + kVStageBytes) + 24 * kStages +
+                    1024 + Base::kQBytes + kStages * (kKStageBytes + kVStageBytes) + 24 * kStages +
                         (Base::kPersistent ? kPrefillPersistentBytes : 0),
                 "the launcher's shared memory is the kernel's (with the fp8 stages' third mbarrier)");
 };
@@ -159,7 +154,7 @@ struct KvFp8Mma : KvFp8<Base> {
   static constexpr bool kFp8Mma = true;
   static constexpr int kVtOffset = Base::kBlockN * Base::kHeadDimV;  // V^T after the landed V in its stage
   static constexpr int kPLog2 = 8;  // P x 2^8 into e4m3 (softmax_max's kLog2Scale)
-  static_assert(Base::kHeadDim == 128 && Base::kHeadDimV == 128 && Base::kBlockN == 128 && !Base::kPSmem,
+  static_assert(Base::kHeadDim == 128 && Base::kHeadDimV == 128 && Base::kBlockN == 128,
                 "the fp8 wgmma kernel: d = dv = 128, 128-key tiles, P in registers");
 };
 

@@ -49,7 +49,7 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
   const uint32_t raw = smem_addr(smem_raw);
   unsigned char* smem = smem_raw + ((1024 - raw % 1024) % 1024);
   unsigned char* s_q = smem;
-  const uint32_t s_k = smem_addr(smem + Cfg::kQBytes + Cfg::kConsumers * Cfg::kPBytes);  // (P after Q)
+  const uint32_t s_k = smem_addr(smem + Cfg::kQBytes);
   const uint32_t s_v = s_k + Cfg::kStages * Cfg::kKStageBytes;
   const uint32_t full_bar = s_v + Cfg::kStages * Cfg::kVStageBytes;
   const uint32_t empty_bar = full_bar + 8 * Cfg::kStages;

@@ -60,11 +60,15 @@ inline AttentionPlan prefill_sm90_single_pass(AttentionPlan plan) {
   plan.workspace_bytes = 0;
   return plan;
 }
+// The tile of p's kernel (config.hpp: per head dim and, at d 192, the cache dtype).
+inline PrefillTile prefill_tile_of(const FwdProblem& p) {
+  return prefill_tile(p.head_dim, p.kv_dtype == DType::fp8_e4m3);
+}
 // A fixed q with at least two of the kernel's units (64 rows a consumer) an SM: where the persistent
 // kernel, which walks those units, was measured to pay.
 inline bool prefill_fills_sms_twice(const FwdProblem& p, int sm_count) {
   if (p.cu_seqlens_q != nullptr) return false;
-  const int64_t block_m = 64 * prefill_tile(p.head_dim).consumers;
+  const int64_t block_m = 64 * prefill_tile_of(p).consumers;
   const int64_t g = p.num_q_heads / std::max(1, p.num_kv_heads);
   const int64_t units = static_cast<int64_t>(p.batch) * p.num_kv_heads *
                         ((static_cast<int64_t>(p.max_seqlen_q) * g + block_m - 1) / block_m);
@@ -101,7 +105,7 @@ inline int64_t prefill_rows(const FwdProblem& p) {
 // A unit of fixed q whose rows leave at least one consumer without rows: the split kernel (launch.cuh), which
 // idles it, even without splits (the persistent kernel would compute its padding rows).
 inline bool prefill_split_kernel_rows(const FwdProblem& p) {
-  return p.cu_seqlens_q == nullptr && prefill_rows(p) <= 64 * (prefill_tile(p.head_dim).consumers - 1);
+  return p.cu_seqlens_q == nullptr && prefill_rows(p) <= 64 * (prefill_tile_of(p).consumers - 1);
 }
 // Deterministic mode's split kernel takes units of at most this many rows (decode-like shapes and short
 // chunks, whose partials stay small: 1024 rows x 8 splits x 128 fp32 channels = 4 MiB a kv head); larger
@@ -116,7 +120,7 @@ constexpr int64_t kPrefillDeterministicSplitRows = 1024;
 inline int prefill_sm90_splits(const FwdProblem& p, int sm_count) {
   if (p.cu_seqlens_q != nullptr) return 1;
   if (p.deterministic && prefill_rows(p) > kPrefillDeterministicSplitRows) return 1;
-  const PrefillTile tile = prefill_tile(p.head_dim, p.kv_dtype == DType::fp8_e4m3);
+  const PrefillTile tile = prefill_tile_of(p);
   const int64_t block_m = 64 * tile.consumers;
   SplitInputs in;
   in.ctas = (prefill_rows(p) + block_m - 1) / block_m * p.batch * p.num_kv_heads;
@@ -140,8 +144,7 @@ inline AttentionPlan plan_prefill_sm90(const FwdProblem& p, const AttentionKerne
   plan.splits = prefill_sm90_splits(p, device.sm_count);
   if (plan.splits > 1) {    // the split kernel (launch.cuh), its partials and the split combine
     if (p.deterministic) {  // whole tiles of the capacity a split (kernel.cuh)
-      plan.chunk_keys = split_chunk_keys(max_sequence_keys(p), plan.splits,
-                                         prefill_tile(p.head_dim, p.kv_dtype == DType::fp8_e4m3).block_n);
+      plan.chunk_keys = split_chunk_keys(max_sequence_keys(p), plan.splits, prefill_tile_of(p).block_n);
     }
     plan_partials(plan, p, static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits, false);
   } else if (prefill_persistent_selected(p, device.sm_count) &&

@@ -58,7 +58,7 @@ bool prefill_sm90_supports(const FwdProblem& p) {
   // would be mostly padding) and >= 64 CTAs (half a wave on the 114-132 SMs of sm_90 parts; below, the
   // portable kernel's split-KV schedule fills the machine instead).
   const int64_t rows = prefill_rows(p);
-  const int64_t block_m = 64 * prefill_tile(p.head_dim).consumers;
+  const int64_t block_m = 64 * prefill_tile_of(p).consumers;
   const int64_t ctas = (rows + block_m - 1) / block_m * p.batch * p.num_kv_heads;
   bool shape_ok = rows >= 128 && ctas >= 64;
   if (p.cu_seqlens_q == nullptr) {
