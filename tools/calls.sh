@@ -227,6 +227,49 @@ case "${1:-show}" in
             KVATTN_AB_FILTER="=W3 32/8 b1 +512 over 4k p16|=W3 32/8 b8 +512 over 4k p16" bash tools/prefill_ab.sh
         done
         ;;
+      36)  # the decode kernel's cluster form (session 39): its checks, then W1's b1 cases, persistent (A) vs cluster (B)
+        export KVATTN_DECODE_CLUSTER=0  # A: the persistent kernel and its combine; B turns the cluster form on
+        KVATTN_AB_A=.dev/clu128.so.xz KVATTN_AB_B=.dev/clu128.so.xz KVATTN_AB_ENV_B="KVATTN_DECODE_CLUSTER=16" \
+          KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=2 \
+          KVATTN_AB_TESTS="tests/python/test_cuda_decode_sm90.py tests/python/test_cuda_kernels.py" \
+          KVATTN_AB_SMOKE_K="cluster_one_sequence" KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=240 \
+          KVATTN_AB_SAN_TIMEOUT=90 KVATTN_AB_RACE_K="cluster_one_sequence or (cluster_features and features2)" \
+          KVATTN_AB_MEM_K="cluster_bad_page or (cluster_layouts_edges and paged-1)" \
+          KVATTN_AB_SUITES=W1 \
+          KVATTN_AB_FILTER="short|=W1 32/8 b1 32k p16|=W1 32/8 b1 128k p16" \
+          bash tools/prefill_ab.sh
+        echo "failures other than the head dims this d 128 build lacks:"
+        grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | grep -v -E "head_dims|odd_head|wide_rows|rotary_dims" | cut -c1-300 | head -20
+        source tools/device_env.sh
+        L=$(device_lib .dev/clu128.so.xz b)
+        for mode in 0 16; do
+          KVATTN_DECODE_CLUSTER=$mode KVATTN_LIBRARY=$L timeout 60 python3 -m bench.kernel_gaps \
+            "W1 32/8 b1 1k p16 short" "W1 32/8 b1 4k p16 short" > "$OUT/gaps_$mode.txt" 2>&1
+          echo "kernel_gaps cluster=$mode rc=$?"; tail -8 "$OUT/gaps_$mode.txt"
+        done
+        ;;
+      37)  # the cluster form's diagnosis (session 39): resident clusters, its tests' failures, C = 0 / 8 / 16 on W1 b1
+        source tools/device_env.sh
+        L=$(device_lib .dev/clu128.so.xz b)
+        export KVATTN_TEST_HEAD_DIMS=128
+        for kv in bf16 fp8; do
+          KV=$kv KVATTN_DEBUG_DISPATCH=1 KVATTN_LIBRARY=$L timeout 60 python3 -c "
+import os, torch, kvattn
+q = torch.randn(1, 1, 32, 128, device='cuda', dtype=torch.bfloat16)
+k = torch.randn(1, 4096, 8, 128, device='cuda', dtype=torch.bfloat16)
+v = torch.randn_like(k)
+if os.environ['KV'] == 'fp8': k, v = k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)
+kvattn.flash_attn_with_kvcache(q, k, v); torch.cuda.synchronize()" 2>&1 | grep -i "kvattn\|error" | head -3
+        done
+        KVATTN_LIBRARY=$L timeout 200 python3 -m pytest -q -p no:cacheprovider tests/python/test_cuda_decode_sm90.py \
+          tests/python/test_cuda_kernels.py -n 8 2>&1 | grep -E "FAILED|passed|failed" | grep -v "head_dims\|odd_head" | head -30
+        for mode in 0 8 16; do
+          KVATTN_DECODE_CLUSTER=$mode KVATTN_LIBRARY=$L timeout -k 5 100 python3 -m bench.run --suite W1 \
+            --filter "=W1 32/8 b1 1k p16 short|=W1 32/8 b1 4k p16 short|=W1 32/8 b1 32k p16|=W1 32/8 b1 128k p16" \
+            --no-peers --flex none --warmup-s 1 --max-minutes 1 --out "$OUT/c$mode" > "$OUT/c$mode.log" 2>&1
+          echo "cluster=$mode rc=$?"; grep -E "^\[" "$OUT/c$mode.log" | cut -c1-100
+        done
+        ;;
       33)  # branch sdec (batch 1's direct start on the sm_90a decode kernel): checks, then W1's b1 cases A B A B
         KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/sdec128.so.xz KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=2 \
           KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py KVATTN_AB_SMOKE_K="batch1_direct_start" \

@@ -165,8 +165,10 @@ struct AttentionPlan {
   int64_t balanced_min_cost = kMinCtaCost;  // a CTA's share is at least this many tiles (balance.hpp)
   int64_t balanced_unit_cost = kUnitCost;   // a unit's fixed work on the line, in tiles (balance.hpp)
   int rows_per_unit = 0;                    // max_seqlen_q * g (<= 16)
-  int producer_warps = 0;         // the sm_90 decode kernel: its variant, read once (smem_bytes is for it)
-  int consumer_warps = 4;         // (4; 8 for fp8 caches with one row group)
+  int producer_warps = 0;  // the sm_90 decode kernel: its variant, read once (smem_bytes is for it)
+  int consumer_warps = 4;  // (4; 8 for fp8 caches with one row group)
+  // The sm_90 decode kernel's cluster form (decode_sm90.hpp): C CTAs a unit, no combine; 0: not used.
+  int cluster_ctas = 0;
   size_t o_partial_offset = 0;    // (splits, total_q, hq, dv) fp32; balanced: (2, G, R, dv)
   size_t lse_partial_offset = 0;  // (splits, total_q, hq) fp32; balanced: (2, G, R)
   size_t unit_pieces_offset = 0;  // balanced: (batch, kv heads, 2) int32

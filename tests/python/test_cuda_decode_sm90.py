@@ -32,6 +32,9 @@ def _decode_sm90_on(monkeypatch):
     34; varlen q and fp8 caches still reach this kernel's two row groups, which these tests keep covering)."""
     monkeypatch.setenv("KVATTN_DECODE_SM90", os.environ.get("KVATTN_TEST_DECODE_SM90", "8"))
     monkeypatch.setenv("KVATTN_SM90_SPLIT_ROWS", "64")
+    # Few units (batch x kv heads <= 16) take the cluster form by default; these tests keep the persistent
+    # kernel, the cluster tests below unset it.
+    monkeypatch.setenv("KVATTN_DECODE_CLUSTER", "0")
 
 
 def _sm90():
@@ -277,6 +280,18 @@ torch.cuda.synchronize()
     (dict(KVATTN_DECODE_SM90=None, KV="fp8", SQ="8", KVATTN_DECODE_SM90_FP8_CONSUMERS=None),
      "8 producer warps, 4 consumer warps"),  # 32 packed rows: two groups stay on 4 consumer warps
     (dict(KVATTN_DECODE_SM90=None), "8 producer warps"),  # on by default
+    # 4 units (b 2 x 2 kv heads): the cluster form, 16 CTAs a unit (8 when asked); not in deterministic
+    # mode, with 17-32 packed rows or when the persistent kernel is off
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None), "cluster kernel, 16 CTAs"),
+    (dict(KVATTN_DECODE_SM90=None, KV="fp8", KVATTN_DECODE_CLUSTER=None), "cluster kernel, 16 CTAs"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER="8"), "cluster kernel, 8 CTAs"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, DET="1"), "kernel, 8 producer warps"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, SQ="8"), "kernel, 8 producer warps"),
+    (dict(KVATTN_DECODE_SM90="0", KVATTN_DECODE_CLUSTER=None), None),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_CLUSTER_MAX_KEYS="299"),
+     "kernel, 8 producer warps"),  # the cache holds 300 keys a sequence: over the bound
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_CLUSTER_MAX_KEYS="300"),
+     "cluster kernel, 16 CTAs"),
     (dict(KVATTN_DECODE_SM90=None, SQ="8"), "8 producer warps"),  # 32 packed rows: two row groups
     (dict(KVATTN_DECODE_SM90=None, SQ="8", KVATTN_SM90_SPLIT_ROWS=None), None),  # the default: split kernel
     (dict(KVATTN_DECODE_SM90=None, KV="fp8", SQ="8", KVATTN_SM90_SPLIT_ROWS=None,
@@ -303,6 +318,8 @@ def test_dispatch_on_sm90(switch, expected):
     assert r.returncode == 0, r.stderr
     if expected is None:
         assert "decode_sm90" not in r.stderr, r.stderr
+    elif expected.startswith(("cluster", "kernel")):
+        assert f"decode_sm90 {expected}" in r.stderr, r.stderr
     else:
         assert f"decode_sm90 kernel, {expected}" in r.stderr, r.stderr
 
@@ -356,3 +373,107 @@ def test_deterministic_chunks_batch_invariant(sq, hq, hk, chunk, kv, monkeypatch
     np.testing.assert_array_equal(H.f64(out), H.f64(full_out), err_msg="another CTA count")
     np.testing.assert_array_equal(lse, full_lse, err_msg="another CTA count")
 
+
+
+# The cluster form (cluster.cuh): C = 16 CTAs a unit when batch x kv heads <= the 16-CTA clusters the device
+# holds at once, 8 for <= 16 units; each CTA takes a C-th of the unit's 64-key tiles (so lengths below 64 C leave CTAs empty,
+# and CTAs hold 1-3 stages a warp), the warps' and CTAs' states merge through distributed shared memory.
+# Batches of <= 8 sequences over 2 kv heads, lengths around the stage, tile and share edges.
+_CLUSTER_GROUPS = [
+    (0, 1, 31, 32, 33, 63, 64, 65),  # 16 units: 8 CTAs a unit
+    (127, 129, 1500, 4097),  # 8 units: 16 CTAs a unit
+    (1024 * 16 + 5,),  # 2 units: 16 CTAs of 16 tiles and more (the rings' refills)
+]
+
+
+@pytest.fixture
+def _cluster_on(monkeypatch):
+    """The cluster form by default, at any capacity (its rule keeps it to caches of <= 4096 keys a sequence)."""
+    monkeypatch.delenv("KVATTN_DECODE_CLUSTER", raising=False)
+    monkeypatch.setenv("KVATTN_DECODE_CLUSTER_MAX_KEYS", "100000000")
+
+
+@pytest.mark.usefixtures("_cluster_on")
+@pytest.mark.parametrize("kv_fp8", [False, True])
+@pytest.mark.parametrize("group", range(len(_CLUSTER_GROUPS)))
+@pytest.mark.parametrize("layout,page", [("contiguous", 0), ("paged", 1), ("paged", 16), ("paged", 64),
+                                         ("packed", 0)])
+def test_cluster_layouts_edges(layout, page, group, kv_fp8):
+    case = Case(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=8, hk=2, seqlens=_CLUSTER_GROUPS[group], sq=1,
+                layout=layout, page_size=max(page, 1), num_splits=0, seed=page + 7 * kv_fp8 + 13 * group)
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.usefixtures("_cluster_on")
+@pytest.mark.parametrize("features", [
+    dict(sinks="fp32", leftpad=(3, 0, 17, 1, 40)),
+    dict(new=(1, 1, 1, 1, 1), rotary="neox", batch_idx="scattered"),
+    dict(window=(100, 0), causal=True, softcap=15.0),
+    dict(alibi="bh", chunk=96, causal=True),
+    dict(seqused_q=True, sq=3, causal=True, sinks="bf16"),
+    dict(sq=4, new=(4,) * 5, causal=True, rotary="interleaved", dtype="fp16"),  # 16 packed rows
+    dict(sq=2, q_lens=(2, 0, 1, 2, 2), causal=True),  # varlen q, an empty one
+    dict(layout="ragged", page_size=16),
+    dict(hnd=True, page_size=32),
+])
+@pytest.mark.parametrize("kv_fp8", [False, True])
+@pytest.mark.parametrize("hk", [2, 1])  # 10 units (8 CTAs a unit), 5 (16)
+def test_cluster_features(features, kv_fp8, hk):
+    kw = dict(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=4 * hk, hk=hk, seqlens=(700, 1, 0, 333, 1300), sq=1,
+              layout="paged", page_size=16, num_splits=0, seed=len(features) + 3 * hk)
+    kw.update(features)
+    if kw.get("q_lens"):
+        kw.pop("sq")
+    if kw.get("leftpad"):
+        kw["seqlens"] = tuple(n + lp for n, lp in zip(kw["seqlens"], kw["leftpad"]))
+    run_and_compare(Case(**kw), DEVICE)
+
+
+@pytest.mark.usefixtures("_cluster_on")
+@pytest.mark.parametrize("fp8_math", ["f16", "bf16"])
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp8"])
+def test_cluster_fp8_cache(dtype, fp8_math, monkeypatch):
+    monkeypatch.setenv("KVATTN_DECODE_SM90_FP8_BF16", "1" if fp8_math == "bf16" else "0")
+    case = Case(dtype=dtype, kv_fp8=True, d=128, hq=8, hk=2, seqlens=(2500, 3, 600, 64), sq=1, layout="paged",
+                page_size=16, batch_idx="scattered", num_splits=0, seed=5)
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.usefixtures("_cluster_on")
+@pytest.mark.parametrize("clusters", ["16", "8"])
+def test_cluster_one_sequence_many_heads(clusters, monkeypatch):
+    """Batch 1 over 8 kv heads (the short decode of issue #11): 8 clusters of 16 CTAs, or of 8."""
+    monkeypatch.setenv("KVATTN_DECODE_CLUSTER", clusters)
+    for n, seed in ((1024, 1), (4000, 2), (33, 3)):
+        case = Case(dtype="bf16", d=128, hq=32, hk=8, seqlens=(n,), sq=1, layout="paged", page_size=16,
+                    num_splits=0, seed=seed)
+        run_and_compare(case, DEVICE)
+
+
+@pytest.mark.usefixtures("_cluster_on")
+@pytest.mark.parametrize("column", [3, 100, 187, 240])  # CTA 0's first keys, mid-unit, the last CTA's, past them
+def test_cluster_bad_page_is_nan_and_reported(column):
+    """A page id out of range in one CTA's share writes NaN for the whole unit (every CTA of its cluster) and
+    names the entry; the other sequence is the oracle's. Column 240 lies past sequence 0's keys (3000 slots
+    = 188 pages): the last CTA's check of the pages after the visible keys."""
+    case = Case(dtype="bf16", d=128, hq=8, hk=2, seqlens=(3000, 500), sq=1, layout="paged", page_size=16,
+                extra_slots=1000, num_splits=0, seed=column)
+    q, k_cache, v_cache, kw, _, _ = build(case)
+    kw = dict(kw)
+    table = kw["page_table"].copy()
+    table[0, column] = k_cache.shape[0] + 17  # sequence 0 (row 0)
+    kw["page_table"] = table
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    out = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
+                                           H.to_device(v_cache, DEVICE), **dev)
+    if column == 240:
+        # Past the visible keys the contract does not look (CONTRACT.md: only the pages of [leftpad, end)).
+        H.sync_device_errors(DEVICE)
+        assert not np.isnan(H.f64(H.to_numpy(out))).any()
+        return
+    with pytest.raises(H.kvattn.KvattnError) as e:
+        H.sync_device_errors(DEVICE)
+    assert f"page_table[0, {column}]" in str(e.value), str(e.value)
+    out = H.f64(H.to_numpy(out))
+    assert np.isnan(out[0]).all() and not np.isnan(out[1]).any()
+    H.sync_device_errors(DEVICE)  # the record was cleared

@@ -76,6 +76,26 @@ struct DecodeSm90Shape {
   }
 };
 
+// The cluster form of the kernel (cluster.cuh): a cluster of C <= kMaxCtas CTAs a (sequence, kv head) unit
+// when the units are few (every CTA of every cluster resident at once), 4 warps a CTA, each with a ring of
+// kDepth stages of the persistent kernel's size that it fills and computes itself. The warps' merge
+// states alias the ring (written after its last use).
+struct DecodeClusterShape {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kDepth = 3;
+  static constexpr int kMaxCtas = 16;  // the non-portable cluster size of sm_90 (8 is portable)
+  static constexpr size_t smem_bytes(bool fp8) {
+    using S = DecodeSm90Shape;
+    return size_t(kWarps) * kDepth * S::stage_bytes(fp8)  // the rings (the merge states after them)
+           + size_t(S::kGroupRows) * S::kQStride * 2      // Q
+           + kWarps * 4 + 16;                             // max |q| of each warp, the unit's error flag
+  }
+  static_assert(kWarps * DecodeSm90Shape::kStateFloats * 4 <=
+                    kWarps * kDepth * DecodeSm90Shape::stage_bytes(false),
+                "the merge states fit the rings they alias");
+};
+
 // The kernel's rows of the dispatch table (dispatch.cu: arch kArchSm90, d = dv = 128, every dtype pair).
 //
 // supports: p gets a balanced schedule (<= 32 packed rows, num_splits = 0, not deterministic, batch <= 512:

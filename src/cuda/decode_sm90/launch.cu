@@ -10,6 +10,7 @@
 #include "cuda/attention/launch.hpp"
 #include "cuda/common/cache_rows.hpp"
 #include "cuda/common/host.hpp"
+#include "cuda/decode_sm90/cluster.cuh"
 #include "cuda/decode_sm90/decode_sm90.hpp"
 #include "cuda/decode_sm90/kernel.cuh"
 
@@ -83,6 +84,47 @@ DecodeVariant pick_kernel(DType compute, DType kv, int producer_warps, int group
   return {};
 }
 
+// The cluster form's kernel (cluster.cuh) for (compute dtype, cache dtype) and the devices it has opted
+// into its shared memory and its cluster size on; kernel nullptr when this build has none.
+template <typename T, typename TKV, bool kFp8F16 = true>
+DecodeVariant cluster_kernel_of() {
+  static std::atomic<uint64_t> opted_in{0};
+  return {sm90::decode_cluster_kernel<sm90::DecodeCfg<T, TKV, 4, kFp8F16, 1, 4>>, &opted_in};
+}
+DecodeVariant pick_cluster_kernel(DType compute, DType kv) {
+  if (!dtype_built(compute) || !head_dim_built(DecodeSm90Shape::kHeadDim)) return {};
+  const bool fp8 = kv == DType::fp8_e4m3;
+  if (!fp8 && kv != compute) return {};
+  if constexpr (dtype_built(DType::bf16)) {
+    if (compute == DType::bf16) {
+      if (!fp8) return cluster_kernel_of<__nv_bfloat16, __nv_bfloat16>();
+      return fp8_in_bf16() ? cluster_kernel_of<__nv_bfloat16, __nv_fp8_e4m3, false>()
+                           : cluster_kernel_of<__nv_bfloat16, __nv_fp8_e4m3, true>();
+    }
+  }
+  if constexpr (dtype_built(DType::f16)) {
+    if (compute == DType::f16) {
+      return fp8 ? cluster_kernel_of<half, __nv_fp8_e4m3>() : cluster_kernel_of<half, half>();
+    }
+  }
+  return {};
+}
+
+// The cluster kernel's shared memory and its non-portable cluster size (16), set once per (kernel,
+// device) as set_max_dynamic_smem_once does.
+kvattn_status cluster_opt_in(const DecodeVariant& v, int device, size_t smem) {
+  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (v.opted_in->load(std::memory_order_acquire) & bit) != 0) return KVATTN_OK;
+  const void* kernel = reinterpret_cast<const void*>(v.kernel);
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (err == cudaSuccess)
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (err != cudaSuccess) return cuda_fail(err, "decode_cluster_kernel attributes");
+  v.opted_in->fetch_or(bit, std::memory_order_acq_rel);
+  return KVATTN_OK;
+}
+
 // Whether the library holds sm_90 machine code of the kernels (built with 90a in KVATTN_CUDA_ARCHS): asked
 // once, on the first sm_90 device (an sm_80-only build would run them from compute_80 PTX, as stubs).
 bool built_for_sm90(DecodeKernel kernel) {
@@ -140,6 +182,8 @@ static_assert(DecodeSm90Shape::smem_bytes(false, 2) + 1024 + 1536 <= 227 * 1024 
                   DecodeSm90Shape::smem_bytes(true, 8, 2) + 1024 + 1536 <= 227 * 1024 &&
                   DecodeSm90Shape::smem_bytes(true, 4, 1, 8) + 1024 + 1536 <= 227 * 1024,
               "the decode ring fits an sm_90 CTA");
+static_assert(DecodeClusterShape::smem_bytes(true) + 1024 <= 227 * 1024,
+              "the cluster form's rings fit an sm_90 CTA");
 
 // A tile count of the balanced schedule from the environment (read on every plan: A/B runs switch it
 // inside one process), at least `floor`, else `fallback`.
@@ -195,6 +239,75 @@ static int64_t decode_sm90_det_chunk_keys() {
   return env_tiles("KVATTN_DECODE_SM90_DET_CHUNK", kDeterministicSplitKeys, 64);
 }
 
+// The cluster form (cluster.cuh) takes a balanced decode of <= 16 packed rows a unit whose units all fit
+// one wave of clusters: C = 16 CTAs a unit, else 8, when units x C <= the SMs and the device holds that many
+// clusters at once (cudaOccupancyMaxActiveClusters: a GPC holds whole clusters, so 16-CTA clusters of one
+// CTA an SM fit fewer than SMs / 16 on some parts), and when no sequence can hold more than
+// decode_cluster_max_keys() keys (the capacity: static, so graph-safe). It removes the persistent kernel's
+// start (the balanced scan, the walk) and its combine kernel, what batch 1 at 1k-4k pays; it streams long
+// sequences slower (H100, session 39: W1 32/8 b1 1k / 2k / 4k p16 18.4 / 20.0 / 23.2 -> 14.2 / 16.9 / 22.7
+// us, but b1 32k 61 -> 79 and 128k 194 -> 259: for batch 1 over 8 kv heads the cluster form has 64 or
+// 128 CTAs of 4 warps each, against the persistent kernel's 132 with 8 copy warps). Not in deterministic
+// mode (C depends on the batch) nor with sm_margin. KVATTN_DECODE_CLUSTER: 0 off, 8 at most 8 CTAs a unit;
+// KVATTN_DECODE_CLUSTER_MAX_KEYS: the capacity bound (read on every plan).
+static int decode_cluster_max_ctas() {
+  const char* e = std::getenv("KVATTN_DECODE_CLUSTER");
+  if (e == nullptr) return DecodeClusterShape::kMaxCtas;
+  if (std::strcmp(e, "0") == 0) return 0;
+  return std::strcmp(e, "8") == 0 ? 8 : DecodeClusterShape::kMaxCtas;
+}
+// Clusters of `ctas` CTAs of the kernel resident at once on device_id (cached per device < 64; 0 when the
+// query fails).
+static int max_active_clusters(const DecodeVariant& v, int device_id, int ctas, bool fp8) {
+  static std::atomic<int> cache[64][2][2] = {};  // [device][fp8][ctas == 16], value + 1
+  const bool cacheable = device_id >= 0 && device_id < 64;
+  std::atomic<int>* slot = cacheable ? &cache[device_id][fp8][ctas == 16] : nullptr;
+  if (slot != nullptr && slot->load(std::memory_order_relaxed) > 0)
+    return slot->load(std::memory_order_relaxed) - 1;
+  DeviceGuard guard(device_id);
+  const size_t smem = DecodeClusterShape::smem_bytes(fp8);
+  int n = 0;
+  if (guard.status() == cudaSuccess && cluster_opt_in(v, device_id, smem) == KVATTN_OK) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(ctas);
+    config.blockDim = dim3(DecodeClusterShape::kThreads);
+    config.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attribute = {};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = ctas;
+    attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&n, reinterpret_cast<const void*>(v.kernel), &config) != cudaSuccess) {
+      cudaGetLastError();
+      n = 0;
+    }
+  } else {
+    cudaGetLastError();
+  }
+  if (slot != nullptr) slot->store(n + 1, std::memory_order_relaxed);
+  return n;
+}
+static int64_t decode_cluster_max_keys() {
+  return env_tiles("KVATTN_DECODE_CLUSTER_MAX_KEYS", 4096, 0);
+}
+static int decode_cluster_ctas(const FwdProblem& p, const AttentionPlan& plan, int64_t sms) {
+  const int max_ctas = decode_cluster_max_ctas();
+  if (max_ctas == 0 || p.deterministic || p.sm_margin > 0 || !plan.balanced ||
+      plan.rows_per_unit > DecodeSm90Shape::kGroupRows || max_sequence_keys(p) > decode_cluster_max_keys()) {
+    return 0;
+  }
+  const DType compute = p.q_dtype == DType::fp8_e4m3 ? DType::bf16 : p.q_dtype;
+  const DecodeVariant v = pick_cluster_kernel(compute, p.kv_dtype);
+  if (v.kernel == nullptr) return 0;
+  const int64_t units = static_cast<int64_t>(p.batch) * p.num_kv_heads;
+  const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
+  for (int ctas = max_ctas; ctas >= 8; ctas /= 2) {
+    if (units * ctas <= sms && units <= max_active_clusters(v, p.device_id, ctas, fp8)) return ctas;
+  }
+  return 0;
+}
+
 bool decode_sm90_supports(const FwdProblem& p) {
   using S = DecodeSm90Shape;
   if (p.head_dim != S::kHeadDim || p.head_dim_v != S::kHeadDim || p.qv.ptr != nullptr) return false;
@@ -241,6 +354,12 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
     plan.chunk_keys = d.chunk_keys;
     plan_partials(plan, p, static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits, true);
   }
+  if ((plan.cluster_ctas = decode_cluster_ctas(p, plan, sms)) > 0) {
+    plan.balanced = false;  // whole units: no partials, no combine
+    plan.smem_bytes = DecodeClusterShape::smem_bytes(p.kv_dtype == DType::fp8_e4m3);
+    plan.static_smem_bytes = 0;
+    return plan;
+  }
   const DecodeWarps warps = decode_warps(p.kv_dtype, plan.rows_per_unit);
   plan.producer_warps = warps.producers;
   plan.consumer_warps = warps.consumers;
@@ -250,9 +369,47 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
   return plan;
 }
 
+// The cluster form: grid (C, kv heads, batch) in clusters of C along x.
+static kvattn_status launch_decode_cluster(const AttnParams& params, const AttentionPlan& plan,
+                                           DType compute_dtype, DType kv_dtype, cudaStream_t stream) {
+  const DecodeVariant v = pick_cluster_kernel(compute_dtype, kv_dtype);
+  if (v.kernel == nullptr)
+    return fail(KVATTN_ERROR_UNSUPPORTED, "decode_sm90: no cluster kernel for this dtype pair");
+  static const bool debug_dispatch = std::getenv("KVATTN_DEBUG_DISPATCH") != nullptr;  // read once
+  int device = 0;
+  if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {
+    return cuda_fail(err, "decode_cluster_kernel device");
+  }
+  if (debug_dispatch) {
+    const bool fp8 = kv_dtype == DType::fp8_e4m3;
+    std::fprintf(
+        stderr, "kvattn: decode_sm90 cluster kernel, %d CTAs a unit (clusters of 16 / 8 resident: %d / %d)\n",
+        plan.cluster_ctas, max_active_clusters(v, device, 16, fp8), max_active_clusters(v, device, 8, fp8));
+  }
+  if (const kvattn_status st = cluster_opt_in(v, device, plan.smem_bytes); st != KVATTN_OK) return st;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(plan.cluster_ctas), static_cast<unsigned>(params.num_kv_heads),
+                        static_cast<unsigned>(params.seq.batch));
+  config.blockDim = dim3(DecodeClusterShape::kThreads);
+  config.dynamicSmemBytes = plan.smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute attributes[2] = {};
+  attributes[0].id = cudaLaunchAttributeClusterDimension;
+  attributes[0].val.clusterDim.x = static_cast<unsigned>(plan.cluster_ctas);
+  attributes[0].val.clusterDim.y = attributes[0].val.clusterDim.z = 1;
+  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attributes;
+  config.numAttrs = plan.early_launch ? 2 : 1;
+  const cudaError_t err = cudaLaunchKernelEx(&config, v.kernel, params);
+  if (err != cudaSuccess) return cuda_fail(err, "launching decode_cluster_kernel");
+  return check_launch("decode_cluster_kernel");
+}
+
 kvattn_status launch_decode_sm90(const AttnParams& params, const AttentionPlan& plan, DType compute_dtype,
                                  DType kv_dtype, cudaStream_t stream) {
   using S = DecodeSm90Shape;
+  if (plan.cluster_ctas > 0) return launch_decode_cluster(params, plan, compute_dtype, kv_dtype, stream);
   // The plan's warps (its smem_bytes), not the environment's now.
   const int producer_warps = plan.producer_warps, consumer_warps = plan.consumer_warps;
   const DecodeVariant variant =

@@ -1,0 +1,237 @@
+// The Hopper decode kernel's cluster form (decode_sm90.hpp, DecodeClusterShape): for batches of few
+// (sequence, kv head) units, a cluster of C CTAs a unit, CTA r taking the r-th C-th of the unit's key
+// tiles as the device reads them; the C partial (m, l, O) merge through distributed shared memory, so
+// there is no scan, no workspace and no combine kernel. Per CTA, 4 warps, each its own ring of kDepth
+// stages: a warp issues its stages' 16-byte cp.async copies itself (one cp.async group a stage), computes
+// them with the persistent kernel's stage math (consumer.cuh), and refills the slot it just read.
+//   grid (C, kv heads, batch), cluster (C, 1, 1): blockIdx.x is the CTA's rank in its cluster.
+#pragma once
+
+#include <cooperative_groups.h>
+
+#include "cuda/common/pdl.cuh"
+#include "cuda/decode_sm90/consumer.cuh"
+#include "cuda/decode_sm90/producer.cuh"
+
+namespace kvattn::cuda::sm90 {
+
+// This warp's copies of one stage (CTA-wide stage s of the piece) into `dst`: lane k owns keys j * 32 + k
+// (entry: their page-table entries), past the piece's keys its last key, a bad page id a row of zeros; one
+// warp instruction covers whole rows. Returns false when one of this lane's entries is out of range (the
+// error recorded).
+template <class Cfg>
+__device__ __forceinline__ bool issue_stage(const AttnParams& p, const PieceKeys& pk, int kv_head, int s,
+                                            const int32_t (&entry)[Cfg::kKeysPerLane], uint32_t dst,
+                                            uint64_t policy) {
+  using TKV = typename Cfg::TKV;
+  constexpr int kLanesPerRow = Cfg::kRowBytes / 16;
+  constexpr int kRowsPerCopy = 32 / kLanesPerRow;
+  constexpr int kCopies = Cfg::kStageKeys / kRowsPerCopy;
+  constexpr int kCopiesPerSet = 32 / kRowsPerCopy;  // copies whose rows are keys of one j
+  const int lane = threadIdx.x % 32, chunk = lane % kLanesPerRow, row_in_copy = lane / kLanesPerRow;
+  const Sequence& seq = pk.seq;
+  bool ok = true;
+  int64_t k_off[Cfg::kKeysPerLane], v_off[Cfg::kKeysPerLane];
+#pragma unroll
+  for (int j = 0; j < Cfg::kKeysPerLane; ++j) {
+    const int32_t kp = min(pk.kp_begin + s * Cfg::kStageKeys + j * 32 + lane, pk.kp_end - 1);
+    const int64_t slot = seq.leftpad + kp;
+    const SlotAddress at = slot_address_at(p.seq, seq, slot, entry[j]);
+    if (at.page < 0) {
+      ok = false;
+      record_page_error(p.seq, seq, p.errors, slot / p.seq.page_size, entry[j]);
+    }
+    k_off[j] = at.page < 0 ? -1
+                           : at.page * p.k_cache.page_stride + at.in_page * p.k_cache.slot_stride +
+                                 static_cast<int64_t>(kv_head) * p.k_cache.head_stride;
+    v_off[j] = at.page < 0 ? -1
+                           : at.page * p.v_cache.page_stride + at.in_page * p.v_cache.slot_stride +
+                                 static_cast<int64_t>(kv_head) * p.v_cache.head_stride;
+  }
+  const uint32_t k_dst = dst + row_in_copy * Cfg::kRowStride + chunk * 16;
+  const uint32_t v_dst = k_dst + Cfg::kStageKeys * Cfg::kRowStride;
+  const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache.ptr) + chunk * 16;
+  const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache.ptr) + chunk * 16;
+  const unsigned char* zero = g_zero_row + chunk * 16;
+#pragma unroll
+  for (int c = 0; c < kCopies; ++c) {
+    const int owner = (c % kCopiesPerSet) * kRowsPerCopy + row_in_copy;
+    const int64_t ko = __shfl_sync(0xffffffffu, k_off[c / kCopiesPerSet], owner);
+    const int64_t vo = __shfl_sync(0xffffffffu, v_off[c / kCopiesPerSet], owner);
+    const uint32_t row_bytes = c * kRowsPerCopy * Cfg::kRowStride;
+    if constexpr (Cfg::kCopyViaL1) {
+      cp_async_16_l1(k_dst + row_bytes, ko < 0 ? zero : k_base + ko * sizeof(TKV));
+      cp_async_16_l1(v_dst + row_bytes, vo < 0 ? zero : v_base + vo * sizeof(TKV));
+    } else {
+      cp_async_16_hint(k_dst + row_bytes, ko < 0 ? zero : k_base + ko * sizeof(TKV), policy);
+      cp_async_16_hint(v_dst + row_bytes, vo < 0 ? zero : v_base + vo * sizeof(TKV), policy);
+    }
+  }
+  return ok;
+}
+
+// The page-table entries of this lane's keys of stage s (0 past the piece's stages or for unpaged caches).
+template <class Cfg>
+__device__ __forceinline__ void stage_entries(const AttnParams& p, const PieceKeys& pk, int s,
+                                              int32_t (&entry)[Cfg::kKeysPerLane]) {
+  const bool paged = p.seq.page_table != nullptr && p.seq.cu_seqlens_k == nullptr;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int j = 0; j < Cfg::kKeysPerLane; ++j) {
+    const int32_t kp = min(pk.kp_begin + s * Cfg::kStageKeys + j * 32 + lane, pk.kp_end - 1);
+    entry[j] = paged && s < pk.stages ? page_entry(p.seq, pk.seq, pk.seq.leftpad + kp) : 0;
+  }
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
+    decode_cluster_kernel(const __grid_constant__ AttnParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using T = typename Cfg::T;
+  constexpr int kW = DecodeClusterShape::kWarps, kDepth = DecodeClusterShape::kDepth;
+  constexpr int kNTilesS = Cfg::kNTilesS, kNTilesO = Cfg::kNTilesO, kS = Cfg::kStateFloats;
+  constexpr int kMl = Cfg::kGroupRows * Cfg::kOStride;  // where a warp state's m and l start
+  static_assert(Cfg::kConsumerWarps == kW && Cfg::kGroups == 1,
+                "the consumers' helpers for 4 warps, 16 rows");
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  unsigned char* ring = smem_raw;                       // warp w's slots: (w kDepth + slot) stages
+  float* s_state = reinterpret_cast<float*>(smem_raw);  // the warps' (m, l, O), after the ring's last use
+  T* s_q = reinterpret_cast<T*>(smem_raw + kW * kDepth * Cfg::kStageBytes);
+  float* s_qmax = reinterpret_cast<float*>(s_q + Cfg::kGroupRows * Cfg::kQStride);
+  int* s_bad = reinterpret_cast<int*>(s_qmax + kW);
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, group = lane / 4, quad = lane % 4;
+  const int rank = blockIdx.x, ctas = gridDim.x, kv_head = blockIdx.y, i = blockIdx.z;
+
+  // The unit's keys and this CTA's share of its 64-key tiles (the same split on every CTA of the cluster).
+  PieceKeys pk;
+  pk.seq = load_sequence(p.seq, i, p.errors, rank == 0 && kv_head == 0 && tid == 0);
+  const Sequence& seq = pk.seq;
+  const bool has_rows = seq.rows_known && seq.q_len > 0;  // the same on every CTA of the cluster
+  pk.keys = has_rows ? key_range(p, seq, 0, Cfg::kRows, Cfg::kBlockN) : KeyRange{};
+  pk.tile_begin = pk.keys.tiles * rank / ctas;
+  pk.tile_end = pk.keys.tiles * (rank + 1) / ctas;
+  pk.kp_begin = static_cast<int32_t>(pk.keys.first + pk.tile_begin * Cfg::kBlockN);
+  pk.kp_end = static_cast<int32_t>(min(pk.keys.last + 1, pk.keys.first + pk.tile_end * Cfg::kBlockN));
+  pk.stages = pk.kp_end > pk.kp_begin ? (pk.kp_end - pk.kp_begin + Cfg::kStageKeys - 1) / Cfg::kStageKeys : 0;
+  wait_for_prior_grid();  // launched early after the append (PDL): the appended K/V are in place past here
+
+  bool ok = true;
+  if (has_rows) {
+    const QRows<Cfg> q = load_q<Cfg>(p, seq, i, kv_head, tid);
+    // This warp's stages of the CTA's share: s = warp + kW k, k < n, in ring slot k mod kDepth.
+    const int n = pk.stages > warp ? (pk.stages - warp + kW - 1) / kW : 0;
+    unsigned char* slots = ring + warp * kDepth * Cfg::kStageBytes;
+    const uint64_t policy = evict_first_policy();
+#pragma unroll
+    for (int k = 0; k < kDepth; ++k) {
+      if (k < n) {
+        int32_t entry[Cfg::kKeysPerLane];
+        stage_entries<Cfg>(p, pk, warp + kW * k, entry);
+        ok &= issue_stage<Cfg>(p, pk, kv_head, warp + kW * k, entry, smem_addr(slots + k * Cfg::kStageBytes),
+                               policy);
+      }
+      cp_async_commit();  // one group a stage, empty ones too: wait_group counts stages
+    }
+    const Piece w{i, kv_head, 0, -1, pk.tile_begin, pk.tile_end, -1, -1};
+    ok &= piece_ok<Cfg>(p, w, pk, tid);
+    uint32_t q_frag[Cfg::kHeadDim / 16][4];
+    const float q_unscale = load_q_fragments<Cfg>(q, s_q, s_qmax, 0, q_frag, -1);
+    float qk_descale = 1.f;
+    if constexpr (Cfg::kFp8) {
+      qk_descale = descale_at(p.q_descale, p.q_descale_strides, i, kv_head) *
+                   descale_at(p.k_descale, p.k_descale_strides, i, kv_head) * q_unscale;
+    }
+    const ScoreScale scale(p, qk_descale);
+    const bool upper = static_cast<int64_t>(seq.q_used) * p.group > 8;
+    const QueryRow rows_of_thread[2] = {query_row(p, seq, i, kv_head, group),
+                                        query_row(p, seq, i, kv_head, group + 8)};
+    float o_acc[kNTilesO][4];
+#pragma unroll
+    for (int t = 0; t < kNTilesO; ++t) o_acc[t][0] = o_acc[t][1] = o_acc[t][2] = o_acc[t][3] = 0.f;
+    float row_max[2] = {-INFINITY, -INFINITY};
+    float row_sum[2] = {0.f, 0.f};
+    for (int k = 0; k < n; ++k) {
+      const int s = warp + kW * k;
+      const unsigned char* s_k = slots + (k % kDepth) * Cfg::kStageBytes;
+      int32_t ahead[Cfg::kKeysPerLane];  // the entries of the stage that refills this slot, loaded early
+      stage_entries<Cfg>(p, pk, s + kW * kDepth, ahead);
+      cp_async_wait<kDepth - 1>();
+      __syncwarp();  // every lane's copies of the stage landed
+      const int32_t kp0 = pk.kp_begin + s * Cfg::kStageKeys;
+      float s_acc[kNTilesS][4];
+      stage_scores<Cfg>(s_acc, q_frag, s_k);
+      if (scale.pre != 1.f) {
+#pragma unroll
+        for (int t = 0; t < kNTilesS; ++t) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s_acc[t][e] *= scale.pre;
+        }
+      }
+      const bool inside = kp0 >= pk.keys.all_first && kp0 + Cfg::kStageKeys - 1 <= pk.keys.all_last;
+      MmaScoreTile<kNTilesS> score_tile{s_acc, rows_of_thread, kp0 + 2 * quad};
+      apply_score_mods<true>(p, pk.kp_end, inside, score_tile);
+      stage_softmax<Cfg>(s_acc, scale.factor, upper, row_max, row_sum, o_acc);
+      stage_pv<Cfg>(o_acc, s_acc, s_k + Cfg::kStageKeys * Cfg::kRowStride);
+      __syncwarp();  // every lane's reads of the slot done before it is refilled
+      if (k + kDepth < n)
+        ok &= issue_stage<Cfg>(p, pk, kv_head, s + kW * kDepth, ahead, smem_addr(s_k), policy);
+      cp_async_commit();
+    }
+    cp_async_wait<0>();
+    const float state_max[2] = {row_max[0] * scale.factor, row_max[1] * scale.factor};  // log2 units
+    __syncthreads();  // every warp is done with the ring, which the states overwrite
+    store_warp_state<Cfg>(s_state, o_acc, state_max, row_sum);
+  }
+  const bool bad = __syncthreads_or(!ok);
+  if (tid == 0) *s_bad = bad;
+  cluster.sync();  // every CTA's states and flag written (release / acquire across the cluster)
+
+  // The unit's rows from the C x kW states, merged in (rank, warp) order (the one merge, RowState): CTA r
+  // writes its C-th of the channels, thread tid row tid / 8, its `per` channels; rank 0 the lse.
+  if (has_rows) {
+    const int rr = tid / 8, per = Cfg::kHeadDim / ctas / 8,
+              c0 = rank * (Cfg::kHeadDim / ctas) + tid % 8 * per;
+    const int64_t q_rows = static_cast<int64_t>(seq.q_len) * p.group;
+    if (rr < q_rows) {
+      constexpr int kMaxPer = Cfg::kHeadDim / 8;
+      float o[kMaxPer];
+#pragma unroll
+      for (int c = 0; c < kMaxPer; ++c) o[c] = 0.f;
+      RowState st;
+      bool unit_bad = false;
+      for (int j = 0; j < ctas; ++j) {
+        const float* remote = cluster.map_shared_rank(s_state, j);
+        unit_bad |= *cluster.map_shared_rank(s_bad, j) != 0;
+#pragma unroll
+        for (int v = 0; v < kW; ++v) {
+          const float* sv = remote + v * kS;
+          const MergeScales f = st.merge(sv[kMl + rr], sv[kMl + Cfg::kGroupRows + rr]);
+#pragma unroll
+          for (int c = 0; c < kMaxPer; ++c) {
+            if (c < per) {
+              const int ch = c0 + c;
+              o[c] = o[c] * f.a + sv[rr * Cfg::kOStride + ch] * f.b;
+            }
+          }
+        }
+      }
+      const int64_t t = rr / p.group;
+      const int h = kv_head * p.group + static_cast<int>(rr % p.group);
+      const float o_descale = Cfg::kFp8 ? descale_at(p.v_descale, p.v_descale_strides, i, kv_head) : 1.f;
+      const bool attends = rr < static_cast<int64_t>(seq.q_used) * p.group;
+      const RowEnd end = end_row(st, attends, true, p.sinks, h, o_descale);
+      T* out = out_row<T>(p, seq, i, t, h);
+#pragma unroll
+      for (int c = 0; c < kMaxPer; ++c) {
+        if (c < per) out[c0 + c] = from_float<T>(unit_bad ? NAN : o[c] * end.o_scale);
+      }
+      if (c0 == 0 && p.lse) *lse_at(p, seq, i, t, h) = unit_bad ? NAN : end.lse;
+    }
+  }
+  cluster.sync();  // no CTA leaves while another reads its shared memory
+#endif
+}
+
+}  // namespace kvattn::cuda::sm90
