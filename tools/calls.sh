@@ -248,6 +248,20 @@ case "${1:-show}" in
           echo "kernel_gaps cluster=$mode rc=$?"; tail -8 "$OUT/gaps_$mode.txt"
         done
         ;;
+      38)  # call 36 made lean (session 39's device time ran short): the cluster form's tests and the dispatch's, the
+           # device-error tests, racecheck / memcheck, then W1's short and b1 32k cases, persistent (A) vs cluster (B)
+        export KVATTN_DECODE_CLUSTER=0
+        KVATTN_AB_A=.dev/clu128.so.xz KVATTN_AB_B=.dev/clu128.so.xz KVATTN_AB_ENV_B="KVATTN_DECODE_CLUSTER=16" \
+          KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=2 \
+          KVATTN_AB_TESTS="tests/python/test_cuda_decode_sm90.py tests/python/test_cuda_kernels.py" \
+          KVATTN_AB_K="cluster or dispatch or device_error or balanced" \
+          KVATTN_AB_SMOKE_K="cluster_one_sequence" KVATTN_AB_SMOKE_TIMEOUT=60 KVATTN_AB_TEST_TIMEOUT=150 \
+          KVATTN_AB_SAN_TIMEOUT=60 KVATTN_AB_RACE_K="cluster_one_sequence" \
+          KVATTN_AB_MEM_K="cluster_bad_page or (cluster_layouts_edges and paged-1 and False)" \
+          KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="short|=W1 32/8 b1 32k p16" bash tools/prefill_ab.sh
+        echo "failures:"
+        grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | cut -c1-300 | head -20
+        ;;
       37)  # the cluster form's diagnosis (session 39): resident clusters, its tests' failures, C = 0 / 8 / 16 on W1 b1
         source tools/device_env.sh
         L=$(device_lib .dev/clu128.so.xz b)
