@@ -278,7 +278,8 @@ kvattn.flash_attn_with_kvcache(q, k, v); torch.cuda.synchronize()" 2>&1 | grep -
         KVATTN_LIBRARY=$L timeout 200 python3 -m pytest -q -p no:cacheprovider tests/python/test_cuda_decode_sm90.py \
           tests/python/test_cuda_kernels.py -n 8 2>&1 | grep -E "FAILED|passed|failed" | grep -v "head_dims\|odd_head" | head -30
         for mode in 0 8 16; do
-          KVATTN_DECODE_CLUSTER=$mode KVATTN_LIBRARY=$L timeout -k 5 100 python3 -m bench.run --suite W1 \
+          KVATTN_DECODE_CLUSTER=$mode KVATTN_DECODE_CLUSTER_MAX_KEYS=100000000 KVATTN_LIBRARY=$L \
+            timeout -k 5 100 python3 -m bench.run --suite W1 \
             --filter "=W1 32/8 b1 1k p16 short|=W1 32/8 b1 4k p16 short|=W1 32/8 b1 32k p16|=W1 32/8 b1 128k p16" \
             --no-peers --flex none --warmup-s 1 --max-minutes 1 --out "$OUT/c$mode" > "$OUT/c$mode.log" 2>&1
           echo "cluster=$mode rc=$?"; grep -E "^\[" "$OUT/c$mode.log" | cut -c1-100
