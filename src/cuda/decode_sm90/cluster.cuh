@@ -184,37 +184,77 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
     __syncthreads();  // every warp is done with the ring, which the states overwrite
     store_warp_state<Cfg>(s_state, o_acc, state_max, row_sum);
   }
-  const bool bad = __syncthreads_or(!ok);
-  if (tid == 0) *s_bad = bad;
-  cluster.sync();  // every CTA's states and flag written (release / acquire across the cluster)
-
-  // The unit's rows from the C x kW states, merged in (rank, warp) order (the one merge, RowState): CTA r
-  // writes its C-th of the channels, thread tid row tid / 8, its `per` channels; rank 0 the lse.
+  const bool bad = __syncthreads_or(!ok);  // (and the warps' states written)
+  // The CTA's 4 warp states merged in warp order into one (m, l, O) (thread tid: row tid / 8, 16 channels),
+  // so that the cluster's merge reads one state a CTA.
+  float* s_cta = s_state + kW * kS;
   if (has_rows) {
+    constexpr int kCols = Cfg::kHeadDim / 8;
+    const int rr = tid / 8, c0 = tid % 8 * kCols;
+    RowState st;
+    float o[kCols];
+#pragma unroll
+    for (int c = 0; c < kCols; ++c) o[c] = 0.f;
+#pragma unroll
+    for (int v = 0; v < kW; ++v) {
+      const float* sv = s_state + v * kS;
+      const MergeScales f = st.merge(sv[kMl + rr], sv[kMl + Cfg::kGroupRows + rr]);
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) o[c] = o[c] * f.a + sv[rr * Cfg::kOStride + c0 + c] * f.b;
+    }
+#pragma unroll
+    for (int c = 0; c < kCols; c += 4)
+      *reinterpret_cast<float4*>(s_cta + rr * Cfg::kOStride + c0 + c) =
+          make_float4(o[c], o[c + 1], o[c + 2], o[c + 3]);
+    if (tid % 8 == 0) {
+      s_cta[kMl + rr] = st.m;
+      s_cta[kMl + Cfg::kGroupRows + rr] = st.l;
+    }
+  }
+  if (tid == 0) *s_bad = bad;
+  cluster.sync();  // every CTA's state and flag written (release / acquire across the cluster)
+
+  // The unit's rows from the C CTA states, merged in rank order (the one merge, RowState): CTA r writes its
+  // C-th of the channels, thread tid row tid / 8, its `per` channels; rank 0 the lse. Every remote value is
+  // loaded before the first is used (C <= kMaxCtas, unrolled): one round trip through distributed shared
+  // memory, not one a rank.
+  if (has_rows) {
+    constexpr int kMaxCtas = DecodeClusterShape::kMaxCtas;
+    constexpr int kMaxPer = Cfg::kHeadDim / 8 / DecodeClusterShape::kMinCtas;
     const int rr = tid / 8, per = Cfg::kHeadDim / ctas / 8,
               c0 = rank * (Cfg::kHeadDim / ctas) + tid % 8 * per;
     const int64_t q_rows = static_cast<int64_t>(seq.q_len) * p.group;
     if (rr < q_rows) {
-      constexpr int kMaxPer = Cfg::kHeadDim / 8;
-      float o[kMaxPer];
+      float m[kMaxCtas], l[kMaxCtas], ov[kMaxCtas][kMaxPer];
+      int flag[kMaxCtas];
 #pragma unroll
-      for (int c = 0; c < kMaxPer; ++c) o[c] = 0.f;
-      RowState st;
-      bool unit_bad = false;
-      for (int j = 0; j < ctas; ++j) {
-        const float* remote = cluster.map_shared_rank(s_state, j);
-        unit_bad |= *cluster.map_shared_rank(s_bad, j) != 0;
+      for (int j = 0; j < kMaxCtas; ++j) {
+        m[j] = -INFINITY, l[j] = 0.f, flag[j] = 0;
 #pragma unroll
-        for (int v = 0; v < kW; ++v) {
-          const float* sv = remote + v * kS;
-          const MergeScales f = st.merge(sv[kMl + rr], sv[kMl + Cfg::kGroupRows + rr]);
+        for (int c = 0; c < kMaxPer; ++c) ov[j][c] = 0.f;
+        if (j < ctas) {
+          const float* remote = cluster.map_shared_rank(s_cta, j);
+          m[j] = remote[kMl + rr];
+          l[j] = remote[kMl + Cfg::kGroupRows + rr];
 #pragma unroll
           for (int c = 0; c < kMaxPer; ++c) {
-            if (c < per) {
-              const int ch = c0 + c;
-              o[c] = o[c] * f.a + sv[rr * Cfg::kOStride + ch] * f.b;
-            }
+            if (c < per) ov[j][c] = remote[rr * Cfg::kOStride + c0 + c];
           }
+          flag[j] = *cluster.map_shared_rank(s_bad, j);
+        }
+      }
+      RowState st;
+      float o[kMaxPer];
+      bool unit_bad = false;
+#pragma unroll
+      for (int c = 0; c < kMaxPer; ++c) o[c] = 0.f;
+#pragma unroll
+      for (int j = 0; j < kMaxCtas; ++j) {
+        if (j < ctas) {
+          unit_bad |= flag[j] != 0;
+          const MergeScales f = st.merge(m[j], l[j]);
+#pragma unroll
+          for (int c = 0; c < kMaxPer; ++c) o[c] = o[c] * f.a + ov[j][c] * f.b;
         }
       }
       const int64_t t = rr / p.group;

@@ -85,15 +85,16 @@ struct DecodeClusterShape {
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kDepth = 3;
   static constexpr int kMaxCtas = 16;  // the non-portable cluster size of sm_90 (8 is portable)
+  static constexpr int kMinCtas = 8;   // the plan's smallest C (the merge's registers are sized by it)
   static constexpr size_t smem_bytes(bool fp8) {
     using S = DecodeSm90Shape;
     return size_t(kWarps) * kDepth * S::stage_bytes(fp8)  // the rings (the merge states after them)
            + size_t(S::kGroupRows) * S::kQStride * 2      // Q
            + kWarps * 4 + 16;                             // max |q| of each warp, the unit's error flag
   }
-  static_assert(kWarps * DecodeSm90Shape::kStateFloats * 4 <=
+  static_assert((kWarps + 1) * DecodeSm90Shape::kStateFloats * 4 <=
                     kWarps * kDepth * DecodeSm90Shape::stage_bytes(false),
-                "the merge states fit the rings they alias");
+                "the warps' and the CTA's merge states fit the rings they alias");
 };
 
 // The kernel's rows of the dispatch table (dispatch.cu: arch kArchSm90, d = dv = 128, every dtype pair).

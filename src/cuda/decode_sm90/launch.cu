@@ -302,7 +302,7 @@ static int decode_cluster_ctas(const FwdProblem& p, const AttentionPlan& plan, i
   if (v.kernel == nullptr) return 0;
   const int64_t units = static_cast<int64_t>(p.batch) * p.num_kv_heads;
   const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
-  for (int ctas = max_ctas; ctas >= 8; ctas /= 2) {
+  for (int ctas = max_ctas; ctas >= DecodeClusterShape::kMinCtas; ctas /= 2) {
     if (units * ctas <= sms && units <= max_active_clusters(v, p.device_id, ctas, fp8)) return ctas;
   }
   return 0;
