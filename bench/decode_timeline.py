@@ -18,6 +18,12 @@ consumers' gap from the previous piece's last stage to this piece's first (epilo
 the first stage), and per CTA its pieces, the sum of its gaps and its exit, so that a CTA that ends late
 can be told from one that streams slowly. The library says how many pieces a CTA stamps
 (kvattn_debug_decode_timeline_layout; libraries without it stamp 3).
+
+The decode kernel's cluster form (cluster.cuh; the W1 b1 1k / 4k cases take it by default: few units, a
+short cache) stamps the same slots, a CTA one piece: "scan done" is its sequence and keys known, "prod
+addresses" / "first issue" its warp 0's first page entries and copies, "p0 cluster barrier" the first
+cluster barrier passed (every CTA's state written), "p0 written" its slice of out written. Compare with
+KVATTN_DECODE_CLUSTER=0 (the persistent kernel).
 """
 import argparse
 import ctypes
@@ -33,8 +39,8 @@ MAX_CTAS = 1024
 ENTRY_NS, ENTRY, STARTED, PDL, FIRST_ISSUE, FIRST_FULL, EXIT, EXIT_NS, PIECES = range(9)
 PROD_PIECE, PROD_SEQ, PROD_ADDR, PIECE0 = range(9, 13)  # the first stage's producer lane: walk, keys, entries
 PIECE_PHASES = ["begin", "q loaded", "first full", "last issued", "last consumed", "written", "keys known",
-                "checked", "q rows landed"]
-BEGIN, QLOADED, PFULL, LISSUED, LCONSUMED, WRITTEN, KEYS, CHECKED, QROWS = range(9)
+                "checked", "q rows landed", "cluster barrier"]
+BEGIN, QLOADED, PFULL, LISSUED, LCONSUMED, WRITTEN, KEYS, CHECKED, QROWS, CLUSTER = range(10)
 
 
 def w2_lengths(batch):
@@ -160,6 +166,11 @@ def report(name, kv_bytes, rows, max_pieces, per_piece):
     if tails:
         s = stats(tails)
         print(f"  d {'last piece epilogue':20s} {s[0]:7.2f} {s[1]:7.2f} {s[2]:7.2f}")
+    if per_piece > CLUSTER:  # the cluster form: its merge's two halves
+        for label, a, b in [("consumed->cluster bar", LCONSUMED, CLUSTER), ("cluster bar->written", CLUSTER, WRITTEN)]:
+            s = stats([d for d in (dur(r, ps(0, a), ps(0, b)) for r in working) if d is not None])
+            if s:
+                print(f"  d {label:20s} {s[0]:7.2f} {s[1]:7.2f} {s[2]:7.2f}")
     if max(r[PIECES] for r in working) < 2:
         return
     # Piece switches (pieces after a CTA's first, while stamped): us, min / median / p90 / max.

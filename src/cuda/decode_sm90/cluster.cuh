@@ -103,6 +103,7 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
   const cg::cluster_group cluster = cg::this_cluster();
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, group = lane / 4, quad = lane % 4;
   const int rank = blockIdx.x, ctas = gridDim.x, kv_head = blockIdx.y, i = blockIdx.z;
+  KVATTN_TL(tl_enter());
 
   // The unit's keys and this CTA's share of its 64-key tiles (the same split on every CTA of the cluster).
   PieceKeys pk;
@@ -115,7 +116,13 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
   pk.kp_begin = static_cast<int32_t>(pk.keys.first + pk.tile_begin * Cfg::kBlockN);
   pk.kp_end = static_cast<int32_t>(min(pk.keys.last + 1, pk.keys.first + pk.tile_end * Cfg::kBlockN));
   pk.stages = pk.kp_end > pk.kp_begin ? (pk.kp_end - pk.kp_begin + Cfg::kStageKeys - 1) / Cfg::kStageKeys : 0;
+  KVATTN_TL(if (tid == 0 && pk.stages != -1) tl_stamp(kTlStarted));
   wait_for_prior_grid();  // launched early after the append (PDL): the appended K/V are in place past here
+  KVATTN_TL(if (tid == 0) {
+    tl_stamp(kTlPdl);
+    tl_set(kTlPieces, has_rows ? 1 : 0);
+    tl_stamp_piece(0, kTlpBegin);
+  });
 
   bool ok = true;
   if (has_rows) {
@@ -129,15 +136,19 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
       if (k < n) {
         int32_t entry[Cfg::kKeysPerLane];
         stage_entries<Cfg>(p, pk, warp + kW * k, entry);
+        KVATTN_TL(if (tid == 0 && k == 0 && entry[0] != -2) tl_stamp(kTlProdAddr));
         ok &= issue_stage<Cfg>(p, pk, kv_head, warp + kW * k, entry, smem_addr(slots + k * Cfg::kStageBytes),
                                policy);
       }
       cp_async_commit();  // one group a stage, empty ones too: wait_group counts stages
+      KVATTN_TL(if (tid == 0 && k == 0) tl_stamp(kTlFirstIssue));
     }
     const Piece w{i, kv_head, 0, -1, pk.tile_begin, pk.tile_end, -1, -1};
     ok &= piece_ok<Cfg>(p, w, pk, tid);
+    KVATTN_TL(if (tid == 0 && ok != (pk.stages == -1)) tl_stamp_piece(0, kTlpChecked));
     uint32_t q_frag[Cfg::kHeadDim / 16][4];
-    const float q_unscale = load_q_fragments<Cfg>(q, s_q, s_qmax, 0, q_frag, -1);
+    const float q_unscale = load_q_fragments<Cfg>(q, s_q, s_qmax, 0, q_frag, 0);
+    KVATTN_TL(if (tid == 0) tl_stamp_piece(0, kTlpQ));
     float qk_descale = 1.f;
     if constexpr (Cfg::kFp8) {
       qk_descale = descale_at(p.q_descale, p.q_descale_strides, i, kv_head) *
@@ -159,6 +170,10 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
       stage_entries<Cfg>(p, pk, s + kW * kDepth, ahead);
       cp_async_wait<kDepth - 1>();
       __syncwarp();  // every lane's copies of the stage landed
+      KVATTN_TL(if (tid == 0 && k == 0) {
+        tl_stamp(kTlFirstFull);
+        tl_stamp_piece(0, kTlpFirstFull);
+      });
       const int32_t kp0 = pk.kp_begin + s * Cfg::kStageKeys;
       float s_acc[kNTilesS][4];
       stage_scores<Cfg>(s_acc, q_frag, s_k);
@@ -178,6 +193,10 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
       if (k + kDepth < n)
         ok &= issue_stage<Cfg>(p, pk, kv_head, s + kW * kDepth, ahead, smem_addr(s_k), policy);
       cp_async_commit();
+      KVATTN_TL(if (tid == 0) {
+        if (k + kDepth == n - 1) tl_stamp_piece(0, kTlpLastIssued);
+        if (k == n - 1) tl_stamp_piece(0, kTlpLastConsumed);
+      });
     }
     cp_async_wait<0>();
     const float state_max[2] = {row_max[0] * scale.factor, row_max[1] * scale.factor};  // log2 units
@@ -213,6 +232,7 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
   }
   if (tid == 0) *s_bad = bad;
   cluster.sync();  // every CTA's state and flag written (release / acquire across the cluster)
+  KVATTN_TL(if (tid == 0) tl_stamp_piece(0, kTlpCluster));
 
   // The unit's rows from the C CTA states, merged in rank order (the one merge, RowState): CTA r writes its
   // C-th of the channels, thread tid row tid / 8, its `per` channels; rank 0 the lse. Every remote value is
@@ -268,9 +288,14 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
         if (c < per) out[c0 + c] = from_float<T>(unit_bad ? NAN : o[c] * end.o_scale);
       }
       if (c0 == 0 && p.lse) *lse_at(p, seq, i, t, h) = unit_bad ? NAN : end.lse;
+      KVATTN_TL(if (tid == 0) tl_stamp_piece(0, kTlpEnd));
     }
   }
   cluster.sync();  // no CTA leaves while another reads its shared memory
+  KVATTN_TL(if (tid == 0) {
+    tl_stamp(kTlExit);
+    tl_stamp_ns(kTlExitNs);
+  });
 #endif
 }
 

@@ -39,10 +39,11 @@ enum TimelinePieceSlot : int {
   kTlpKeys,          // consumer thread 0: the piece's sequence and keys known (piece_keys)
   kTlpChecked,       // ... its checks done (piece_ok)
   kTlpQRows,         // ... its own Q rows landed and stored (before the consumers' barrier)
+  kTlpCluster,       // the cluster form (cluster.cuh): its first cluster barrier passed (the states written)
   kTlPerPiece
 };
-// W2's batches put 5-30 pieces on a CTA (bench/decode_timeline.py's W2 cases): the first 16 stamped.
-constexpr int kTlMaxPieces = 16;
+// W2's batches put 5-30 pieces on a CTA (bench/decode_timeline.py's W2 cases): the first 14 stamped.
+constexpr int kTlMaxPieces = 14;
 constexpr int kTlSlots = 160;
 constexpr int kTlMaxCtas = 1024;
 // Producer warp 0, lane 0, the CTA's first stage: its first and its 8th warp-wide copy issued (the last
@@ -58,22 +59,27 @@ __device__ __forceinline__ unsigned long long tl_globaltimer() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+// The CTA's row of the timeline: its linear index (blockIdx.x in the persistent kernel's 1-D grid; the
+// cluster form's grid is (C, kv heads, batch)).
+__device__ __forceinline__ unsigned tl_cta() {
+  return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+}
 __device__ __forceinline__ void tl_stamp(int slot) {
-  if (blockIdx.x < kTlMaxCtas) g_decode_timeline[blockIdx.x * kTlSlots + slot] = clock64();
+  if (tl_cta() < kTlMaxCtas) g_decode_timeline[tl_cta() * kTlSlots + slot] = clock64();
 }
 __device__ __forceinline__ void tl_stamp_piece(int piece, int slot) {
   if (piece < kTlMaxPieces) tl_stamp(kTlPiece0 + piece * kTlPerPiece + slot);
 }
 __device__ __forceinline__ void tl_stamp_ns(int slot) {
-  if (blockIdx.x < kTlMaxCtas) g_decode_timeline[blockIdx.x * kTlSlots + slot] = tl_globaltimer();
+  if (tl_cta() < kTlMaxCtas) g_decode_timeline[tl_cta() * kTlSlots + slot] = tl_globaltimer();
 }
 __device__ __forceinline__ void tl_set(int slot, unsigned long long v) {
-  if (blockIdx.x < kTlMaxCtas) g_decode_timeline[blockIdx.x * kTlSlots + slot] = v;
+  if (tl_cta() < kTlMaxCtas) g_decode_timeline[tl_cta() * kTlSlots + slot] = v;
 }
 // Thread 0 at entry, before any other stamp of the CTA (the block scan's barriers order them).
 __device__ __forceinline__ void tl_enter() {
-  if (threadIdx.x == 0 && blockIdx.x < kTlMaxCtas) {
-    for (int s = 0; s < kTlSlots; ++s) g_decode_timeline[blockIdx.x * kTlSlots + s] = 0;
+  if (threadIdx.x == 0 && tl_cta() < kTlMaxCtas) {
+    for (int s = 0; s < kTlSlots; ++s) g_decode_timeline[tl_cta() * kTlSlots + s] = 0;
     tl_stamp_ns(kTlEntryNs);
     tl_stamp(kTlEntry);
   }
