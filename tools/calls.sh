@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128"
+LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
 
 show() {
   cat << 'END'
@@ -33,6 +33,10 @@ wide for 7-9. .dev/main* are main before d64x / p192t (rebuild: tools/dev_libs.s
    (cluster layouts / features / fp8 / bad pages, the dispatch rows), the device-error tests, racecheck,
    memcheck, then W1 short and b1 32k A (persistent) B (cluster). Expected b1 1k-4k -2 to -23% (call 36), b1
    32k level (the bound). Land the branch if green.
+39. run(command="bash tools/calls.sh run 39", carry=[".dev/clutl128.so.xz", ".whl"], timeout_s=200)   [tree at cluster]
+   the cluster form's timeline (bench/decode_timeline.py; the timeline build of branch cluster) on b1 1k /
+   4k, and the persistent kernel's in the same library: the chain of the ~13 us (the sequence, the page
+   entries, the first copies, the fill, the merge's two cluster barriers) before the next change.
 37. run(command="bash tools/calls.sh run 37", carry=[".dev/clu128.so.xz", ".whl"], timeout_s=400)   [tree at cluster]
    the diagnosis of the cluster form's long streams: resident clusters of 16 / 8 (the dispatch print), every
    test's failures by name, C = 0 / 8 / 16 with the capacity bound lifted on b1 1k / 4k / 32k / 128k.
@@ -246,6 +250,16 @@ case "${1:-show}" in
           KVATTN_DECODE_CLUSTER=$mode KVATTN_LIBRARY=$L timeout 60 python3 -m bench.kernel_gaps \
             "W1 32/8 b1 1k p16 short" "W1 32/8 b1 4k p16 short" > "$OUT/gaps_$mode.txt" 2>&1
           echo "kernel_gaps cluster=$mode rc=$?"; tail -8 "$OUT/gaps_$mode.txt"
+        done
+        ;;
+      39)  # the cluster form's timeline (session 39's build of branch cluster): where b1 1k / 4k's ~13 / ~19 us go,
+           # against the persistent kernel's (KVATTN_DECODE_CLUSTER=0) in the same library
+        source tools/device_env.sh
+        T=$(device_lib .dev/clutl128.so.xz t)
+        for mode in 16 0; do
+          KVATTN_DECODE_CLUSTER=$mode KVATTN_LIBRARY=$T timeout 120 python3 -m bench.decode_timeline \
+            --filter "W1 b1 1k,W1 b1 4k" > "$OUT/tl_$mode.txt" 2>&1
+          echo "timeline cluster=$mode rc=$?"; cat "$OUT/tl_$mode.txt" | grep -v Warning | head -60
         done
         ;;
       38)  # call 36 made lean (session 39's device time ran short): the cluster form's tests and the dispatch's, the
