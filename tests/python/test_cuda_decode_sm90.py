@@ -477,3 +477,66 @@ def test_cluster_bad_page_is_nan_and_reported(column):
     out = H.f64(H.to_numpy(out))
     assert np.isnan(out[0]).all() and not np.isnan(out[1]).any()
     H.sync_device_errors(DEVICE)  # the record was cleared
+
+
+@pytest.mark.usefixtures("_cluster_on")
+def test_cluster_cuda_graph_replay():
+    """The cluster form captured in a CUDA graph (grid, clusters and the early launch behind the append are
+    static): replays with new lengths and page tables equal eager calls bit for bit. Batch 1 over 8 kv heads,
+    a 2,048-slot cache (under the capacity bound), one appended token with rotary."""
+    if not _sm90():
+        pytest.skip("the cluster form runs on sm_90 only")
+    torch = sys.modules["torch"]
+    import kvattn
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(3)
+    hq, hk, d, page, cap = 32, 8, 128, 16, 2048
+    pages = 2 * cap // page
+    bf = dict(device="cuda", dtype=torch.bfloat16)
+    q = torch.randn(1, 1, hq, d, generator=gen, **bf)
+    k_cache = torch.randn(pages, page, hk, d, generator=gen, **bf)
+    v_cache = torch.randn(pages, page, hk, d, generator=gen, **bf)
+    k_new = torch.randn(1, 1, hk, d, generator=gen, **bf)
+    v_new = torch.randn(1, 1, hk, d, generator=gen, **bf)
+    pos = torch.arange(cap + 1, device="cuda", dtype=torch.float32)[:, None]
+    freq = torch.pow(10000.0, -torch.arange(0, d // 2, device="cuda", dtype=torch.float32) / (d // 2))
+    cos, sin = torch.cos(pos * freq), torch.sin(pos * freq)
+    table = torch.zeros(1, cap // page, dtype=torch.int32, device="cuda")
+    lens = torch.zeros(1, dtype=torch.int32, device="cuda")
+
+    def load(seed):
+        g = torch.Generator(device="cuda")
+        g.manual_seed(seed)
+        table.copy_(torch.randperm(pages, device="cuda", generator=g)[:cap // page].to(torch.int32)[None])
+        lens.fill_(int(torch.randint(1, cap - 1, (1,), generator=torch.Generator().manual_seed(seed))))
+
+    def call():
+        return kvattn.flash_attn_with_kvcache(q, k_cache, v_cache, k=k_new, v=v_new, rotary_cos=cos, rotary_sin=sin,
+                                              cache_seqlens=lens, page_table=table, causal=True,
+                                              return_softmax_lse=True)
+
+    load(1)
+    side = torch.cuda.Stream()  # warm up off the capture stream
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, lse = call()
+    for seed in (2, 3, 4):
+        load(seed)
+        k0, v0 = k_cache.clone(), v_cache.clone()
+        graph.replay()
+        torch.cuda.synchronize()
+        kvattn.device_errors("cuda")
+        got_out, got_lse, got_k = out.clone(), lse.clone(), k_cache.clone()
+        k_cache.copy_(k0)
+        v_cache.copy_(v0)
+        e_out, e_lse = call()
+        torch.cuda.synchronize()
+        assert not torch.isnan(e_out).any()
+        assert torch.equal(got_out.view(torch.int16), e_out.view(torch.int16)), f"seed {seed}: out"
+        assert torch.equal(got_lse, e_lse), f"seed {seed}: lse"
+        assert torch.equal(got_k.view(torch.int16), k_cache.view(torch.int16)), f"seed {seed}: k_cache"
