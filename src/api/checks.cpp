@@ -2,6 +2,7 @@
 #include "api/checks.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <sstream>
 
@@ -63,6 +64,21 @@ std::string got_shape(const kvattn_tensor& t) {
 }
 
 }  // namespace
+
+kvattn_tensor with_used_strides(kvattn_tensor t) {
+  const int n = t.ndim < 0 ? 0 : (t.ndim < KVATTN_MAX_DIMS ? t.ndim : KVATTN_MAX_DIMS);
+  for (int d = n - 1; d >= 0; --d) {
+    if (t.shape[d] != 1) continue;
+    int64_t inner = 1;
+    if (d + 1 < n) {
+      const int64_t s = t.strides[d + 1];
+      const int64_t magnitude = s == INT64_MIN ? INT64_MAX : (s < 0 ? -s : s);
+      if (__builtin_mul_overflow(magnitude, t.shape[d + 1] > 0 ? t.shape[d + 1] : 0, &inner)) inner = 0;
+    }
+    t.strides[d] = inner;
+  }
+  return t;
+}
 
 std::string shape_str(const kvattn_tensor& t) {
   return join_dims(t.shape, t.ndim);

@@ -43,6 +43,12 @@ inline bool given(const kvattn_tensor& t) {
   return t.data != nullptr;
 }
 
+// t with the stride of each size-1 dim replaced by the one a contiguous tensor would have there. No offset
+// multiplies such a stride by anything but 0, so a caller may pass any value (PyTorch does), but backends
+// also multiply strides by constants (a prefetch span, a TMA stride in bytes): a fuzzed -2^63 + 4 there
+// overflowed the CPU backend's prefetch. The validators read their arguments through it.
+kvattn_tensor with_used_strides(kvattn_tensor t);
+
 // A named expected size of one dimension; kAny matches every size.
 constexpr int64_t kAny = -1;
 struct Dim {

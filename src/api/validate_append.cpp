@@ -120,7 +120,12 @@ void check_append(const kvattn_append_params& a, AppendProblem& p) {
 
 kvattn_status validate_append(const kvattn_append_params& args, AppendProblem* problem) {
   AppendProblem p;
-  const kvattn_status status = run_checks([&] { check_append(args, p); });
+  kvattn_append_params used = args;  // every tensor with_used_strides (checks.hpp)
+  for (kvattn_tensor* t : {&used.key, &used.value, &used.k_cache, &used.v_cache, &used.slot_mapping,
+                           &used.k_scale, &used.v_scale}) {
+    *t = with_used_strides(*t);
+  }
+  const kvattn_status status = run_checks([&] { check_append(used, p); });
   if (status == KVATTN_OK) *problem = p;
   return status;
 }

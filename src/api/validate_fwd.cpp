@@ -466,7 +466,9 @@ kvattn_status validate_fwd_workspace(const kvattn_fwd_params& args, size_t neede
 
 kvattn_status validate_fwd(const kvattn_fwd_params& args, FwdProblem* problem, CudaFwdCall* cuda) {
   FwdProblem p;
-  kvattn_status status = run_checks([&] { FwdValidator(args, p).run(); });
+  kvattn_fwd_params used = args;  // every tensor with_used_strides (checks.hpp)
+  for (const NamedTensor& t : kTensors) used.*t.member = with_used_strides(used.*t.member);
+  kvattn_status status = run_checks([&] { FwdValidator(used, p).run(); });
   if (status == KVATTN_OK && p.device_type == KVATTN_DEVICE_CUDA) status = cuda_fwd_resolve(p, cuda);
   if (status == KVATTN_OK) *problem = p;
   return status;
