@@ -20,23 +20,11 @@ LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:
 
 show() {
   cat << 'END'
-Session 39 (one H100) ran 34 (pcpasync's d 64 / 256 checks: green), 35 and 28 (p192t and d64x: both landed)
-and 36 (the decode kernel's cluster form: b1 1k -23%, but long b1 streams +30%: a capacity bound added), then
-could start no machine. Those calls are history (git log). Next, in order of value: 38, 39 and 37 (branch
-cluster; 39 is listed there), 33 (sdec's follow-up), 31-32, 12, 5, 7-9 (bench/NOTES.md, "Where to go next", sessions 39-31). Tree
-at cluster for 36-39 (its calls.sh holds them), at main for 5 and 12, at sdec for 33, at w3short for 31, at
-wide for 7-9. .dev/main* are main before d64x / p192t (rebuild: tools/dev_libs.sh).
-38. run(command="bash tools/calls.sh run 38", carry=[".dev/clu128.so.xz", ".whl"], timeout_s=240)   [tree at cluster]
-   the cluster form (src/cuda/decode_sm90/cluster.cuh): a cluster of 16 (else 8) CTAs a (sequence, kv head)
-   when the units are few and no sequence can hold more than 4,096 keys; 4 warps a CTA fill and compute
-   their own rings; the partials merge through distributed shared memory (no scan, no combine). Its tests
-   (cluster layouts / features / fp8 / bad pages, the dispatch rows), the device-error tests, racecheck,
-   memcheck, then W1 short and b1 32k A (persistent) B (cluster). Expected b1 1k-4k -2 to -23% (call 36), b1
-   32k level (the bound). Land the branch if green.
-39. run(command="bash tools/calls.sh run 39", carry=[".dev/clutl128.so.xz", ".whl"], timeout_s=200)   [tree at cluster]
-   the cluster form's timeline (bench/decode_timeline.py; the timeline build of branch cluster) on b1 1k /
-   4k, and the persistent kernel's in the same library: the chain of the ~13 us (the sequence, the page
-   entries, the first copies, the fill, the merge's two cluster barriers) before the next change.
+Session 40 ran 38 and 39 (the cluster form: checked and landed; its timeline) on an H100 and 40 (branch
+clu2: not landed) on an H200. Next, in order of value: 42 (tree at branch clu4, whose calls.sh holds it and
+40-41: the cluster merge's tail), 37 (at clu4), 33 (sdec's follow-up), 31-32, 12, 5, 7-9 (bench/NOTES.md,
+"Where to go next", sessions 40-31). Tree at main for 5 and 12, at sdec for 33, at w3short for 31, at wide
+for 7-9. .dev/main* are main before d64x / p192t (rebuild: tools/dev_libs.sh).
 37. run(command="bash tools/calls.sh run 37", carry=[".dev/clu128.so.xz", ".whl"], timeout_s=400)   [tree at cluster]
    the diagnosis of the cluster form's long streams: resident clusters of 16 / 8 (the dispatch print), every
    test's failures by name, C = 0 / 8 / 16 with the capacity bound lifted on b1 1k / 4k / 32k / 128k.
