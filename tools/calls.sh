@@ -22,7 +22,7 @@ show() {
   cat << 'END'
 Session 40 ran 38 and 39 (the cluster form: checked and landed; its timeline) on an H100 and 40 (branch
 clu2: not landed) on an H200. Calls 40-42 (branches clu2-clu4, the cluster merge's tail) were
-run; none landed (NOTES' session-40 entry). Next, in order of value: 37 (at clu4, whose calls.sh lists C), 33 (sdec's follow-up), 31-32, 12, 5, 7-9 (bench/NOTES.md,
+run; none landed (NOTES' session-40 entry). Next, in order of value: 37 (at main), 33 (sdec's follow-up), 31-32, 12, 5, 7-9 (bench/NOTES.md,
 "Where to go next", sessions 40-31). Tree at main for 5 and 12, at sdec for 33, at w3short for 31, at wide
 for 7-9. .dev/main* are main before d64x / p192t (rebuild: tools/dev_libs.sh).
 37. run(command="bash tools/calls.sh run 37", carry=[".dev/clu128.so.xz", ".whl"], timeout_s=400)   [tree at cluster]
