@@ -63,13 +63,17 @@ def test_fp8_cache_skewed(dtype, page, fp8_math, monkeypatch):
     run_and_compare(case, DEVICE)
 
 
-@pytest.mark.parametrize("features", [
+# Feature sets both forms of the kernel are checked with (the cluster form adds its own).
+_FEATURES = [
     dict(sinks="fp32", leftpad=(3, 0, 17, 1, 40)),
     dict(new=(1, 1, 1, 1, 1), rotary="neox", batch_idx="scattered"),
     dict(window=(100, 0), causal=True, softcap=15.0),
     dict(alibi="bh", chunk=96, causal=True),
     dict(seqused_q=True, sq=3, causal=True, sinks="bf16"),
-])
+]
+
+
+@pytest.mark.parametrize("features", _FEATURES)
 @pytest.mark.parametrize("kv_fp8", [False, True])
 def test_features(features, kv_fp8):
     kw = dict(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=8, hk=2, seqlens=(700, 1, 0, 333, 1300), sq=1,
@@ -405,12 +409,7 @@ def test_cluster_layouts_edges(layout, page, group, kv_fp8):
 
 
 @pytest.mark.usefixtures("_cluster_on")
-@pytest.mark.parametrize("features", [
-    dict(sinks="fp32", leftpad=(3, 0, 17, 1, 40)),
-    dict(new=(1, 1, 1, 1, 1), rotary="neox", batch_idx="scattered"),
-    dict(window=(100, 0), causal=True, softcap=15.0),
-    dict(alibi="bh", chunk=96, causal=True),
-    dict(seqused_q=True, sq=3, causal=True, sinks="bf16"),
+@pytest.mark.parametrize("features", _FEATURES + [
     dict(sq=4, new=(4,) * 5, causal=True, rotary="interleaved", dtype="fp16"),  # 16 packed rows
     dict(sq=2, q_lens=(2, 0, 1, 2, 2), causal=True),  # varlen q, an empty one
     dict(layout="ragged", page_size=16),
