@@ -539,3 +539,35 @@ def test_cluster_cuda_graph_replay():
         assert torch.equal(got_out.view(torch.int16), e_out.view(torch.int16)), f"seed {seed}: out"
         assert torch.equal(got_lse, e_lse), f"seed {seed}: lse"
         assert torch.equal(got_k.view(torch.int16), k_cache.view(torch.int16)), f"seed {seed}: k_cache"
+
+
+@pytest.mark.usefixtures("_cluster_on")
+@pytest.mark.parametrize("clusters", [None, "0"])
+def test_cluster_asks_no_workspace(clusters, monkeypatch):
+    """The cluster form merges through distributed shared memory: a call asks the caller for no workspace
+    (the first call, with no workspace, runs), where the persistent kernel's partials need one (a second
+    call with the size the first returned). The ctypes path, whose workspace tensors.workspace makes."""
+    if not _sm90():
+        pytest.skip("the cluster form runs on sm_90 only")
+    from kvattn import _fwd, _stable
+    from kvattn import tensors as T
+
+    if clusters is not None:
+        monkeypatch.setenv("KVATTN_DECODE_CLUSTER", clusters)
+    asked = []
+    make = T.workspace
+
+    def workspace(call, like, nbytes, alignment=256):
+        asked.append(nbytes)
+        return make(call, like, nbytes, alignment)
+
+    monkeypatch.setattr(_stable, "_op", False)
+    monkeypatch.setattr(_fwd, "_workspace_hint", {})
+    monkeypatch.setattr(T, "workspace", workspace)
+    case = Case(dtype="bf16", d=128, hq=32, hk=8, seqlens=(1024,), sq=1, layout="paged", page_size=16,
+                num_splits=0, seed=9)
+    run_and_compare(case, DEVICE)
+    if clusters is None:
+        assert asked == [0], asked
+    else:
+        assert len(asked) == 2 and asked[0] == 0 and asked[1] > 0, asked

@@ -355,7 +355,9 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
     plan_partials(plan, p, static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits, true);
   }
   if ((plan.cluster_ctas = decode_cluster_ctas(p, plan, sms)) > 0) {
-    plan.balanced = false;  // whole units: no partials, no combine
+    // Whole units: no partials, no combine, so none of the balanced schedule's workspace planned above.
+    plan.balanced = false;
+    plan.workspace_bytes = plan.o_partial_offset = plan.lse_partial_offset = plan.unit_pieces_offset = 0;
     plan.smem_bytes = DecodeClusterShape::smem_bytes(p.kv_dtype == DType::fp8_e4m3);
     plan.static_smem_bytes = 0;
     return plan;
