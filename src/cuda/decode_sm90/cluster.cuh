@@ -1,13 +1,14 @@
 // The Hopper decode kernel's cluster form (decode_sm90.hpp, DecodeClusterShape): for batches of few
 // (sequence, kv head) units, a cluster of C CTAs a unit, CTA r taking the r-th C-th of the unit's key
 // tiles as the device reads them; the C partial (m, l, O) merge through distributed shared memory, so
-// there is no scan, no workspace and no combine kernel. Per CTA, 4 warps, each its own ring of kDepth
-// stages: a warp issues its stages' 16-byte cp.async copies itself (one cp.async group a stage), computes
-// them with the persistent kernel's stage math (consumer.cuh), and refills the slot it just read.
+// there is no scan, no workspace and no combine kernel. The merge is pushed, not pulled: each CTA stores
+// every rank's C-th of its state into that rank's inbox with st.async, completing on the rank's mbarrier,
+// so no thread waits on a remote load's round trip (bench/NOTES.md, session 41). Per CTA, 4 warps, each its
+// own ring of kDepth stages: a warp issues its stages' 16-byte cp.async copies itself (one cp.async group a
+// stage), computes them with the persistent kernel's stage math (consumer.cuh), and refills the slot it just
+// read.
 //   grid (C, kv heads, batch), cluster (C, 1, 1): blockIdx.x is the CTA's rank in its cluster.
 #pragma once
-
-#include <cooperative_groups.h>
 
 #include "cuda/common/pdl.cuh"
 #include "cuda/decode_sm90/consumer.cuh"
@@ -96,14 +97,20 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
   extern __shared__ __align__(128) unsigned char smem_raw[];
   unsigned char* ring = smem_raw;                       // warp w's slots: (w kDepth + slot) stages
   float* s_state = reinterpret_cast<float*>(smem_raw);  // the warps' (m, l, O), after the ring's last use
-  T* s_q = reinterpret_cast<T*>(smem_raw + kW * kDepth * Cfg::kStageBytes);
+  using Shape = DecodeClusterShape;
+  unsigned char* inbox_raw = smem_raw + kW * kDepth * Cfg::kStageBytes;
+  float* inbox = reinterpret_cast<float*>(inbox_raw);  // the other ranks' states for this CTA (Shape)
+  T* s_q = reinterpret_cast<T*>(inbox_raw);            // before the cluster's barrier: Q, max |q|
   float* s_qmax = reinterpret_cast<float*>(s_q + Cfg::kGroupRows * Cfg::kQStride);
-  int* s_bad = reinterpret_cast<int*>(s_qmax + kW);
-  namespace cg = cooperative_groups;
-  const cg::cluster_group cluster = cg::this_cluster();
+  uint64_t* inbox_full = reinterpret_cast<uint64_t*>(inbox_raw + Shape::kInboxRegion);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, group = lane / 4, quad = lane % 4;
   const int rank = blockIdx.x, ctas = gridDim.x, kv_head = blockIdx.y, i = blockIdx.z;
   KVATTN_TL(tl_enter());
+  if (tid == 0) {  // one phase: the C ranks' bytes (no thread arrives on it but this one, now)
+    mbar_init(inbox_full, 1);
+    mbar_arrive_expect_tx(inbox_full, Shape::inbox_tx_bytes(ctas));
+    mbar_init_fence();
+  }
 
   // The unit's keys and this CTA's share of its 64-key tiles (the same split on every CTA of the cluster).
   PieceKeys pk;
@@ -148,6 +155,9 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
     KVATTN_TL(if (tid == 0 && ok != (pk.stages == -1)) tl_stamp_piece(0, kTlpChecked));
     uint32_t q_frag[Cfg::kHeadDim / 16][4];
     const float q_unscale = load_q_fragments<Cfg>(q, s_q, s_qmax, 0, q_frag, 0);
+    // Q and max |q| read (and the inbox's mbarrier made): the other ranks may store into the inbox once every
+    // CTA of the cluster has arrived here (has_rows is the same on all of them).
+    cluster_arrive();
     KVATTN_TL(if (tid == 0) tl_stamp_piece(0, kTlpQ));
     float qk_descale = 1.f;
     if constexpr (Cfg::kFp8) {
@@ -204,10 +214,8 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
     store_warp_state<Cfg>(s_state, o_acc, state_max, row_sum);
   }
   const bool bad = __syncthreads_or(!ok);  // (and the warps' states written)
-  // The CTA's 4 warp states merged in warp order into one (m, l, O) (thread tid: row tid / 8, 16 channels),
-  // so that the cluster's merge reads one state a CTA.
-  float* s_cta = s_state + kW * kS;
   if (has_rows) {
+    // The CTA's 4 warp states merged in warp order into one (m, l, O) (thread tid: row tid / 8, 16 channels).
     constexpr int kCols = Cfg::kHeadDim / 8;
     const int rr = tid / 8, c0 = tid % 8 * kCols;
     RowState st;
@@ -221,77 +229,71 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
 #pragma unroll
       for (int c = 0; c < kCols; ++c) o[c] = o[c] * f.a + sv[rr * Cfg::kOStride + c0 + c] * f.b;
     }
+    // Pushed to the ranks: rank j merges channels [j d / C, (j + 1) d / C) of every row, so this thread's 16
+    // channels go 4 at a time to the rank they belong to, its row's (m, l) to ranks tid % 8 + 8 n, and
+    // threads tid < C send rank tid the CTA's error flag. Every store completes on the receiver's mbarrier.
+    cluster_wait();  // every rank's Q read: the inboxes are free
+    const int per_rank = Cfg::kHeadDim / ctas;
+    const uint32_t inbox_at = smem_addr(inbox), bar_at = smem_addr(inbox_full);
 #pragma unroll
-    for (int c = 0; c < kCols; c += 4)
-      *reinterpret_cast<float4*>(s_cta + rr * Cfg::kOStride + c0 + c) =
-          make_float4(o[c], o[c + 1], o[c + 2], o[c + 3]);
-    if (tid % 8 == 0) {
-      s_cta[kMl + rr] = st.m;
-      s_cta[kMl + Cfg::kGroupRows + rr] = st.l;
+    for (int c = 0; c < kCols; c += 4) {
+      const int to = (c0 + c) / per_rank;
+      const uint32_t at = inbox_at + 4 * ((rank * Cfg::kGroupRows + rr) * per_rank + (c0 + c) % per_rank);
+      st_async_v4(cluster_smem_addr(at, to), make_float4(o[c], o[c + 1], o[c + 2], o[c + 3]),
+                  cluster_smem_addr(bar_at, to));
     }
-  }
-  if (tid == 0) *s_bad = bad;
-  cluster.sync();  // every CTA's state and flag written (release / acquire across the cluster)
-  KVATTN_TL(if (tid == 0) tl_stamp_piece(0, kTlpCluster));
+    const uint32_t ml_at = inbox_at + 4 * (Shape::kInboxMl + 2 * (rank * Cfg::kGroupRows + rr));
+    for (int to = tid % 8; to < ctas; to += 8)
+      st_async_v2(cluster_smem_addr(ml_at, to), st.m, st.l, cluster_smem_addr(bar_at, to));
+    if (tid < ctas) {
+      st_async_b32(cluster_smem_addr(inbox_at + 4 * (Shape::kInboxFlags + rank), tid), bad ? 1u : 0u,
+                   cluster_smem_addr(bar_at, tid));
+    }
+    mbar_wait_cluster(inbox_full, 0);  // every rank's bytes landed
+    KVATTN_TL(if (tid == 0) tl_stamp_piece(0, kTlpCluster));
 
-  // The unit's rows from the C CTA states, merged in rank order (the one merge, RowState): CTA r writes its
-  // C-th of the channels, thread tid row tid / 8, its `per` channels; rank 0 the lse. Every remote value is
-  // loaded before the first is used (C <= kMaxCtas, unrolled): one round trip through distributed shared
-  // memory, not one a rank.
-  if (has_rows) {
-    constexpr int kMaxCtas = DecodeClusterShape::kMaxCtas;
-    constexpr int kMaxPer = Cfg::kHeadDim / 8 / DecodeClusterShape::kMinCtas;
-    const int rr = tid / 8, per = Cfg::kHeadDim / ctas / 8,
-              c0 = rank * (Cfg::kHeadDim / ctas) + tid % 8 * per;
+    // The unit's rows from the C rank states, merged in rank order (the one merge, RowState): thread tid row
+    // tid / 8, its `per` channels of this CTA's C-th; rank 0 the lse.
+    constexpr int kMaxCtas = Shape::kMaxCtas;
+    constexpr int kMaxPer = Cfg::kHeadDim / 8 / Shape::kMinCtas;
+    const int per = per_rank / 8, cr = tid % 8 * per;
     const int64_t q_rows = static_cast<int64_t>(seq.q_len) * p.group;
     if (rr < q_rows) {
-      float m[kMaxCtas], l[kMaxCtas], ov[kMaxCtas][kMaxPer];
-      int flag[kMaxCtas];
-#pragma unroll
-      for (int j = 0; j < kMaxCtas; ++j) {
-        m[j] = -INFINITY, l[j] = 0.f, flag[j] = 0;
-#pragma unroll
-        for (int c = 0; c < kMaxPer; ++c) ov[j][c] = 0.f;
-        if (j < ctas) {
-          const float* remote = cluster.map_shared_rank(s_cta, j);
-          m[j] = remote[kMl + rr];
-          l[j] = remote[kMl + Cfg::kGroupRows + rr];
-#pragma unroll
-          for (int c = 0; c < kMaxPer; ++c) {
-            if (c < per) ov[j][c] = remote[rr * Cfg::kOStride + c0 + c];
-          }
-          flag[j] = *cluster.map_shared_rank(s_bad, j);
-        }
-      }
-      RowState st;
-      float o[kMaxPer];
+      const uint32_t* flags = reinterpret_cast<const uint32_t*>(inbox + Shape::kInboxFlags);
+      RowState unit;
+      float out_acc[kMaxPer];
       bool unit_bad = false;
 #pragma unroll
-      for (int c = 0; c < kMaxPer; ++c) o[c] = 0.f;
+      for (int c = 0; c < kMaxPer; ++c) out_acc[c] = 0.f;
 #pragma unroll
       for (int j = 0; j < kMaxCtas; ++j) {
         if (j < ctas) {
-          unit_bad |= flag[j] != 0;
-          const MergeScales f = st.merge(m[j], l[j]);
+          unit_bad |= flags[j] != 0;
+          const float2 ml =
+              *reinterpret_cast<const float2*>(inbox + Shape::kInboxMl + 2 * (j * Cfg::kGroupRows + rr));
+          const MergeScales f = unit.merge(ml.x, ml.y);
+          const float* ov = inbox + (j * Cfg::kGroupRows + rr) * per_rank + cr;
 #pragma unroll
-          for (int c = 0; c < kMaxPer; ++c) o[c] = o[c] * f.a + ov[j][c] * f.b;
+          for (int c = 0; c < kMaxPer; ++c) {
+            if (c < per) out_acc[c] = out_acc[c] * f.a + ov[c] * f.b;
+          }
         }
       }
       const int64_t t = rr / p.group;
       const int h = kv_head * p.group + static_cast<int>(rr % p.group);
       const float o_descale = Cfg::kFp8 ? descale_at(p.v_descale, p.v_descale_strides, i, kv_head) : 1.f;
       const bool attends = rr < static_cast<int64_t>(seq.q_used) * p.group;
-      const RowEnd end = end_row(st, attends, true, p.sinks, h, o_descale);
-      T* out = out_row<T>(p, seq, i, t, h);
+      const RowEnd end = end_row(unit, attends, true, p.sinks, h, o_descale);
+      T* out = out_row<T>(p, seq, i, t, h) + rank * per_rank + cr;
 #pragma unroll
       for (int c = 0; c < kMaxPer; ++c) {
-        if (c < per) out[c0 + c] = from_float<T>(unit_bad ? NAN : o[c] * end.o_scale);
+        if (c < per) out[c] = from_float<T>(unit_bad ? NAN : out_acc[c] * end.o_scale);
       }
-      if (c0 == 0 && p.lse) *lse_at(p, seq, i, t, h) = unit_bad ? NAN : end.lse;
+      if (rank == 0 && cr == 0 && p.lse) *lse_at(p, seq, i, t, h) = unit_bad ? NAN : end.lse;
       KVATTN_TL(if (tid == 0) tl_stamp_piece(0, kTlpEnd));
     }
   }
-  cluster.sync();  // no CTA leaves while another reads its shared memory
+  // (No barrier before leaving: a CTA reads only its own inbox, and leaves after every rank's bytes landed.)
   KVATTN_TL(if (tid == 0) {
     tl_stamp(kTlExit);
     tl_stamp_ns(kTlExitNs);

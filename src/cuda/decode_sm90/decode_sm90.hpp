@@ -81,20 +81,33 @@ struct DecodeSm90Shape {
 // kDepth stages of the persistent kernel's size that it fills and computes itself. The warps' merge
 // states alias the ring (written after its last use).
 struct DecodeClusterShape {
+  using S = DecodeSm90Shape;
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kDepth = 3;
   static constexpr int kMaxCtas = 16;  // the non-portable cluster size of sm_90 (8 is portable)
   static constexpr int kMinCtas = 8;   // the plan's smallest C (the merge's registers are sized by it)
+  // The push merge's inbox (floats), after the rings: from each rank its 16 rows of this CTA's C-th of the
+  // channels (rank r at r x 16 x d / C: 8 KB whatever C), each rank's rows' (m, l), each rank's error flag.
+  // Before the cluster's first barrier it holds Q and the warps' max |q| (read by then).
+  static constexpr int kInboxMl = S::kGroupRows * S::kHeadDim;
+  static constexpr int kInboxFlags = kInboxMl + kMaxCtas * S::kGroupRows * 2;
+  static constexpr size_t kInboxBytes = (size_t(kInboxFlags + kMaxCtas) * 4 + 15) / 16 * 16;
+  static constexpr size_t kQBytes = size_t(S::kGroupRows) * S::kQStride * 2 + kWarps * 4;
+  static constexpr size_t kInboxRegion = kInboxBytes > kQBytes ? kInboxBytes : kQBytes;
+  // The bytes the C ranks store into one CTA's inbox (the phase of its mbarrier).
+  static constexpr uint32_t inbox_tx_bytes(int ctas) {
+    return uint32_t(S::kGroupRows) * S::kHeadDim * 4 + uint32_t(ctas) * (S::kGroupRows * 8 + 4);
+  }
   static constexpr size_t smem_bytes(bool fp8) {
-    using S = DecodeSm90Shape;
     return size_t(kWarps) * kDepth * S::stage_bytes(fp8)  // the rings (the merge states after them)
-           + size_t(S::kGroupRows) * S::kQStride * 2      // Q
-           + kWarps * 4 + 16;                             // max |q| of each warp, the unit's error flag
+           + kInboxRegion                                 // the inbox (Q and max |q| before)
+           + 8;                                           // its mbarrier
   }
   static_assert((kWarps + 1) * DecodeSm90Shape::kStateFloats * 4 <=
                     kWarps * kDepth * DecodeSm90Shape::stage_bytes(false),
                 "the warps' and the CTA's merge states fit the rings they alias");
+  static_assert(S::kHeadDim / kMaxCtas % 4 == 0, "a rank's C-th of the channels is whole 16-byte stores");
 };
 
 // The kernel's rows of the dispatch table (dispatch.cu: arch kArchSm90, d = dv = 128, every dtype pair).

@@ -39,7 +39,7 @@ enum TimelinePieceSlot : int {
   kTlpKeys,          // consumer thread 0: the piece's sequence and keys known (piece_keys)
   kTlpChecked,       // ... its checks done (piece_ok)
   kTlpQRows,         // ... its own Q rows landed and stored (before the consumers' barrier)
-  kTlpCluster,       // the cluster form (cluster.cuh): its first cluster barrier passed (the states written)
+  kTlpCluster,       // the cluster form (cluster.cuh): its inbox full (every rank's state landed)
   kTlPerPiece
 };
 // W2's batches put 5-30 pieces on a CTA (bench/decode_timeline.py's W2 cases): the first 14 stamped.
