@@ -22,9 +22,14 @@ show() {
   cat << 'END'
 Session 40 ran 38 and 39 (the cluster form: checked and landed; its timeline) on an H100 and 40 (branch
 clu2: not landed) on an H200. Calls 40-42 (branches clu2-clu4, the cluster merge's tail) were
-run; none landed (NOTES' session-40 entry). Next, in order of value: 37 (at main), 33 (sdec's follow-up), 31-32, 12, 5, 7-9 (bench/NOTES.md,
+run; none landed (NOTES' session-40 entry). Session 41: 43 (branch push). Next, in order of value: 37 (at main), 33 (sdec's follow-up), 31-32, 12, 5, 7-9 (bench/NOTES.md,
 "Where to go next", sessions 40-31). Tree at main for 5 and 12, at sdec for 33, at w3short for 31, at wide
 for 7-9. .dev/main* are main before d64x / p192t (rebuild: tools/dev_libs.sh).
+43. run(command="bash tools/calls.sh run 43", carry=[".dev/clws128.so.xz", ".dev/push128.so.xz", ".whl"], timeout_s=420)   [tree at push]
+   branch push: the cluster form's merge pushed (st.async of each rank's C-th into its inbox, completing on
+   its mbarrier; no remote loads, no second cluster barrier). Its checks, then W1 short A B A B against
+   clws (main + the cluster plan's workspace fix). Predicted b1 1k -1 to -1.5 us (the ~2 us tail after the
+   cluster barrier to ~0.8), 4k the same in us.
 37. run(command="bash tools/calls.sh run 37", carry=[".dev/clu128.so.xz", ".whl"], timeout_s=400)   [tree at cluster]
    the diagnosis of the cluster form's long streams: resident clusters of 16 / 8 (the dispatch print), every
    test's failures by name, C = 0 / 8 / 16 with the capacity bound lifted on b1 1k / 4k / 32k / 128k.
@@ -249,6 +254,19 @@ case "${1:-show}" in
             --filter "W1 b1 1k,W1 b1 4k" > "$OUT/tl_$mode.txt" 2>&1
           echo "timeline cluster=$mode rc=$?"; cat "$OUT/tl_$mode.txt" | grep -v Warning | head -60
         done
+        ;;
+      43)  # branch push (session 41): the cluster form's merge pushed by st.async; its checks, then W1's short
+           # cases, clws (A: the pull merge, with the workspace fix) vs push (B), both on the cluster form
+        KVATTN_AB_A=.dev/clws128.so.xz KVATTN_AB_B=.dev/push128.so.xz \
+          KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=2 \
+          KVATTN_AB_TESTS="tests/python/test_cuda_decode_sm90.py tests/python/test_cuda_kernels.py" \
+          KVATTN_AB_K="cluster or dispatch or device_error or balanced or graph" \
+          KVATTN_AB_SMOKE_K="cluster_one_sequence or cluster_asks" KVATTN_AB_SMOKE_TIMEOUT=60 KVATTN_AB_TEST_TIMEOUT=150 \
+          KVATTN_AB_SAN_TIMEOUT=60 KVATTN_AB_RACE_K="cluster_one_sequence" \
+          KVATTN_AB_MEM_K="cluster_bad_page or cluster_fp8_cache" \
+          KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="short" bash tools/prefill_ab.sh
+        echo "failures:"
+        grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | cut -c1-300 | head -20
         ;;
       38)  # call 36 made lean (session 39's device time ran short): the cluster form's tests and the dispatch's, the
            # device-error tests, racecheck / memcheck, then W1's short and b1 32k cases, persistent (A) vs cluster (B)
