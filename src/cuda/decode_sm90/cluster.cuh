@@ -215,64 +215,90 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
   }
   const bool bad = __syncthreads_or(!ok);  // (and the warps' states written)
   if (has_rows) {
-    // The CTA's 4 warp states merged in warp order into one (m, l, O) (thread tid: row tid / 8, 16 channels).
+    // The CTA's 4 warp states merged in warp order into one (m, l, O) (thread tid: row tid / 8, 16 channels;
+    // and, for the unit's merge below, the `per` channels of this CTA's own C-th that it merges there).
     constexpr int kCols = Cfg::kHeadDim / 8;
-    const int rr = tid / 8, c0 = tid % 8 * kCols;
+    constexpr int kMaxCtas = Shape::kMaxCtas;
+    constexpr int kMaxPer = Cfg::kHeadDim / 8 / Shape::kMinCtas;
+    const int per_rank = Cfg::kHeadDim / ctas, per = per_rank / 8;
+    const int rr = tid / 8, c0 = tid % 8 * kCols, cr = tid % 8 * per;
     RowState st;
-    float o[kCols];
+    float o[kCols], own[kMaxPer];
 #pragma unroll
     for (int c = 0; c < kCols; ++c) o[c] = 0.f;
+#pragma unroll
+    for (int c = 0; c < kMaxPer; ++c) own[c] = 0.f;
 #pragma unroll
     for (int v = 0; v < kW; ++v) {
       const float* sv = s_state + v * kS;
       const MergeScales f = st.merge(sv[kMl + rr], sv[kMl + Cfg::kGroupRows + rr]);
 #pragma unroll
       for (int c = 0; c < kCols; ++c) o[c] = o[c] * f.a + sv[rr * Cfg::kOStride + c0 + c] * f.b;
+#pragma unroll
+      for (int c = 0; c < kMaxPer; ++c) {
+        if (c < per) own[c] = own[c] * f.a + sv[rr * Cfg::kOStride + rank * per_rank + cr + c] * f.b;
+      }
     }
-    // Pushed to the ranks: rank j merges channels [j d / C, (j + 1) d / C) of every row, so this thread's 16
-    // channels go 4 at a time to the rank they belong to, its row's (m, l) to ranks tid % 8 + 8 n, and
-    // threads tid < C send rank tid the CTA's error flag. Every store completes on the receiver's mbarrier.
+    // Pushed to the other ranks: rank j merges channels [j d / C, (j + 1) d / C) of every row, so this
+    // thread's 16 channels go 4 at a time to the rank they belong to, its row's (m, l) to ranks tid % 8 + 8
+    // n, and threads tid < C send rank tid the CTA's error flag; into slot rank - (rank > j) of rank j's
+    // inbox. Every store completes on the receiver's mbarrier.
     cluster_wait();  // every rank's Q read: the inboxes are free
-    const int per_rank = Cfg::kHeadDim / ctas;
     const uint32_t inbox_at = smem_addr(inbox), bar_at = smem_addr(inbox_full);
+    auto slot_at = [&](int to) { return rank - (rank > to ? 1 : 0); };
 #pragma unroll
     for (int c = 0; c < kCols; c += 4) {
       const int to = (c0 + c) / per_rank;
-      const uint32_t at = inbox_at + 4 * ((rank * Cfg::kGroupRows + rr) * per_rank + (c0 + c) % per_rank);
-      st_async_v4(cluster_smem_addr(at, to), make_float4(o[c], o[c + 1], o[c + 2], o[c + 3]),
-                  cluster_smem_addr(bar_at, to));
+      if (to != rank) {
+        const uint32_t at =
+            inbox_at + 4 * ((slot_at(to) * Cfg::kGroupRows + rr) * per_rank + (c0 + c) % per_rank);
+        st_async_v4(cluster_smem_addr(at, to), make_float4(o[c], o[c + 1], o[c + 2], o[c + 3]),
+                    cluster_smem_addr(bar_at, to));
+      }
     }
-    const uint32_t ml_at = inbox_at + 4 * (Shape::kInboxMl + 2 * (rank * Cfg::kGroupRows + rr));
-    for (int to = tid % 8; to < ctas; to += 8)
-      st_async_v2(cluster_smem_addr(ml_at, to), st.m, st.l, cluster_smem_addr(bar_at, to));
-    if (tid < ctas) {
-      st_async_b32(cluster_smem_addr(inbox_at + 4 * (Shape::kInboxFlags + rank), tid), bad ? 1u : 0u,
+    for (int to = tid % 8; to < ctas; to += 8) {
+      if (to != rank) {
+        const uint32_t at = inbox_at + 4 * (Shape::kInboxMl + 2 * (slot_at(to) * Cfg::kGroupRows + rr));
+        st_async_v2(cluster_smem_addr(at, to), st.m, st.l, cluster_smem_addr(bar_at, to));
+      }
+    }
+    if (tid < ctas && tid != rank) {
+      st_async_b32(cluster_smem_addr(inbox_at + 4 * (Shape::kInboxFlags + slot_at(tid)), tid), bad ? 1u : 0u,
                    cluster_smem_addr(bar_at, tid));
     }
-    mbar_wait_cluster(inbox_full, 0);  // every rank's bytes landed
+    mbar_wait_cluster(inbox_full, 0);  // every other rank's bytes landed
     KVATTN_TL(if (tid == 0) tl_stamp_piece(0, kTlpCluster));
 
     // The unit's rows from the C rank states, merged in rank order (the one merge, RowState): thread tid row
-    // tid / 8, its `per` channels of this CTA's C-th; rank 0 the lse.
-    constexpr int kMaxCtas = Shape::kMaxCtas;
-    constexpr int kMaxPer = Cfg::kHeadDim / 8 / Shape::kMinCtas;
-    const int per = per_rank / 8, cr = tid % 8 * per;
+    // tid / 8, its `per` channels of this CTA's C-th (its own rank's from registers); rank 0 the lse.
     const int64_t q_rows = static_cast<int64_t>(seq.q_len) * p.group;
     if (rr < q_rows) {
       const uint32_t* flags = reinterpret_cast<const uint32_t*>(inbox + Shape::kInboxFlags);
       RowState unit;
       float out_acc[kMaxPer];
-      bool unit_bad = false;
+      bool unit_bad = bad;
 #pragma unroll
       for (int c = 0; c < kMaxPer; ++c) out_acc[c] = 0.f;
 #pragma unroll
       for (int j = 0; j < kMaxCtas; ++j) {
         if (j < ctas) {
-          unit_bad |= flags[j] != 0;
-          const float2 ml =
-              *reinterpret_cast<const float2*>(inbox + Shape::kInboxMl + 2 * (j * Cfg::kGroupRows + rr));
+          // (this rank's part from registers: selected, not addressed, so that they stay registers)
+          const bool mine = j == rank;
+          const int slot = j - (j > rank ? 1 : 0);
+          float2 ml = make_float2(st.m, st.l);
+          float ov[kMaxPer];
+#pragma unroll
+          for (int c = 0; c < kMaxPer; ++c) ov[c] = own[c];
+          if (!mine) {
+            unit_bad |= flags[slot] != 0;
+            ml =
+                *reinterpret_cast<const float2*>(inbox + Shape::kInboxMl + 2 * (slot * Cfg::kGroupRows + rr));
+#pragma unroll
+            for (int c = 0; c < kMaxPer; ++c) {
+              if (c < per) ov[c] = inbox[(slot * Cfg::kGroupRows + rr) * per_rank + cr + c];
+            }
+          }
           const MergeScales f = unit.merge(ml.x, ml.y);
-          const float* ov = inbox + (j * Cfg::kGroupRows + rr) * per_rank + cr;
 #pragma unroll
           for (int c = 0; c < kMaxPer; ++c) {
             if (c < per) out_acc[c] = out_acc[c] * f.a + ov[c] * f.b;

@@ -87,17 +87,18 @@ struct DecodeClusterShape {
   static constexpr int kDepth = 3;
   static constexpr int kMaxCtas = 16;  // the non-portable cluster size of sm_90 (8 is portable)
   static constexpr int kMinCtas = 8;   // the plan's smallest C (the merge's registers are sized by it)
-  // The push merge's inbox (floats), after the rings: from each rank its 16 rows of this CTA's C-th of the
-  // channels (rank r at r x 16 x d / C: 8 KB whatever C), each rank's rows' (m, l), each rank's error flag.
-  // Before the cluster's first barrier it holds Q and the warps' max |q| (read by then).
-  static constexpr int kInboxMl = S::kGroupRows * S::kHeadDim;
-  static constexpr int kInboxFlags = kInboxMl + kMaxCtas * S::kGroupRows * 2;
-  static constexpr size_t kInboxBytes = (size_t(kInboxFlags + kMaxCtas) * 4 + 15) / 16 * 16;
+  // The push merge's inbox (floats), after the rings: the other C - 1 ranks' parts for this CTA, rank r in
+  // slot r - (r > this rank) (this CTA's own part stays in registers): each slot's 16 rows of this CTA's
+  // C-th of the channels ((C - 1) / C x 8 KB), the slots' rows' (m, l), their error flags; then its
+  // mbarrier. Before the cluster's first barrier it holds Q and the warps' max |q| (read by then).
+  static constexpr int kInboxMl = S::kGroupRows * S::kHeadDim / kMaxCtas * (kMaxCtas - 1);
+  static constexpr int kInboxFlags = kInboxMl + (kMaxCtas - 1) * S::kGroupRows * 2;
+  static constexpr size_t kInboxBytes = (size_t(kInboxFlags + kMaxCtas - 1) * 4 + 15) / 16 * 16;
   static constexpr size_t kQBytes = size_t(S::kGroupRows) * S::kQStride * 2 + kWarps * 4;
   static constexpr size_t kInboxRegion = kInboxBytes > kQBytes ? kInboxBytes : kQBytes;
-  // The bytes the C ranks store into one CTA's inbox (the phase of its mbarrier).
+  // The bytes the other C - 1 ranks store into one CTA's inbox (the one phase of its mbarrier).
   static constexpr uint32_t inbox_tx_bytes(int ctas) {
-    return uint32_t(S::kGroupRows) * S::kHeadDim * 4 + uint32_t(ctas) * (S::kGroupRows * 8 + 4);
+    return uint32_t(ctas - 1) * (uint32_t(S::kGroupRows) * S::kHeadDim / ctas * 4 + S::kGroupRows * 8 + 4);
   }
   static constexpr size_t smem_bytes(bool fp8) {
     return size_t(kWarps) * kDepth * S::stage_bytes(fp8)  // the rings (the merge states after them)
@@ -108,6 +109,8 @@ struct DecodeClusterShape {
                     kWarps * kDepth * DecodeSm90Shape::stage_bytes(false),
                 "the warps' and the CTA's merge states fit the rings they alias");
   static_assert(S::kHeadDim / kMaxCtas % 4 == 0, "a rank's C-th of the channels is whole 16-byte stores");
+  static_assert(S::kGroupRows * S::kHeadDim / kMinCtas * (kMinCtas - 1) <= kInboxMl,
+                "the slots of C = 8 fit the O part laid out for C = 16");
 };
 
 // The kernel's rows of the dispatch table (dispatch.cu: arch kArchSm90, d = dv = 128, every dtype pair).
