@@ -20,13 +20,13 @@ struct MlaTile {
   static constexpr int kBlockM = 64;
   static constexpr int kBlockN = 64;
   static constexpr int kStages = 2;
-  static constexpr int kPanelBytes = 64 * 128;                   // 64 rows (keys) of one 64-channel panel
-  static constexpr int kPanels = (kDimK + kDimV) / 64;           // panel 0: q / k; 1-8: qv / v
-  static constexpr int kQBytes = kPanels * kPanelBytes;          // 72 KiB
-  static constexpr int kStageBytes = kPanels * kPanelBytes;      // 72 KiB: k and v of 64 keys
-  static constexpr int kPBytes = kPanelBytes;                    // P: 64 rows x 64 keys, K-major
-  static constexpr int kVecBytes = 64 * 4;                       // a float a row
-  static constexpr int kBarriers = 2 * kStages + 2;              // full / empty a stage, P full / free
+  static constexpr int kPanelBytes = 64 * 128;               // 64 rows (keys) of one 64-channel panel
+  static constexpr int kPanels = (kDimK + kDimV) / 64;       // panel 0: q / k; 1-8: qv / v
+  static constexpr int kQBytes = kPanels * kPanelBytes;      // 72 KiB
+  static constexpr int kStageBytes = kPanels * kPanelBytes;  // 72 KiB: k and v of 64 keys
+  static constexpr int kPBytes = kPanelBytes;                // P: 64 rows x 64 keys, K-major
+  static constexpr int kVecBytes = 64 * 4;                   // a float a row
+  static constexpr int kBarriers = 2 * kStages + 3;  // full / empty a stage, P full / free, final (m, l)
   static constexpr int kRegsProducer = 40, kRegsConsumer = 232;  // 40 + 2 x 232 = 3 x 168
 };
 

@@ -10,7 +10,7 @@
 //   S warpgroup (1): S = [q qv] [k v]^T by wgmma over 36 k-steps (Q in shared memory, 9 panels), the score
 //     mods (attention/score_mod.cuh) and the online softmax (prefill_sm90/consumer.cuh), P and the rows'
 //     corrections into shared memory for warpgroup 2, O[:, 0:256] += P v by wgmma with P from registers;
-//     the softmax of tile t runs while the tensor cores do tile t - 1's P v (the prefill kernel's overlap);
+//     tile t's P v issued ahead of S_{t+1}, so that its stage is free early (two stages: mla_consume_s);
 //   V warpgroup (2): O[:, 256:512] rescaled by the rows' corrections, += P v by wgmma with P from shared
 //     memory.
 // No split of the keys (the dispatch takes this kernel where batch x row blocks fill the SMs: prefill's
@@ -44,11 +44,12 @@ struct MlaConfig : MlaTile {
   static constexpr int kThreads = 384;
   static constexpr int kChunksK = kDimK / 8, kChunks = (kDimK + kDimV) / 8;  // 16-byte chunks of a row
   static constexpr int kHalf = kDimV / 2;                                    // O channels a consumer
-  // Barriers: a stage's full counts the producer's 4 warps, its empty the consumers' 8; P full the S
-  // warpgroup's thread 0 (after its named barrier), P free the V warpgroup's 4 warps. Named barriers (0 is
-  // __syncthreads): the S warpgroup's own (Q, P), both consumers' at the end (the rows' final (m, l)).
-  static constexpr int kFullArrivals = 4, kEmptyArrivals = 8, kPFreeArrivals = 4;
-  static constexpr int kSBarrier = 1, kEndBarrier = 2;
+  // Barriers: a stage's full counts the producer's 4 warps, its empty the consumers' 8; P full, P free
+  // and the final (m, l) count threads (each thread's own shared-memory accesses are then ordered by its
+  // own arrival: no warp or named barrier between them). Named barrier 1 (0 is __syncthreads): the S
+  // warpgroup's Q.
+  static constexpr int kFullArrivals = 4, kEmptyArrivals = 8, kWarpgroupArrivals = 128;
+  static constexpr int kSBarrier = 1;
 };
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -61,7 +62,7 @@ struct MlaSmem {
   float* corr;  // a row's correction of the tile in P
   float* m;     // a row's final max (log2 units) and sum, for the V warpgroup's epilogue
   float* l;
-  uint32_t full, empty, p_full, p_free;  // full / empty: stage s's at + 8 s
+  uint32_t full, empty, p_full, p_free, stats;  // full / empty: stage s's at + 8 s
 };
 
 template <class Cfg>
@@ -78,6 +79,7 @@ __device__ __forceinline__ MlaSmem mla_smem(unsigned char* base) {
   s.empty = s.full + 8 * Cfg::kStages;
   s.p_full = s.empty + 8 * Cfg::kStages;
   s.p_free = s.p_full + 8;
+  s.stats = s.p_free + 8;
   return s;
 }
 
@@ -97,17 +99,31 @@ __device__ __forceinline__ void mla_produce(const AttnParams& p, const Sequence&
     const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
     return paged && owns_row && tile < n_tiles && s < seq.end ? page_entry(p.seq, seq, s) : 0;
   };
-  int32_t entry = entry_of(0);
-  for (int64_t tile = 0; tile < n_tiles; ++tile) {
-    const int stage = static_cast<int>(tile % Cfg::kStages);
+  // This thread's row of a tile in each cache (kv_row_units), kNoRow past the tiles or the sequence.
+  auto row_offsets = [&](int64_t tile, int32_t entry, uint32_t& k_off, uint32_t& v_off) {
     const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
-    uint32_t k_off = kNoRow, v_off = kNoRow;  // (kv_row_units)
-    if (owns_row && s < seq.end) {
+    k_off = v_off = kNoRow;
+    if (owns_row && tile < n_tiles && s < seq.end) {
       const KvRowUnits row = kv_row_units(p, slot_address_at(p.seq, seq, s, entry), kv_head);
       k_off = row.k;
       v_off = row.v;
     }
-    entry = entry_of(tile + 1);
+  };
+  int32_t entry = entry_of(0);
+  uint32_t k_off, v_off;
+  row_offsets(0, entry, k_off, v_off);
+  entry = entry_of(1);
+  for (int64_t tile = 0; tile < n_tiles; ++tile) {
+    const int stage = static_cast<int>(tile % Cfg::kStages);
+    // The next tile's rows into L2 now, a tile before their copies: with two stages a copy starts only when
+    // the tile two back is done, too late for its latency (~1-2 us under load) to hide behind one tile.
+    uint32_t k_next, v_next;
+    row_offsets(tile + 1, entry, k_next, v_next);
+    if (k_next != kNoRow) {
+      prefetch_l2_bulk(k_base + static_cast<uint64_t>(k_next) * 16, Cfg::kDimK * 2);
+      prefetch_l2_bulk(v_base + static_cast<uint64_t>(v_next) * 16, Cfg::kDimV * 2);
+    }
+    entry = entry_of(tile + 2);
     mbar_wait(sm.empty + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1) ^ 1u);
     const uint32_t dst = sm.kv + stage * Cfg::kStageBytes;
     // Warp-wide steps: lane l copies chunk (32 j + l) % width of row (32 j + l) / width of the warp's rows
@@ -130,6 +146,8 @@ __device__ __forceinline__ void mla_produce(const AttnParams& p, const Sequence&
                   v_base + static_cast<uint64_t>(ok ? row + c : 0) * 16, ok);
     }
     warp_arrive_after_copies(sm.full + 8 * stage);  // full once every producer thread's copies have landed
+    k_off = k_next;
+    v_off = v_next;
   }
   cp_async_wait_all();  // nothing in flight when the producer leaves
 }
@@ -177,9 +195,9 @@ __device__ __forceinline__ void mla_write_half(const AttnParams& p, const Sequen
   }
 }
 
-// The S warpgroup: S_t = [q qv] [k v]_t^T issued with O[:, 0:256] += P_{t-1} v_{t-1} (P from registers),
-// the softmax of S_t while that P v runs, then P_t and the corrections to shared memory for the V
-// warpgroup once it has read P_{t-1} (P free), and O's rescale.
+// The S warpgroup: S_t = [q qv] [k v]_t^T, its softmax, P_t and the corrections to shared memory for the V
+// warpgroup once it has read P_{t-1} (P free), then O[:, 0:256] += P_t v_t (P from registers) issued ahead
+// of S_{t+1}, and O's rescale by tile t + 1's corrections once that P v is done.
 template <class Cfg>
 __device__ __forceinline__ void mla_consume_s(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
                                               const KeyRange& keys, int64_t n_tiles, const MlaSmem& sm,
@@ -254,53 +272,57 @@ __device__ __forceinline__ void mla_consume_s(const AttnParams& p, const Sequenc
       }
     }
     fence_proxy_async();  // P is read by wgmma
-    named_barrier_sync(Cfg::kSBarrier, 128);
-    if (ctid == 0) mbar_arrive(sm.p_full);
+    mbar_arrive(sm.p_full);
     pack_p<Cfg>(s, pa);
   };
-  int prev_stage = 0;
+  // Tile t's P v is issued as soon as P_t is known, ahead of S_{t+1}, and the stage is released when it is
+  // done: with two 72-KiB stages the copy of tile t + 2 can only start then, and it must land before
+  // S_{t+2} (S_{t+1}, its softmax and the hand-over later). Issuing P_t v with S_{t+1} instead held the
+  // stage until after S_{t+1}'s softmax, exposing most of the copy's latency every tile (session 28).
   if (n_tiles > 0) {
     float s[kN / 2];
-    prev_stage = wait_full(0);
+    const int stage0 = wait_full(0);
     wgmma_fence();
-    issue_s(s, prev_stage);
+    issue_s(s, stage0);
     wgmma_wait<0>();
     fence_registers(s);
     float correction[2];
     softmax(s, 0, correction);  // O is still zero: nothing to rescale
     hand_over(s, 0, correction);
   }
-  for (int64_t tile = 1; tile < n_tiles; ++tile) {
-    float s[kN / 2];
-    const int stage = wait_full(tile);
+  for (int64_t tile = 0; tile + 1 < n_tiles; ++tile) {
+    const int stage = static_cast<int>(static_cast<uint32_t>(tile) % Cfg::kStages);
     fence_fragments(pa);
     fence_registers(o);
     wgmma_fence();
-    issue_s(s, stage);
-    issue_pv(prev_stage);
-    wgmma_wait<1>();  // S_t is done (P_{t-1} v may still run)
-    fence_registers(s);
-    float correction[2];
-    softmax(s, tile, correction);
-    wgmma_wait<0>();  // P_{t-1} v_{t-1} is done: its registers and (for this warpgroup) its stage are free
+    issue_pv(stage);
+    float s[kN / 2];
+    const int next = wait_full(tile + 1);
+    wgmma_fence();  // (after the wait's loop: without it ptxas serializes every wgmma, C7520)
+    issue_s(s, next);
+    wgmma_wait<1>();  // P_t v_t is done: this warpgroup's reads of the stage and of P's registers
     fence_registers(o);
     fence_fragments(pa);
-    warp_arrive(sm.empty + 8 * prev_stage);
+    warp_arrive(sm.empty + 8 * stage);
+    wgmma_wait<0>();
+    fence_registers(s);
+    float correction[2];
+    softmax(s, tile + 1, correction);
     if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
 #pragma unroll
       for (int e = 0; e < Cfg::kHalf / 2; ++e) o[e] *= correction[(e % 4) / 2];
     }
-    hand_over(s, tile, correction);
-    prev_stage = stage;
+    hand_over(s, tile + 1, correction);
   }
-  if (n_tiles > 0) {
+  if (n_tiles > 0) {  // the last tile's P v
+    const int stage = static_cast<int>(static_cast<uint32_t>(n_tiles - 1) % Cfg::kStages);
     fence_fragments(pa);
     fence_registers(o);
     wgmma_fence();
-    issue_pv(prev_stage);
+    issue_pv(stage);
     wgmma_wait<0>();
     fence_registers(o);
-    warp_arrive(sm.empty + 8 * prev_stage);
+    warp_arrive(sm.empty + 8 * stage);
   }
   // The rows' final (m, l) for the V warpgroup (l quad-reduced: each thread held a quarter of its rows').
   float m[2], l[2];
@@ -314,7 +336,7 @@ __device__ __forceinline__ void mla_consume_s(const AttnParams& p, const Sequenc
       sm.l[16 * warp + lane / 4 + 8 * k] = l[k];
     }
   }
-  named_barrier_sync(Cfg::kEndBarrier, 256);
+  mbar_arrive(sm.stats);
   mla_write_half<Cfg>(p, seq, cta, row, o, m, l, 0, true);
 }
 
@@ -352,10 +374,10 @@ __device__ __forceinline__ void mla_consume_v(const AttnParams& p, const Sequenc
     wgmma_commit();
     wgmma_wait<0>();
     fence_registers(o);
-    warp_arrive(sm.p_free);
+    mbar_arrive(sm.p_free);  // (every thread: its reads of the corrections are done)
     warp_arrive(sm.empty + 8 * stage);
   }
-  named_barrier_sync(Cfg::kEndBarrier, 256);
+  mbar_wait(sm.stats, 0);
   const float m[2] = {sm.m[r0], sm.m[r0 + 8]}, l[2] = {sm.l[r0], sm.l[r0 + 8]};
   mla_write_half<Cfg>(p, seq, cta, row, o, m, l, Cfg::kHalf, false);
 }
@@ -388,8 +410,9 @@ __device__ __forceinline__ void mla_cta(const PrefillArgs& a) {
       mbar_init(sm.full + 8 * s, Cfg::kFullArrivals);
       mbar_init(sm.empty + 8 * s, Cfg::kEmptyArrivals);
     }
-    mbar_init(sm.p_full, 1);
-    mbar_init(sm.p_free, Cfg::kPFreeArrivals);
+    mbar_init(sm.p_full, Cfg::kWarpgroupArrivals);
+    mbar_init(sm.p_free, Cfg::kWarpgroupArrivals);
+    mbar_init(sm.stats, Cfg::kWarpgroupArrivals);
   }
   __syncthreads();
 
