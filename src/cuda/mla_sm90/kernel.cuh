@@ -119,9 +119,12 @@ __device__ __forceinline__ void mla_produce(const AttnParams& p, const Sequence&
     // the tile two back is done, too late for its latency (~1-2 us under load) to hide behind one tile.
     uint32_t k_next, v_next;
     row_offsets(tile + 1, entry, k_next, v_next);
-    if (k_next != kNoRow) {
-      prefetch_l2_bulk(k_base + static_cast<uint64_t>(k_next) * 16, Cfg::kDimK * 2);
-      prefetch_l2_bulk(v_base + static_cast<uint64_t>(v_next) * 16, Cfg::kDimV * 2);
+    if (k_next != kNoRow) {  // (a row's lines from its start: a row not 128-byte aligned misses its tail)
+      prefetch_l2_line(k_base + static_cast<uint64_t>(k_next) * 16);
+#pragma unroll
+      for (int l = 0; l < Cfg::kDimV * 2 / 128; ++l) {
+        prefetch_l2_line(v_base + static_cast<uint64_t>(v_next) * 16 + 128 * l);
+      }
     }
     entry = entry_of(tile + 2);
     mbar_wait(sm.empty + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1) ^ 1u);
