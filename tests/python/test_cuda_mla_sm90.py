@@ -1,12 +1,13 @@
 """The sm_90a MLA decode kernel (src/cuda/mla_sm90: q . k over 64 channels + qv . v over 512, out over v's 512)
 against the float64 oracle.
 
-KVATTN_FORCE_SM90_MLA=1 takes the kernel (opt-in for now: KVATTN_SM90_MLA=1) and drops its shape rule (>= 64
-packed rows a kv head and >= 64 CTAs), so these small batches run on it wherever it covers the problem
-(fp16 / bf16, (d, dv) = (64, 512) with qv, q not varlen, no explicit num_splits > 1). Row counts that are not multiples of the CTA's 64 rows, several 64-key
-stages and lengths that are not multiples of them, every layout and mask, the score mods, sinks, append +
-rotary ahead of it. On a device that is not sm_90, or a build without it, the same cases run on the portable
-kernel and still must pass. Two cases check with the profiler which kernel ran.
+KVATTN_FORCE_SM90_MLA=1 takes the kernel (opt-in for now: KVATTN_SM90_MLA=1) and drops its shape rule (>= 16
+packed rows a kv head), so these small batches run on it wherever it covers the problem (fp16 / bf16, (d, dv) =
+(64, 512) with qv, q not varlen). Row counts that are not multiples of the CTA's 64 rows, several 64-key stages
+and lengths that are not multiples of them, every layout and mask, the score mods, sinks, append + rotary ahead
+of it; one pass (num_splits = 1) and static key splits (the plan's, an explicit count, deterministic mode's
+chunks), whose partials the split combine merges. On a device that is not sm_90, or a build without it, the
+same cases run on the portable kernel and still must pass. Some cases check with the profiler which kernels ran.
 """
 
 import os
@@ -61,6 +62,23 @@ CASES = {
     "scale": mla(scale=0.05, seed=21),
     "strided q": mla(strided_q=True, seed=22),
     "out given": mla(out_given=True, seed=23),
+    # Static key splits: partials (O / l, lse without the sink) and the split combine.
+    "splits: the plan's, 2 sequences": mla(num_splits=0, seqlens=(3000, 700), seed=40),
+    "splits: 16 heads (a quarter of a CTA's rows)": mla(hq=16, num_splits=0, seqlens=(5000, 1200, 33), seed=41),
+    "splits: explicit 3, lengths of 1-2 tiles a split": mla(num_splits=3, seqlens=(300, 129, 64), seed=42),
+    "splits: more splits than a sequence has tiles": mla(num_splits=16, seqlens=(200, 1100), seed=43),
+    "splits + alibi + sinks (the sink in the combine)": mla(num_splits=0, alibi="bh", sinks="fp32",
+                                                           seqlens=(2000, 300), seed=44),
+    "splits + window + batch idx + leftpad": mla(num_splits=0, window=(500, 0), batch_idx="scattered",
+                                                leftpad=(30, 0), seqlens=(2500, 400), seed=45),
+    "splits, an empty sequence": mla(num_splits=0, seqlens=(0, 3000), seed=46),
+    "splits + seqused_q, q 3": mla(num_splits=0, hq=64, sq=3, seqused_q=True, seqlens=(1500, 400), seed=47),
+    "splits + append + rotary": mla(num_splits=0, new=(3, 3), sq=3, hq=64, rotary="neox", seqlens=(2000, 300),
+                                    seed=48),
+    "splits, paged 1": mla(num_splits=0, page_size=1, seqlens=(1500, 70), seed=49),
+    "splits, packed (cu_seqlens_k)": mla(num_splits=0, layout="packed", seqlens=(1300, 640, 7), seed=50),
+    "splits, deterministic (4096-key chunks)": mla(num_splits=0, deterministic=True, seqlens=(9000, 100),
+                                                   seed=51),
 }
 
 
@@ -83,30 +101,38 @@ def test_mla_sm90_runs_on_hopper():
 
 def test_mla_sm90_shape_rule(monkeypatch):
     """Without the force switch: the kernel is opt-in (KVATTN_SM90_MLA=1); with it, 128 heads over 64
-    sequences (128 CTAs) take the kernel, 16 heads (16 rows, a quarter of a CTA) and 2 sequences (4 CTAs)
-    keep the portable kernel's split-KV schedule. All right against the oracle."""
+    sequences (128 CTAs) take the kernel in one pass, 16 heads (16 rows, a quarter of a CTA) and 2 sequences
+    (4 CTAs) take it with key splits and the combine, 8 heads (8 rows) keep the portable kernel. All right
+    against the oracle."""
     monkeypatch.delenv("KVATTN_FORCE_SM90_MLA", raising=False)
-    many = mla(seqlens=tuple(40 + 37 * i for i in range(64)), seed=30)
+    many = mla(seqlens=tuple(40 + 37 * i for i in range(64)), num_splits=0, seed=30)
     monkeypatch.delenv("KVATTN_SM90_MLA", raising=False)
     names = _kernel_names(many)
     assert not any("mla_kernel" in n for n in names), names
     monkeypatch.setenv("KVATTN_SM90_MLA", "1")
     names = _kernel_names(many)
-    assert any("mla_kernel" in n for n in names), names
+    assert any("mla_kernel" in n for n in names) and not any("combine" in n for n in names), names
     run_and_compare(many, DEVICE)
-    for case in (mla(hq=16, seqlens=tuple(100 + i for i in range(64)), seed=31), mla(seed=32)):
+    for case in (mla(hq=16, seqlens=tuple(2000 + i for i in range(8)), num_splits=0, seed=31),
+                 mla(seqlens=(3000, 2500), num_splits=0, seed=32)):
         names = _kernel_names(case)
-        assert not any("mla_kernel" in n for n in names), names
+        assert any("mla_kernel" in n for n in names) and any("split_combine" in n for n in names), names
         run_and_compare(case, DEVICE)
+    few = mla(hq=8, seed=34)
+    names = _kernel_names(few)
+    assert not any("mla_kernel" in n for n in names), names
+    run_and_compare(few, DEVICE)
 
 
-def test_mla_sm90_twice_same_bits():
-    """Two calls give the same bits (no split: the kernel's order of additions is fixed)."""
+@pytest.mark.parametrize("num_splits", [1, 0])
+def test_mla_sm90_twice_same_bits(num_splits):
+    """Two calls give the same bits (one pass, and static splits merged by the combine in split order: the
+    kernel's order of additions is fixed either way)."""
     import numpy as np
     import torch
     from cases import build
 
-    case = mla(seqlens=(2000, 500), seed=33)
+    case = mla(seqlens=(2000, 500), num_splits=num_splits, seed=33)
     q, k_cache, v_cache, kw, _, _ = build(case)
     dev = {k: H.to_device(v, DEVICE) for k, v in kw.items() if k not in ("k", "v")}
     args = (H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE), H.to_device(v_cache, DEVICE))
@@ -114,3 +140,44 @@ def test_mla_sm90_twice_same_bits():
             for _ in range(2)]
     torch.cuda.synchronize()
     assert np.array_equal(outs[0].view(np.uint16), outs[1].view(np.uint16))
+
+
+@pytest.mark.parametrize("hq", [128, 16])
+def test_mla_sm90_deterministic_is_independent_of_the_batch(hq, monkeypatch):
+    """deterministic=True on the kernel: the splits are 4096-key chunks of the capacity and the kernel is
+    picked by the static shapes but not the batch (opt-in, >= 16 rows), so a sequence has the same bits in
+    every batch (test_deterministic's check, with qv); and the kernel ran, with its splits."""
+    import numpy as np
+    from inputs import DTYPES, randn
+    from reference import reference_attention
+
+    monkeypatch.delenv("KVATTN_FORCE_SM90_MLA", raising=False)
+    monkeypatch.setenv("KVATTN_SM90_MLA", "1")
+    lengths = np.array([9000, 300, 4097, 5000], np.int32)
+    rng = np.random.default_rng(52)
+    dt = DTYPES["bf16"]
+    k_cache = randn(rng, (len(lengths), 9100, 1, 64), dt)
+    v_cache = randn(rng, (len(lengths), 9100, 1, 512), dt)
+    q = randn(rng, (len(lengths), 1, hq, 64), dt)
+    qv = randn(rng, (len(lengths), 1, hq, 512), dt)
+    kc, vc = H.to_device(k_cache, DEVICE), H.to_device(v_cache, DEVICE)
+
+    def run(rows):
+        rows = np.asarray(rows, np.int32)
+        out, lse = H.kvattn.flash_attn_with_kvcache(
+            H.to_device(np.ascontiguousarray(q[rows]), DEVICE), kc, vc,
+            qv=H.to_device(np.ascontiguousarray(qv[rows]), DEVICE),
+            cache_seqlens=H.to_device(lengths[rows], DEVICE), cache_batch_idx=H.to_device(rows, DEVICE),
+            causal=True, deterministic=True, return_softmax_lse=True)
+        H.sync_device_errors(DEVICE)
+        return H.to_numpy(out), H.to_numpy(lse)
+
+    names = H.profiled_kernel_names(lambda: run([0, 1, 2, 3]))
+    assert any("mla_kernel" in n for n in names) and any("split_combine" in n for n in names), names
+    full_out, full_lse = run([0, 1, 2, 3])
+    ref = reference_attention(q, k_cache, v_cache, qv=qv, cache_seqlens=lengths, causal=True)
+    H.assert_close("out", full_out, ref["out"], H.TOL_OUT["bf16"])
+    H.assert_close("lse", full_lse, ref["lse"], H.TOL_LSE["bf16"])
+    for rows in ([0], [2, 0], [3, 1, 0], [1, 1, 2]):
+        out, lse = run(rows)
+        H.assert_rows_bitwise(out, lse, rows, full_out, full_lse, len(lengths))

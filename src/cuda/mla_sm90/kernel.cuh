@@ -13,14 +13,17 @@
 //     tile t's P v issued ahead of S_{t+1}, so that its stage is free early (two stages: mla_consume_s);
 //   V warpgroup (2): O[:, 256:512] rescaled by the rows' corrections, += P v by wgmma with P from shared
 //     memory.
-// No split of the keys (the dispatch takes this kernel where batch x row blocks fill the SMs: prefill's
-// rule); both consumers write their half of out, the S warpgroup the lse, the sink folded in (end_row).
+// Static key splits (blockIdx.y: the split's share of the unit's whole tiles, attention/prologue.cuh) when
+// batch x row blocks would leave SMs idle (plan_mla_sm90); both consumers write their half of out (or of
+// the split's normalized partial), the S warpgroup the lse, the sink folded in (end_row) or, for a split,
+// left to the split combine.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 #include "cuda/attention/epilogue.cuh"
+#include "cuda/attention/prologue.cuh"
 #include "cuda/attention/schedule.cuh"
 #include "cuda/attention/score_mod.cuh"
 #include "cuda/common/dtype.cuh"
@@ -165,9 +168,11 @@ __device__ __forceinline__ void mla_load_q(const AttnParams& p, const Sequence& 
 }
 
 // A consumer's half of out (channels [col0, col0 + 256)) for this thread's two rows, and (write_lse) the
-// lse: O / l with the sink folded in (end_row). m: the rows' final max (log2 units), l: their whole sums.
+// lse: O / l with the sink folded in (end_row); a piece of a split unit writes its normalized partial
+// instead (fp32, lse without the sink: the combine counts it once). m: the rows' final max (log2 units),
+// l: their whole sums over the piece's keys.
 template <class Cfg>
-__device__ __forceinline__ void mla_write_half(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
+__device__ __forceinline__ void mla_write_half(const AttnParams& p, const Sequence& seq, const Piece& w,
                                                const QueryRow (&row)[2], const float (&o)[Cfg::kHalf / 2],
                                                const float (&m)[2], const float (&l)[2], int col0,
                                                bool write_lse) {
@@ -176,12 +181,24 @@ __device__ __forceinline__ void mla_write_half(const AttnParams& p, const Sequen
   const int64_t rows = static_cast<int64_t>(seq.q_len) * p.group;
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
-    const int64_t r = cta.m0 + 16 * warp + lane / 4 + 8 * k;
+    const int64_t r = w.m0 + 16 * warp + lane / 4 + 8 * k;
     if (r >= rows) continue;
     const int64_t t = split_row(r, p.group).t;
     const int h = row[k].head;
-    const RowEnd end = end_row(RowState{m[k], l[k]}, row[k].attends, true, p.sinks, h, 1.f);
-    T* out = out_row<T>(p, seq, cta.i, t, h) + col0;
+    const int64_t prow = piece_partial_row(p, w, seq, r);
+    const RowEnd end = end_row(RowState{m[k], l[k]}, row[k].attends, prow < 0, p.sinks, h, 1.f);
+    if (prow >= 0) {
+      float* part = p.o_partial + prow * p.head_dim_v + col0;  // (8-byte aligned: c is even)
+#pragma unroll
+      for (int j = 0; j < Cfg::kHalf / 8; ++j) {
+        const int c = 8 * j + 2 * quad;
+        *reinterpret_cast<float2*>(part + c) =
+            make_float2(o[4 * j + 2 * k] * end.o_scale, o[4 * j + 2 * k + 1] * end.o_scale);
+      }
+      if (write_lse && quad == 0) p.lse_partial[prow] = end.lse;
+      continue;
+    }
+    T* out = out_row<T>(p, seq, w.i, t, h) + col0;
     const bool pairs = reinterpret_cast<uintptr_t>(out) % 4 == 0;  // (out's strides are any element counts)
 #pragma unroll
     for (int j = 0; j < Cfg::kHalf / 8; ++j) {
@@ -194,7 +211,7 @@ __device__ __forceinline__ void mla_write_half(const AttnParams& p, const Sequen
         out[c + 1] = from_float<T>(x1);
       }
     }
-    if (write_lse && p.lse && quad == 0) *lse_at(p, seq, cta.i, t, h) = end.lse;
+    if (write_lse && p.lse && quad == 0) *lse_at(p, seq, w.i, t, h) = end.lse;
   }
 }
 
@@ -202,23 +219,24 @@ __device__ __forceinline__ void mla_write_half(const AttnParams& p, const Sequen
 // warpgroup once it has read P_{t-1} (P free), then O[:, 0:256] += P_t v_t (P from registers) issued ahead
 // of S_{t+1}, and O's rescale by tile t + 1's corrections once that P v is done.
 template <class Cfg>
-__device__ __forceinline__ void mla_consume_s(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
-                                              const KeyRange& keys, int64_t n_tiles, const MlaSmem& sm,
+__device__ __forceinline__ void mla_consume_s(const AttnParams& p, const Sequence& seq, const Piece& w,
+                                              const PieceKeys& k, const MlaSmem& sm,
                                               const QueryRow (&row)[2]) {
   using T = typename Cfg::T;
   constexpr int kN = Cfg::kBlockN, kP = Cfg::kPanelBytes;
   const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32, quad = lane % 4;
-  mla_load_q<Cfg>(p, seq, cta.i, cta.kv_head, cta.m0, sm.q);
+  mla_load_q<Cfg>(p, seq, w.i, w.kv_head, w.m0, sm.q);
   fence_proxy_async();  // Q is read by wgmma (async proxy)
   named_barrier_sync(Cfg::kSBarrier, 128);
 
-  const int64_t kv_len = seq.end - seq.leftpad;
-  // Tiles [in_first, in_last] lie inside the keys every row sees: they skip the mask (consume's rule).
-  const KeyRange mine = key_range(p, seq, cta.m0, 64, kN);
-  const int64_t to_first = mine.all_first - keys.first, to_last = mine.all_last - keys.first - kN + 1;
+  const int64_t n_tiles = k.tile_end - k.tile_begin;
+  // The piece's tile t holds key positions [kp_first + t kN, ... + kN). Tiles [in_first, in_last] lie
+  // inside the keys every row sees: they skip the mask (consume's rule).
+  const int64_t kp_piece = k.keys.first + k.tile_begin * kN;
+  const int64_t to_first = k.keys.all_first - kp_piece, to_last = k.keys.all_last - kp_piece - kN + 1;
   const int in_first = static_cast<int>(to_first <= 0 ? 0 : (to_first + kN - 1) / kN);
   const int in_last = static_cast<int>(to_last < 0 ? -1 : to_last / kN);
-  const int32_t kp_first = static_cast<int32_t>(keys.first);
+  const int32_t kp_first = static_cast<int32_t>(kp_piece);
 
   float o[Cfg::kHalf / 2];
 #pragma unroll
@@ -255,7 +273,7 @@ __device__ __forceinline__ void mla_consume_s(const AttnParams& p, const Sequenc
   auto softmax = [&](float(&s)[kN / 2], int64_t tile, float(&correction)[2]) {
     const int t = static_cast<int>(tile);
     WgmmaScoreTile<kN> score_tile{s, row, kp_first + t * kN + 2 * quad};
-    apply_score_mods<true>(p, static_cast<int32_t>(kv_len), t >= in_first && t <= in_last, score_tile);
+    apply_score_mods<true>(p, static_cast<int32_t>(k.kv_len), t >= in_first && t <= in_last, score_tile);
     online_softmax<kN>(s, factor, row_max, row_sum, correction);
   };
   // P_t and the corrections for the V warpgroup once it is done with P_{t-1} (P free), then P_t into
@@ -340,13 +358,13 @@ __device__ __forceinline__ void mla_consume_s(const AttnParams& p, const Sequenc
     }
   }
   mbar_arrive(sm.stats);
-  mla_write_half<Cfg>(p, seq, cta, row, o, m, l, 0, true);
+  mla_write_half<Cfg>(p, seq, w, row, o, m, l, 0, true);
 }
 
 // The V warpgroup: for each tile, once P_t is in shared memory, O[:, 256:512] *= the rows' corrections and
 // += P_t v_t[:, 256:512].
 template <class Cfg>
-__device__ __forceinline__ void mla_consume_v(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
+__device__ __forceinline__ void mla_consume_v(const AttnParams& p, const Sequence& seq, const Piece& w,
                                               int64_t n_tiles, const MlaSmem& sm, const QueryRow (&row)[2]) {
   using T = typename Cfg::T;
   constexpr int kN = Cfg::kBlockN, kP = Cfg::kPanelBytes;
@@ -382,7 +400,7 @@ __device__ __forceinline__ void mla_consume_v(const AttnParams& p, const Sequenc
   }
   mbar_wait(sm.stats, 0);
   const float m[2] = {sm.m[r0], sm.m[r0 + 8]}, l[2] = {sm.l[r0], sm.l[r0 + 8]};
-  mla_write_half<Cfg>(p, seq, cta, row, o, m, l, Cfg::kHalf, false);
+  mla_write_half<Cfg>(p, seq, w, row, o, m, l, Cfg::kHalf, false);
 }
 
 template <class Cfg>
@@ -393,20 +411,22 @@ __device__ __forceinline__ void mla_cta(const PrefillArgs& a) {
   const MlaSmem sm = mla_smem<Cfg>(smem_raw + ((1024 - raw % 1024) % 1024));
 
   const CtaRows cta = cta_rows<Cfg>(a);
+  // This CTA's piece of its unit: split blockIdx.y of the static splits (p.num_splits of them; 1: the
+  // whole unit, written to out directly).
+  const Piece w{cta.i, cta.kv_head, cta.m0, static_cast<int>(blockIdx.y), 0, 0, -1, -1};
   // (The prefill kernel's set-up, prefill_cta: to become one helper once a device can time the prefill
   // kernel with it; as a function its sm_90a code changed.)
-  const Sequence seq = load_sequence(p.seq, cta.i, p.errors, threadIdx.x == 0);
+  const Sequence seq = load_sequence(p.seq, w.i, p.errors, threadIdx.x == 0);
   if (!seq.rows_known) return;  // cu_seqlens_q is broken: no row of out is known to be ours
-  if (cta.m0 >= static_cast<int64_t>(seq.q_len) * p.group) return;
-  // Page ids of the whole sequence [leftpad, end): an offending sequence is NaN in every row.
-  bool ok = check_unique_row(p.seq, cta.i, p.errors) && seq.ok;
-  if (ok && p.seq.page_table) ok = check_pages(p.seq, seq, seq.leftpad, seq.end, p.errors);
-  if (!ok) {
-    write_nan_rows<Cfg>(p, cta, seq);
+  if (w.m0 >= static_cast<int64_t>(seq.q_len) * p.group) return;
+  const PieceKeys k = piece_keys<Cfg::kBlockN>(p, w, seq, Cfg::kBlockM);
+  // The page ids of the split's share of [leftpad, end) (all of it without splits): an offending sequence
+  // is NaN in every row, through the combine for a split unit.
+  if (!check_piece<Cfg::kBlockN>(p, w, seq, k)) {
+    cuda::write_nan_rows<typename Cfg::T, Cfg::kBlockM, Cfg::kThreads>(p, w, seq);
     return;
   }
-  const KeyRange keys = key_range(p, seq, cta.m0, Cfg::kBlockM, Cfg::kBlockN);
-  const int64_t n_tiles = keys.tiles;
+  const int64_t n_tiles = k.tile_end - k.tile_begin;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
@@ -425,17 +445,17 @@ __device__ __forceinline__ void mla_cta(const PrefillArgs& a) {
   if (wg == 0) {
     regs_dealloc<Cfg::kRegsProducer>();
     wait_for_prior_grid();  // launched early after the append (PDL): the appended K/V are in place past here
-    mla_produce<Cfg>(p, seq, cta.kv_head, seq.leftpad + keys.first, n_tiles, sm);
+    mla_produce<Cfg>(p, seq, w.kv_head, k.slot0 + k.tile_begin * Cfg::kBlockN, n_tiles, sm);
     return;
   }
   regs_alloc<Cfg::kRegsConsumer>();
   const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
-  const QueryRow row[2] = {query_row(p, seq, cta.i, cta.kv_head, cta.m0 + 16 * warp + lane / 4),
-                           query_row(p, seq, cta.i, cta.kv_head, cta.m0 + 16 * warp + lane / 4 + 8)};
+  const QueryRow row[2] = {query_row(p, seq, w.i, w.kv_head, w.m0 + 16 * warp + lane / 4),
+                           query_row(p, seq, w.i, w.kv_head, w.m0 + 16 * warp + lane / 4 + 8)};
   if (wg == 1) {
-    mla_consume_s<Cfg>(p, seq, cta, keys, n_tiles, sm, row);
+    mla_consume_s<Cfg>(p, seq, w, k, sm, row);
   } else {
-    mla_consume_v<Cfg>(p, seq, cta, n_tiles, sm, row);
+    mla_consume_v<Cfg>(p, seq, w, n_tiles, sm, row);
   }
 }
 
@@ -445,6 +465,7 @@ __device__ __forceinline__ void mla_cta(const PrefillArgs& a) {
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) mla_kernel(const __grid_constant__ PrefillArgs a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  allow_dependent_launch();  // the split combine may be scheduled now; it waits for this grid's end
   mla_cta<Cfg>(a);
 #endif
 }

@@ -21,8 +21,9 @@ bool mla_kernel_loaded() {
   }
 }
 
-// A CTA per (sequence, kv head, 64-row block), the row blocks of a (sequence, kv head) next to each other
-// (they read the same K/V: the second finds it in L2), the last first (causal: the most keys).
+// A CTA per (sequence, kv head, 64-row block) and split (blockIdx.y: params.num_splits, the plan's), the
+// row blocks of a (sequence, kv head) next to each other (they read the same K/V: the second finds it in
+// L2), the last first (causal: the most keys).
 template <typename T>
 kvattn_status launch_mla_kernel(const AttnParams& params, cudaStream_t stream, bool early_launch) {
   if constexpr (!mla_built(dtype_of_storage<T>())) {
@@ -49,8 +50,8 @@ kvattn_status launch_mla_kernel(const AttnParams& params, cudaStream_t stream, b
         st != KVATTN_OK) {
       return st;
     }
-    const LaunchShape shape{dim3(static_cast<unsigned>(ctas)), dim3(Cfg::kThreads), static_cast<size_t>(smem),
-                            stream, early_launch};
+    const dim3 grid(static_cast<unsigned>(ctas), static_cast<unsigned>(params.num_splits));
+    const LaunchShape shape{grid, dim3(Cfg::kThreads), static_cast<size_t>(smem), stream, early_launch};
     return launch_kernel("mla_kernel (sm_90a)", mla_kernel<Cfg>, shape, a);
   }
 }

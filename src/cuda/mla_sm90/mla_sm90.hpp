@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 #include "api/problem.hpp"
@@ -17,20 +19,37 @@
 namespace kvattn::cuda::sm90 {
 
 // The supports predicate (dispatch.cu: arch kArchSm90, (d, dv) = (64, 512)): q = cache = out in fp16 / bf16
-// with qv, d = 64 and dv = 512 exactly, q not varlen (cu_seqlens_q), no explicit num_splits > 1, 16-byte
-// aligned cache rows spanning < 64 GiB each (the prefill kernel's rule), the sm_90a binary loaded, and
-// enough rows and CTAs that a CTA without a key split fills its SM: >= 64 packed rows (max_seqlen_q x
-// hq / hk) a kv head and >= 64 CTAs of 64 rows, as the prefill kernel's rule (KVATTN_FORCE_SM90_MLA=1
-// drops it, for tests). MLA's 16-head shapes (16 rows: a quarter of a CTA) and small batches keep the
-// portable kernel's split-KV schedule. Opt-in for now: KVATTN_SM90_MLA=1 (mla.cu says why).
+// with qv, d = 64 and dv = 512 exactly, q not varlen (cu_seqlens_q), 16-byte aligned cache rows spanning
+// < 64 GiB each (the prefill kernel's rule), the sm_90a binary loaded, and >= 16 packed rows
+// (max_seqlen_q x hq / hk) a kv head: MLA's 16 heads fill a quarter of a CTA's 64 rows, fewer would waste
+// more of its tensor work than the portable kernel's 16-row decode loses (KVATTN_FORCE_SM90_MLA=1 drops
+// the rule, for tests). Small batches take static key splits (plan_mla_sm90). Opt-in for now:
+// KVATTN_SM90_MLA=1 (mla.cu says why).
 bool mla_sm90_supports(const FwdProblem& p);
 
-// One pass (no split, no combine, no workspace), the kernel's own shared memory.
+// The kernel's own shared memory, and static key splits (partials + the split combine) when its CTAs, one
+// an SM, would leave SMs idle: the general kernel's rule (choose_splits: the fewest splits within 90% of
+// the best wave efficiency, >= 4 tiles a split; deterministic mode: whole 4096-key chunks of the capacity,
+// so a sequence's bits do not depend on the batch), on 64-key tiles.
 inline AttentionPlan plan_mla_sm90(const FwdProblem& p, const AttentionKernel& row,
                                    const DeviceShape& device) {
   AttentionPlan plan = prefill_sm90_single_pass(plan_portable(p, row, device));
   plan.smem_bytes = mla_smem_bytes();
   plan.static_smem_bytes = 0;
+  const int64_t rows = static_cast<int64_t>(p.max_seqlen_q) * (p.num_q_heads / std::max(1, p.num_kv_heads));
+  SplitInputs in;
+  in.ctas = (rows + MlaTile::kBlockM - 1) / MlaTile::kBlockM * p.batch * p.num_kv_heads;
+  in.max_keys = p.cu_seqlens_k ? p.num_pages : p.capacity;
+  in.block_n = MlaTile::kBlockN;
+  in.sm_count = std::max(1, device.sm_count - std::max(0, p.sm_margin));
+  in.ctas_per_sm = 1;
+  in.num_splits = p.num_splits;
+  in.deterministic = p.deterministic;
+  plan.splits = choose_splits(in);
+  if (plan.splits > 1) {
+    if (p.deterministic) plan.chunk_keys = split_chunk_keys(in.max_keys, plan.splits, in.block_n);
+    plan_partials(plan, p, static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits, false);
+  }
   return plan;
 }
 
