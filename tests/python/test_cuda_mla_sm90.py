@@ -65,8 +65,13 @@ CASES = {
     # Static key splits: partials (O / l, lse without the sink) and the split combine.
     "splits: the plan's, 2 sequences": mla(num_splits=0, seqlens=(3000, 700), seed=40),
     "splits: 16 heads (a quarter of a CTA's rows)": mla(hq=16, num_splits=0, seqlens=(5000, 1200, 33), seed=41),
-    "splits: explicit 3, lengths of 1-2 tiles a split": mla(num_splits=3, seqlens=(300, 129, 64), seed=42),
-    "splits: more splits than a sequence has tiles": mla(num_splits=16, seqlens=(200, 1100), seed=43),
+    # (the capacity sets the split count: >= 4 tiles a split; extra_slots widens it)
+    "splits: explicit 3, lengths of 1-2 tiles a split": mla(num_splits=3, seqlens=(300, 129, 64), extra_slots=800,
+                                                           seed=42),
+    "splits: more splits than a sequence has tiles": mla(num_splits=16, seqlens=(200, 1100), extra_slots=3000,
+                                                        seed=43),
+    "splits: 40 heads x 3 tokens (a block over tokens), window": mla(hq=40, sq=3, window=(300, 0), num_splits=0,
+                                                                     seqlens=(2000, 500), seed=53),
     "splits + alibi + sinks (the sink in the combine)": mla(num_splits=0, alibi="bh", sinks="fp32",
                                                            seqlens=(2000, 300), seed=44),
     "splits + window + batch idx + leftpad": mla(num_splits=0, window=(500, 0), batch_idx="scattered",
@@ -77,7 +82,7 @@ CASES = {
                                     seed=48),
     "splits, paged 1": mla(num_splits=0, page_size=1, seqlens=(1500, 70), seed=49),
     "splits, packed (cu_seqlens_k)": mla(num_splits=0, layout="packed", seqlens=(1300, 640, 7), seed=50),
-    "splits, deterministic (4096-key chunks)": mla(num_splits=0, deterministic=True, seqlens=(9000, 100),
+    "splits, deterministic (the capacity's chunks)": mla(num_splits=0, deterministic=True, seqlens=(9000, 100),
                                                    seed=51),
 }
 
@@ -144,13 +149,15 @@ def test_mla_sm90_twice_same_bits(num_splits):
 
 @pytest.mark.parametrize("hq", [128, 16])
 def test_mla_sm90_deterministic_is_independent_of_the_batch(hq, monkeypatch):
-    """deterministic=True on the kernel: the splits are 4096-key chunks of the capacity and the kernel is
+    """deterministic=True on the kernel: the splits are whole-tile chunks of the capacity (<= 4096 keys) and the kernel is
     picked by the static shapes but not the batch (opt-in, >= 16 rows), so a sequence has the same bits in
     every batch (test_deterministic's check, with qv); and the kernel ran, with its splits."""
     import numpy as np
     from inputs import DTYPES, randn
     from reference import reference_attention
 
+    if "bf16" not in os.environ.get("KVATTN_TEST_DTYPES", "fp16 bf16").split():
+        pytest.skip("an fp16 developer build (KVATTN_TEST_DTYPES)")
     monkeypatch.delenv("KVATTN_FORCE_SM90_MLA", raising=False)
     monkeypatch.setenv("KVATTN_SM90_MLA", "1")
     lengths = np.array([9000, 300, 4097, 5000], np.int32)
@@ -181,3 +188,28 @@ def test_mla_sm90_deterministic_is_independent_of_the_batch(hq, monkeypatch):
     for rows in ([0], [2, 0], [3, 1, 0], [1, 1, 2]):
         out, lse = run(rows)
         H.assert_rows_bitwise(out, lse, rows, full_out, full_lse, len(lengths))
+
+
+def test_mla_sm90_splits_nan_page_is_contained():
+    """An out-of-range page id in one split's share: the error is recorded, that split's partials are NaN and
+    the combine makes the whole sequence NaN; the other sequence stays right."""
+    import numpy as np
+    from cases import build
+    from reference import reference_attention
+
+    case = mla(num_splits=0, seqlens=(3000, 700), seed=54)
+    q, k_cache, v_cache, kw, ref_kw, _ = build(case)
+    ref = reference_attention(q, k_cache, v_cache, **ref_kw)
+    kw = dict(kw)
+    table = kw["page_table"].copy()
+    table[0, 20] = 1 << 20  # keys 1280-1343 of sequence 0: a middle split's share
+    kw["page_table"] = table
+    dev = {k: H.to_device(v, DEVICE) for k, v in kw.items()}
+    with H.poisoned_outputs():
+        out, _ = H.kvattn.flash_attn_with_kvcache(H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE),
+                                                  H.to_device(v_cache, DEVICE), return_softmax_lse=True, **dev)
+    with pytest.raises(H.kvattn.KvattnError, match="page_table"):
+        H.sync_device_errors(DEVICE)
+    out = H.to_numpy(out)
+    assert np.isnan(out[0]).all()
+    H.assert_close("out", out[1:], ref["out"][1:], H.TOL_OUT["bf16"])

@@ -225,11 +225,12 @@ __device__ __forceinline__ void mla_consume_s(const AttnParams& p, const Sequenc
   using T = typename Cfg::T;
   constexpr int kN = Cfg::kBlockN, kP = Cfg::kPanelBytes;
   const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32, quad = lane % 4;
-  mla_load_q<Cfg>(p, seq, w.i, w.kv_head, w.m0, sm.q);
-  fence_proxy_async();  // Q is read by wgmma (async proxy)
-  named_barrier_sync(Cfg::kSBarrier, 128);
-
   const int64_t n_tiles = k.tile_end - k.tile_begin;
+  if (n_tiles > 0) {  // (a split past a short sequence's tiles has no key: no Q to load)
+    mla_load_q<Cfg>(p, seq, w.i, w.kv_head, w.m0, sm.q);
+    fence_proxy_async();  // Q is read by wgmma (async proxy)
+    named_barrier_sync(Cfg::kSBarrier, 128);
+  }
   // The piece's tile t holds key positions [kp_first + t kN, ... + kN). Tiles [in_first, in_last] lie
   // inside the keys every row sees: they skip the mask (consume's rule).
   const int64_t kp_piece = k.keys.first + k.tile_begin * kN;
