@@ -10,6 +10,7 @@ chunks), whose partials the split combine merges. On a device that is not sm_90,
 same cases run on the portable kernel and still must pass. Some cases check with the profiler which kernels ran.
 """
 
+import dataclasses
 import os
 
 import pytest
@@ -87,11 +88,30 @@ CASES = {
 }
 
 
+def _skip_unbuilt(case):
+    if case.dtype == "fp16" and os.environ.get("KVATTN_TEST_DTYPES", "fp16 bf16").split() == ["bf16"]:
+        pytest.skip("a bf16 developer build (KVATTN_TEST_DTYPES=bf16)")
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_mla_sm90(name):
     case = CASES[name]
-    if case.dtype == "fp16" and os.environ.get("KVATTN_TEST_DTYPES", "fp16 bf16").split() == ["bf16"]:
-        pytest.skip("a bf16 developer build (KVATTN_TEST_DTYPES=bf16)")
+    _skip_unbuilt(case)
+    run_and_compare(case, DEVICE)
+
+
+def rows_case(case):
+    """The case with <= 16 packed rows a kv head (the rows kernel, rows_kernel.cuh): 16 // sq query heads a kv
+    head (16 heads at one token, 8 at two, 5 at three: 15 rows)."""
+    return dataclasses.replace(case, hq=case.hk * max(1, 16 // case.sq), seed=case.seed + 1000)
+
+
+# Every case again on the rows kernel (<= 16 rows: the rows along wgmma's N, S^T and O^T; WRITTEN WITHOUT A
+# GPU, session 29, branch mla6: checked against the oracle on the CPU backend only).
+@pytest.mark.parametrize("name", list(CASES))
+def test_mla_sm90_rows(name):
+    case = rows_case(CASES[name])
+    _skip_unbuilt(case)
     run_and_compare(case, DEVICE)
 
 
@@ -99,16 +119,18 @@ _kernel_names = H.kernel_names
 
 
 def test_mla_sm90_runs_on_hopper():
-    """The kernel, not the fallback, ran."""
+    """The kernels, not the fallback, ran: 128 heads the 64-row kernel, 16 the rows kernel."""
     names = _kernel_names(mla())
     assert any("mla_kernel" in n for n in names), names
+    names = _kernel_names(mla(hq=16))
+    assert any("mla_rows_kernel" in n for n in names) and not any("mla_kernel" in n for n in names), names
 
 
 def test_mla_sm90_shape_rule(monkeypatch):
-    """Without the force switch: the kernel is opt-in (KVATTN_SM90_MLA=1); with it, 128 heads over 64
-    sequences (128 CTAs) take the kernel in one pass, 16 heads (16 rows, a quarter of a CTA) and 2 sequences
-    (4 CTAs) take it with key splits and the combine, 8 heads (8 rows) keep the portable kernel. All right
-    against the oracle."""
+    """Without the force switch: the kernels are opt-in (KVATTN_SM90_MLA=1); with it, 128 heads over 64
+    sequences (128 CTAs) take the 64-row kernel in one pass, 2 sequences (4 CTAs) with key splits and the
+    combine, 16 heads over 8 sequences the rows kernel with splits, 8 heads the rows kernel, and 16 heads
+    the 64-row kernel under KVATTN_SM90_MLA_ROWS=0. All right against the oracle."""
     monkeypatch.delenv("KVATTN_FORCE_SM90_MLA", raising=False)
     many = mla(seqlens=tuple(40 + 37 * i for i in range(64)), num_splits=0, seed=30)
     monkeypatch.delenv("KVATTN_SM90_MLA", raising=False)
@@ -118,26 +140,31 @@ def test_mla_sm90_shape_rule(monkeypatch):
     names = _kernel_names(many)
     assert any("mla_kernel" in n for n in names) and not any("combine" in n for n in names), names
     run_and_compare(many, DEVICE)
-    for case in (mla(hq=16, seqlens=tuple(2000 + i for i in range(8)), num_splits=0, seed=31),
-                 mla(seqlens=(3000, 2500), num_splits=0, seed=32)):
+    sixteen = mla(hq=16, seqlens=tuple(2000 + i for i in range(8)), num_splits=0, seed=31)
+    for case, kernel in ((sixteen, "mla_rows_kernel"), (mla(seqlens=(3000, 2500), num_splits=0, seed=32), "mla_kernel")):
         names = _kernel_names(case)
-        assert any("mla_kernel" in n for n in names) and any("split_combine" in n for n in names), names
+        assert any(kernel in n for n in names) and any("split_combine" in n for n in names), names
         run_and_compare(case, DEVICE)
     few = mla(hq=8, seed=34)
     names = _kernel_names(few)
-    assert not any("mla_kernel" in n for n in names), names
+    assert any("mla_rows_kernel" in n for n in names), names
     run_and_compare(few, DEVICE)
+    monkeypatch.setenv("KVATTN_SM90_MLA_ROWS", "0")
+    names = _kernel_names(sixteen)
+    assert any("mla_kernel" in n for n in names) and not any("mla_rows_kernel" in n for n in names), names
+    run_and_compare(sixteen, DEVICE)
 
 
+@pytest.mark.parametrize("hq", [128, 16])
 @pytest.mark.parametrize("num_splits", [1, 0])
-def test_mla_sm90_twice_same_bits(num_splits):
+def test_mla_sm90_twice_same_bits(num_splits, hq):
     """Two calls give the same bits (one pass, and static splits merged by the combine in split order: the
     kernel's order of additions is fixed either way)."""
     import numpy as np
     import torch
     from cases import build
 
-    case = mla(seqlens=(2000, 500), num_splits=num_splits, seed=33)
+    case = mla(hq=hq, seqlens=(2000, 500), num_splits=num_splits, seed=33)
     q, k_cache, v_cache, kw, _, _ = build(case)
     dev = {k: H.to_device(v, DEVICE) for k, v in kw.items() if k not in ("k", "v")}
     args = (H.to_device(q, DEVICE), H.to_device(k_cache, DEVICE), H.to_device(v_cache, DEVICE))
@@ -190,14 +217,15 @@ def test_mla_sm90_deterministic_is_independent_of_the_batch(hq, monkeypatch):
         H.assert_rows_bitwise(out, lse, rows, full_out, full_lse, len(lengths))
 
 
-def test_mla_sm90_splits_nan_page_is_contained():
+@pytest.mark.parametrize("hq", [128, 16])
+def test_mla_sm90_splits_nan_page_is_contained(hq):
     """An out-of-range page id in one split's share: the error is recorded, that split's partials are NaN and
     the combine makes the whole sequence NaN; the other sequence stays right."""
     import numpy as np
     from cases import build
     from reference import reference_attention
 
-    case = mla(num_splits=0, seqlens=(3000, 700), seed=54)
+    case = mla(hq=hq, num_splits=0, seqlens=(3000, 700), seed=54)
     q, k_cache, v_cache, kw, ref_kw, _ = build(case)
     ref = reference_attention(q, k_cache, v_cache, **ref_kw)
     kw = dict(kw)

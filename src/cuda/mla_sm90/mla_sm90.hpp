@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "api/problem.hpp"
@@ -20,12 +22,20 @@ namespace kvattn::cuda::sm90 {
 
 // The supports predicate (dispatch.cu: arch kArchSm90, (d, dv) = (64, 512)): q = cache = out in fp16 / bf16
 // with qv, d = 64 and dv = 512 exactly, q not varlen (cu_seqlens_q), 16-byte aligned cache rows spanning
-// < 64 GiB each (the prefill kernel's rule), the sm_90a binary loaded, and >= 16 packed rows
-// (max_seqlen_q x hq / hk) a kv head: MLA's 16 heads fill a quarter of a CTA's 64 rows, fewer would waste
-// more of its tensor work than the portable kernel's 16-row decode loses (KVATTN_FORCE_SM90_MLA=1 drops
-// the rule, for tests). Small batches take static key splits (plan_mla_sm90). Opt-in for now:
-// KVATTN_SM90_MLA=1 (mla.cu says why).
+// < 64 GiB each (the prefill kernel's rule) and the sm_90a binaries loaded. Any row count: <= 16 packed
+// rows (max_seqlen_q x hq / hk) a kv head run the rows kernel, more the 64-row kernel; small batches take
+// static key splits (plan_mla_sm90). Opt-in for now: KVATTN_SM90_MLA=1 (KVATTN_FORCE_SM90_MLA=1 too, for
+// tests; mla.cu says why).
 bool mla_sm90_supports(const FwdProblem& p);
+
+// <= 16 packed rows a kv head run the rows kernel (rows_kernel.cuh: rows along wgmma's N), unless
+// KVATTN_SM90_MLA_ROWS=0 (A/B: the 64-row kernel, 48 of its rows padding). The plan and the launcher both
+// ask.
+inline bool mla_rows_selected(int64_t rows) {
+  if (rows > MlaRowsTile::kRows) return false;
+  const char* v = std::getenv("KVATTN_SM90_MLA_ROWS");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
 
 // The kernel's own shared memory, and static key splits (partials + the split combine) when its CTAs, one
 // an SM, would leave SMs idle: the general kernel's rule (choose_splits: the fewest splits within 90% of
@@ -34,11 +44,13 @@ bool mla_sm90_supports(const FwdProblem& p);
 inline AttentionPlan plan_mla_sm90(const FwdProblem& p, const AttentionKernel& row,
                                    const DeviceShape& device) {
   AttentionPlan plan = prefill_sm90_single_pass(plan_portable(p, row, device));
-  plan.smem_bytes = mla_smem_bytes();
-  plan.static_smem_bytes = 0;
   const int64_t rows = static_cast<int64_t>(p.max_seqlen_q) * (p.num_q_heads / std::max(1, p.num_kv_heads));
+  const bool rows_kernel = mla_rows_selected(rows);
+  plan.smem_bytes = rows_kernel ? mla_rows_smem_bytes() : mla_smem_bytes();
+  plan.static_smem_bytes = 0;
+  const int64_t block_m = rows_kernel ? MlaRowsTile::kBlockM : MlaTile::kBlockM;
   SplitInputs in;
-  in.ctas = (rows + MlaTile::kBlockM - 1) / MlaTile::kBlockM * p.batch * p.num_kv_heads;
+  in.ctas = (rows + block_m - 1) / block_m * p.batch * p.num_kv_heads;
   in.max_keys = p.cu_seqlens_k ? p.num_pages : p.capacity;
   in.block_n = MlaTile::kBlockN;
   in.sm_count = std::max(1, device.sm_count - std::max(0, p.sm_margin));
@@ -56,7 +68,7 @@ inline AttentionPlan plan_mla_sm90(const FwdProblem& p, const AttentionKernel& r
 template <typename T>
 kvattn_status launch_mla_kernel(const AttnParams& params, cudaStream_t stream, bool early_launch);
 template <typename T>
-bool mla_kernel_loaded();  // the sm_90a binary of the kernel is the one the device runs
+bool mla_kernel_loaded();  // the sm_90a binaries of the kernels are the ones the device runs
 
 template <DType kDType>
 kvattn_status launch_mla_sm90_row(const AttnParams& params, const AttentionPlan& plan, cudaStream_t stream) {
