@@ -1,9 +1,9 @@
 """The sm_90a MLA decode kernel (src/cuda/mla_sm90: q . k over 64 channels + qv . v over 512, out over v's 512)
 against the float64 oracle.
 
-KVATTN_FORCE_SM90_MLA=1 takes the kernel (opt-in for now: KVATTN_SM90_MLA=1) and drops its shape rule (>= 16
-packed rows a kv head), so these small batches run on it wherever it covers the problem (fp16 / bf16, (d, dv) =
-(64, 512) with qv, q not varlen). Row counts that are not multiples of the CTA's 64 rows, several 64-key stages
+KVATTN_FORCE_SM90_MLA=1 takes the kernels (opt-in for now: KVATTN_SM90_MLA=1): the 64-row kernel, and for
+<= 16 packed rows a kv head the rows kernel (rows along wgmma's N), wherever they cover the problem (fp16 /
+bf16, (d, dv) = (64, 512) with qv, q not varlen). Row counts that are not multiples of the CTA's 64 rows, several 64-key stages
 and lengths that are not multiples of them, every layout and mask, the score mods, sinks, append + rotary ahead
 of it; one pass (num_splits = 1) and static key splits (the plan's, an explicit count, deterministic mode's
 chunks), whose partials the split combine merges. On a device that is not sm_90, or a build without it, the
@@ -177,7 +177,7 @@ def test_mla_sm90_twice_same_bits(num_splits, hq):
 @pytest.mark.parametrize("hq", [128, 16])
 def test_mla_sm90_deterministic_is_independent_of_the_batch(hq, monkeypatch):
     """deterministic=True on the kernel: the splits are whole-tile chunks of the capacity (<= 4096 keys) and the kernel is
-    picked by the static shapes but not the batch (opt-in, >= 16 rows), so a sequence has the same bits in
+    picked by the static shapes but not the batch (opt-in; <= 16 rows the rows kernel), so a sequence has the same bits in
     every batch (test_deterministic's check, with qv); and the kernel ran, with its splits."""
     import numpy as np
     from inputs import DTYPES, randn
@@ -207,7 +207,8 @@ def test_mla_sm90_deterministic_is_independent_of_the_batch(hq, monkeypatch):
         return H.to_numpy(out), H.to_numpy(lse)
 
     names = H.profiled_kernel_names(lambda: run([0, 1, 2, 3]))
-    assert any("mla_kernel" in n for n in names) and any("split_combine" in n for n in names), names
+    kernel = "mla_rows_kernel" if hq <= 16 else "mla_kernel"
+    assert any(kernel in n for n in names) and any("split_combine" in n for n in names), names
     full_out, full_lse = run([0, 1, 2, 3])
     ref = reference_attention(q, k_cache, v_cache, qv=qv, cache_seqlens=lengths, causal=True)
     H.assert_close("out", full_out, ref["out"], H.TOL_OUT["bf16"])
