@@ -8,6 +8,7 @@ splits (the plan's, explicit, deterministic chunks); test_head_dim_512's decode 
 device that is not sm_90, or a build without it, the same cases run on the portable kernel and must pass.
 """
 
+import dataclasses
 import os
 
 import numpy as np
@@ -67,6 +68,9 @@ CASES = {
                                                           seed=43),
     "splits + alibi + sinks": wide(num_splits=0, alibi="bh", sinks="fp32", seqlens=(2000, 300), seed=44),
     "splits, an empty sequence": wide(num_splits=0, seqlens=(0, 3000), seed=46),
+    "splits + window + batch idx + leftpad": wide(num_splits=0, window=(500, 0), batch_idx="scattered",
+                                                 leftpad=(30, 0), seqlens=(2500, 400), seed=45),
+    "splits, packed (cu_seqlens_k)": wide(num_splits=0, layout="packed", seqlens=(1300, 640, 7), seed=47),
     "splits, deterministic (the capacity's chunks)": wide(num_splits=0, deterministic=True,
                                                           seqlens=(9000, 100), seed=51),
 }
@@ -132,3 +136,28 @@ def test_wide_sm90_nan_page_is_contained():
     out, lse = H.to_numpy(out), H.to_numpy(lse)
     assert np.isnan(out[0]).all() and np.isnan(lse[0]).all()
     H.assert_close("out", out[1:], ref["out"][1:], H.TOL_OUT["bf16"])
+    H.assert_close("lse", lse[1:], ref["lse"][1:], H.TOL_LSE["bf16"])
+
+
+@pytest.mark.parametrize("name", ["decode paged 16", "paged 1", "paged 64 hnd", "packed (cu_seqlens_k)",
+                                  "ragged page index (kv_indptr)", "slot pool", "batch idx + leftpad",
+                                  "GQA 5 x 3 tokens (15 rows)", "append + rotary (neox)"])
+def test_wide_sm90_runs_on_hopper(name):
+    """The kernel, not the fallback, took each layout and shape (sm_90 devices only)."""
+    names = H.kernel_names(CASES[name])
+    assert any("wide_kernel" in n for n in names), names
+
+
+# The portable (512, 512) kernel keeps its decode coverage on sm_90: test_head_dim_512's cases with the kernel
+# switched off.
+def _head_dim_512_cases():
+    import test_head_dim_512 as T512
+    return T512.CASES
+
+
+@pytest.mark.parametrize("name", [name for name, _ in _head_dim_512_cases()])
+def test_head_dim_512_on_the_portable_kernel(monkeypatch, name):
+    monkeypatch.setenv("KVATTN_SM90_WIDE", "0")
+    case = dict(_head_dim_512_cases())[name]
+    for dtype in ("bf16",) + (("fp16",) if "fp16" in os.environ.get("KVATTN_TEST_DTYPES", "fp16 bf16") else ()):
+        run_and_compare(dataclasses.replace(case, dtype=dtype, d=512, dv=512), DEVICE)

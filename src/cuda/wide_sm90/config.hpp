@@ -9,8 +9,9 @@
 namespace kvattn::cuda::sm90 {
 
 // One CTA: the <= 16 packed rows of one (sequence, kv head, split) along wgmma's N (rows_sm90/consumer.cuh),
-// 64-key tiles whose K and V (64 KiB each) take slots of their own in a ring of three, so that two of them
-// are loading while the consumer reads the third (two stages of K and V would need 256 KiB).
+// 64-key tiles whose K and V (64 KiB each) take slots of their own in a ring of three, so that one or two
+// of them load while the consumer reads the others: the producer runs up to about a tile and a half ahead
+// (two stages of K and V would need 256 KiB).
 struct WideTile {
   static constexpr int kDim = 512;  // d = dv
   static constexpr int kRows = 16;

@@ -1,11 +1,11 @@
 // The Hopper (sm_90a) decode kernel for head dim 512 (d = dv = 512, Gemma's global layers) and <= 16 packed
 // rows a kv head (GQA group x query tokens). The portable (512, 512) kernel reads ~3.3 TB/s with ~64 KB in
 // flight an SM; here a producer warpgroup streams each 64-key tile's K and V rows (1 KiB each) by cp.async
-// into slots of their own, a ring of three 64-KiB slots (K_t in slot 2t % 3, V_t in (2t + 1) % 3: while the
-// consumer reads one, two are loading), and the consumer warpgroup (rows_sm90/consumer.cuh) computes S^T =
-// K Q^T and O^T += V^T P^T with the rows along wgmma's N (m64n16k16): the tensor work is small (64 FLOP a
-// byte at 16 rows), the stream is the bound. Static key splits, the split combine and the epilogue's rule
-// are the MLA kernels' (attention/prologue.cuh, schedule.cuh).
+// into slots of their own, a ring of three 64-KiB slots (K_t in slot 2t % 3, V_t in (2t + 1) % 3: the
+// producer up to a tile and a half ahead of the consumer), and the consumer warpgroup
+// (rows_sm90/consumer.cuh) computes S^T = K Q^T and O^T += V^T P^T with the rows along wgmma's N (m64n16k16):
+// the tensor work is small (64 FLOP a byte at 16 rows), the stream is the bound. Static key splits, the split
+// combine and the epilogue's rule are the MLA kernels' (attention/prologue.cuh, schedule.cuh).
 #pragma once
 
 #include <cstdint>
