@@ -17,6 +17,7 @@
 #include "cuda/kernel_table.hpp"
 #include "cuda/mla_sm90/config.hpp"
 #include "cuda/prefill_sm90/launch.hpp"
+#include "cuda/rows_sm90/host.hpp"
 
 namespace kvattn::cuda::sm90 {
 
@@ -37,10 +38,8 @@ inline bool mla_rows_selected(int64_t rows) {
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
-// The kernel's own shared memory, and static key splits (partials + the split combine) when its CTAs, one
-// an SM, would leave SMs idle: the general kernel's rule (choose_splits: the fewest splits within 90% of
-// the best wave efficiency, >= 4 tiles a split; deterministic mode: whole 4096-key chunks of the capacity,
-// so a sequence's bits do not depend on the batch), on 64-key tiles.
+// The kernel's own shared memory (the rows kernel's for <= 16 rows) and static key splits on 64-key tiles
+// (plan_split_grid).
 inline AttentionPlan plan_mla_sm90(const FwdProblem& p, const AttentionKernel& row,
                                    const DeviceShape& device) {
   AttentionPlan plan = prefill_sm90_single_pass(plan_portable(p, row, device));
@@ -48,20 +47,8 @@ inline AttentionPlan plan_mla_sm90(const FwdProblem& p, const AttentionKernel& r
   const bool rows_kernel = mla_rows_selected(rows);
   plan.smem_bytes = rows_kernel ? mla_rows_smem_bytes() : mla_smem_bytes();
   plan.static_smem_bytes = 0;
-  const int64_t block_m = rows_kernel ? MlaRowsTile::kBlockM : MlaTile::kBlockM;
-  SplitInputs in;
-  in.ctas = (rows + block_m - 1) / block_m * p.batch * p.num_kv_heads;
-  in.max_keys = p.cu_seqlens_k ? p.num_pages : p.capacity;
-  in.block_n = MlaTile::kBlockN;
-  in.sm_count = std::max(1, device.sm_count - std::max(0, p.sm_margin));
-  in.ctas_per_sm = 1;
-  in.num_splits = p.num_splits;
-  in.deterministic = p.deterministic;
-  plan.splits = choose_splits(in);
-  if (plan.splits > 1) {
-    if (p.deterministic) plan.chunk_keys = split_chunk_keys(in.max_keys, plan.splits, in.block_n);
-    plan_partials(plan, p, static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits, false);
-  }
+  plan_split_grid(plan, p, device, rows_kernel ? MlaRowsTile::kBlockM : MlaTile::kBlockM,
+                  rows_kernel ? MlaRowsTile::kBlockN : MlaTile::kBlockN);
   return plan;
 }
 

@@ -102,16 +102,11 @@ __device__ __forceinline__ void mla_rows_cta(const PrefillArgs& a) {
   const uint32_t raw = smem_addr(smem_raw);  // 1024-byte aligned: the swizzle is a function of the address
   const MlaRowsSmem sm = mla_rows_smem<Cfg>(smem_raw + ((1024 - raw % 1024) % 1024));
 
-  const CtaRows cta = cta_rows<Cfg>(a);
-  const Piece w{cta.i, cta.kv_head, cta.m0, static_cast<int>(blockIdx.y), 0, 0, -1, -1};
-  const Sequence seq = load_sequence(p.seq, w.i, p.errors, threadIdx.x == 0);
-  if (!seq.rows_known) return;  // cu_seqlens_q is broken: no row of out is known to be ours
-  if (w.m0 >= static_cast<int64_t>(seq.q_len) * p.group) return;
-  const PieceKeys k = piece_keys<Cfg::kBlockN>(p, w, seq, Cfg::kRows);
-  if (!check_piece<Cfg::kBlockN>(p, w, seq, k)) {  // NaN rows (NaN partials: the combine's NaN)
-    cuda::write_nan_rows<typename Cfg::T, Cfg::kRows, Cfg::kThreads>(p, w, seq);
-    return;
-  }
+  RowsCta c;
+  if (!rows_cta_setup<Cfg>(a, c)) return;
+  const Piece& w = c.w;
+  const Sequence& seq = c.seq;
+  const PieceKeys& k = c.k;
   const int64_t n_tiles = k.tile_end - k.tile_begin;
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {

@@ -57,6 +57,30 @@ struct RowsSmem {
   float* sums;  // the rows' final sums: [warp][row]
 };
 
+// A rows kernel's CTA before its roles (both kernels' set-up): its piece (split blockIdx.y of the static
+// splits), sequence and keys. False when the CTA has nothing to do: its rows are unknown or past the
+// sequence's, or the split's page ids failed their check (NaN rows written: NaN partials for the combine).
+struct RowsCta {
+  Piece w;
+  Sequence seq;
+  PieceKeys k;
+};
+template <class Cfg>
+__device__ __forceinline__ bool rows_cta_setup(const PrefillArgs& a, RowsCta& c) {
+  const AttnParams& p = a.p;
+  const CtaRows cta = cta_rows<Cfg>(a);
+  c.w = Piece{cta.i, cta.kv_head, cta.m0, static_cast<int>(blockIdx.y), 0, 0, -1, -1};
+  c.seq = load_sequence(p.seq, c.w.i, p.errors, threadIdx.x == 0);
+  if (!c.seq.rows_known) return false;  // cu_seqlens_q is broken: no row of out is known to be ours
+  if (c.w.m0 >= static_cast<int64_t>(c.seq.q_len) * p.group) return false;
+  c.k = piece_keys<Cfg::kBlockN>(p, c.w, c.seq, Cfg::kRows);
+  if (!check_piece<Cfg::kBlockN>(p, c.w, c.seq, c.k)) {
+    cuda::write_nan_rows<typename Cfg::T, Cfg::kRows, Cfg::kThreads>(p, c.w, c.seq);
+    return false;
+  }
+  return true;
+}
+
 // The consumer warpgroup: for each tile, S^T over the ring's S operand, its softmax and P^T (into P buffer
 // t % 2), then O^T += v^T P^T issued ahead of the next tile's S^T (the ring's operands released when their
 // wgmma are done); at the end out (or the split's partial) and the lse.

@@ -139,16 +139,11 @@ __device__ __forceinline__ void wide_cta(const PrefillArgs& a) {
   const uint32_t full = smem_addr(sm.sums + 4 * Cfg::kRows), empty = full + 8 * Cfg::kSlots;
   const WideSlotsRing<Cfg> ring{slots, full, empty};
 
-  const CtaRows cta = cta_rows<Cfg>(a);
-  const Piece w{cta.i, cta.kv_head, cta.m0, static_cast<int>(blockIdx.y), 0, 0, -1, -1};
-  const Sequence seq = load_sequence(p.seq, w.i, p.errors, threadIdx.x == 0);
-  if (!seq.rows_known) return;  // cu_seqlens_q is broken: no row of out is known to be ours
-  if (w.m0 >= static_cast<int64_t>(seq.q_len) * p.group) return;
-  const PieceKeys k = piece_keys<Cfg::kBlockN>(p, w, seq, Cfg::kRows);
-  if (!check_piece<Cfg::kBlockN>(p, w, seq, k)) {  // NaN rows (NaN partials: the combine's NaN)
-    cuda::write_nan_rows<typename Cfg::T, Cfg::kRows, Cfg::kThreads>(p, w, seq);
-    return;
-  }
+  RowsCta c;
+  if (!rows_cta_setup<Cfg>(a, c)) return;
+  const Piece& w = c.w;
+  const Sequence& seq = c.seq;
+  const PieceKeys& k = c.k;
   const int64_t n_tiles = k.tile_end - k.tile_begin;
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kSlots; ++s) {

@@ -14,6 +14,7 @@
 #include "cuda/heuristics.hpp"
 #include "cuda/kernel_table.hpp"
 #include "cuda/prefill_sm90/launch.hpp"
+#include "cuda/rows_sm90/host.hpp"
 #include "cuda/wide_sm90/config.hpp"
 
 namespace kvattn::cuda::sm90 {
@@ -25,28 +26,13 @@ namespace kvattn::cuda::sm90 {
 // problem (A/B against the portable kernel).
 bool wide_sm90_supports(const FwdProblem& p);
 
-// The kernel's shared memory, and static key splits (partials + the split combine) where its CTAs, one an
-// SM, would leave SMs idle: the general kernel's rule (choose_splits; deterministic mode: whole-tile chunks
-// of the capacity), on 64-key tiles.
+// The kernel's shared memory and static key splits on 64-key tiles (plan_split_grid).
 inline AttentionPlan plan_wide_sm90(const FwdProblem& p, const AttentionKernel& row,
                                     const DeviceShape& device) {
   AttentionPlan plan = prefill_sm90_single_pass(plan_portable(p, row, device));
   plan.smem_bytes = wide_smem_bytes();
   plan.static_smem_bytes = 0;
-  const int64_t rows = static_cast<int64_t>(p.max_seqlen_q) * (p.num_q_heads / std::max(1, p.num_kv_heads));
-  SplitInputs in;
-  in.ctas = (rows + WideTile::kBlockM - 1) / WideTile::kBlockM * p.batch * p.num_kv_heads;
-  in.max_keys = p.cu_seqlens_k ? p.num_pages : p.capacity;
-  in.block_n = WideTile::kBlockN;
-  in.sm_count = std::max(1, device.sm_count - std::max(0, p.sm_margin));
-  in.ctas_per_sm = 1;
-  in.num_splits = p.num_splits;
-  in.deterministic = p.deterministic;
-  plan.splits = choose_splits(in);
-  if (plan.splits > 1) {
-    if (p.deterministic) plan.chunk_keys = split_chunk_keys(in.max_keys, plan.splits, in.block_n);
-    plan_partials(plan, p, static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits, false);
-  }
+  plan_split_grid(plan, p, device, WideTile::kBlockM, WideTile::kBlockN);
   return plan;
 }
 
