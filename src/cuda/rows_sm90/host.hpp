@@ -21,7 +21,7 @@ inline void plan_split_grid(AttentionPlan& plan, const FwdProblem& p, const Devi
   const int64_t rows = static_cast<int64_t>(p.max_seqlen_q) * (p.num_q_heads / std::max(1, p.num_kv_heads));
   SplitInputs in;
   in.ctas = (rows + block_m - 1) / block_m * p.batch * p.num_kv_heads;
-  in.max_keys = p.cu_seqlens_k ? p.num_pages : p.capacity;
+  in.max_keys = max_sequence_keys(p);  // (api/problem.hpp: the capacity, at most kMaxSequenceKeys)
   in.block_n = block_n;
   in.sm_count = std::max(1, device.sm_count - std::max(0, p.sm_margin));
   in.ctas_per_sm = 1;
