@@ -29,6 +29,7 @@
 #include "cuda/kernel_table.hpp"
 #include "cuda/mla_sm90/mla_sm90.hpp"
 #include "cuda/prefill_sm90/launch.hpp"
+#include "cuda/wide_sm90/wide_sm90.hpp"
 
 namespace kvattn::cuda {
 namespace {
@@ -67,6 +68,12 @@ namespace {
     kArchSm90, DType::dt, DType::dt, DType::dt, 64, 512, sm90::mla_built(DType::dt),          \
         &sm90::mla_sm90_supports, &sm90::plan_mla_sm90, &sm90::launch_mla_sm90_row<DType::dt> \
   }
+// Decode at d = dv = 512 with <= 16 rows a kv head (wide_sm90: rows along wgmma's N, K and V slots).
+#define KVATTN_WIDE_SM90(dt)                                                                     \
+  AttentionKernel {                                                                              \
+    kArchSm90, DType::dt, DType::dt, DType::dt, 512, 512, sm90::wide_built(DType::dt),           \
+        &sm90::wide_sm90_supports, &sm90::plan_wide_sm90, &sm90::launch_wide_sm90_row<DType::dt> \
+  }
 constexpr AttentionKernel kAttentionTable[] = {
     KVATTN_PAIRS(KVATTN_PORTABLE, f16, f16, f16),
     KVATTN_PAIRS(KVATTN_PORTABLE, bf16, bf16, bf16),
@@ -100,7 +107,10 @@ constexpr AttentionKernel kAttentionTable[] = {
     KVATTN_DECODE_SM90(fp8_e4m3, fp8_e4m3, bf16),
     KVATTN_MLA_SM90(f16),
     KVATTN_MLA_SM90(bf16),
+    KVATTN_WIDE_SM90(f16),
+    KVATTN_WIDE_SM90(bf16),
 };
+#undef KVATTN_WIDE_SM90
 #undef KVATTN_MLA_SM90
 #undef KVATTN_DECODE_SM90
 #undef KVATTN_PREFILL_SM90

@@ -10,17 +10,20 @@
 //   S warpgroup (1): S = [q qv] [k v]^T by wgmma over 36 k-steps (Q in shared memory, 9 panels), the score
 //     mods (attention/score_mod.cuh) and the online softmax (prefill_sm90/consumer.cuh), P and the rows'
 //     corrections into shared memory for warpgroup 2, O[:, 0:256] += P v by wgmma with P from registers;
-//     the softmax of tile t runs while the tensor cores do tile t - 1's P v (the prefill kernel's overlap);
+//     tile t's P v issued ahead of S_{t+1}, so that its stage is free early (two stages: mla_consume_s);
 //   V warpgroup (2): O[:, 256:512] rescaled by the rows' corrections, += P v by wgmma with P from shared
 //     memory.
-// No split of the keys (the dispatch takes this kernel where batch x row blocks fill the SMs: prefill's
-// rule); both consumers write their half of out, the S warpgroup the lse, the sink folded in (end_row).
+// Static key splits (blockIdx.y: the split's share of the unit's whole tiles, attention/prologue.cuh) when
+// batch x row blocks would leave SMs idle (plan_mla_sm90); both consumers write their half of out (or of
+// the split's normalized partial), the S warpgroup the lse, the sink folded in (end_row) or, for a split,
+// left to the split combine.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 #include "cuda/attention/epilogue.cuh"
+#include "cuda/attention/prologue.cuh"
 #include "cuda/attention/schedule.cuh"
 #include "cuda/attention/score_mod.cuh"
 #include "cuda/common/dtype.cuh"
@@ -44,11 +47,12 @@ struct MlaConfig : MlaTile {
   static constexpr int kThreads = 384;
   static constexpr int kChunksK = kDimK / 8, kChunks = (kDimK + kDimV) / 8;  // 16-byte chunks of a row
   static constexpr int kHalf = kDimV / 2;                                    // O channels a consumer
-  // Barriers: a stage's full counts the producer's 4 warps, its empty the consumers' 8; P full the S
-  // warpgroup's thread 0 (after its named barrier), P free the V warpgroup's 4 warps. Named barriers (0 is
-  // __syncthreads): the S warpgroup's own (Q, P), both consumers' at the end (the rows' final (m, l)).
-  static constexpr int kFullArrivals = 4, kEmptyArrivals = 8, kPFreeArrivals = 4;
-  static constexpr int kSBarrier = 1, kEndBarrier = 2;
+  // Barriers: a stage's full counts the producer's 4 warps, its empty the consumers' 8; P full, P free
+  // and the final (m, l) count threads (each thread's own shared-memory accesses are then ordered by its
+  // own arrival: no warp or named barrier between them). Named barrier 1 (0 is __syncthreads): the S
+  // warpgroup's Q.
+  static constexpr int kFullArrivals = 4, kEmptyArrivals = 8, kWarpgroupArrivals = 128;
+  static constexpr int kSBarrier = 1;
 };
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -61,7 +65,7 @@ struct MlaSmem {
   float* corr;  // a row's correction of the tile in P
   float* m;     // a row's final max (log2 units) and sum, for the V warpgroup's epilogue
   float* l;
-  uint32_t full, empty, p_full, p_free;  // full / empty: stage s's at + 8 s
+  uint32_t full, empty, p_full, p_free, stats;  // full / empty: stage s's at + 8 s
 };
 
 template <class Cfg>
@@ -78,6 +82,7 @@ __device__ __forceinline__ MlaSmem mla_smem(unsigned char* base) {
   s.empty = s.full + 8 * Cfg::kStages;
   s.p_full = s.empty + 8 * Cfg::kStages;
   s.p_free = s.p_full + 8;
+  s.stats = s.p_free + 8;
   return s;
 }
 
@@ -97,17 +102,34 @@ __device__ __forceinline__ void mla_produce(const AttnParams& p, const Sequence&
     const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
     return paged && owns_row && tile < n_tiles && s < seq.end ? page_entry(p.seq, seq, s) : 0;
   };
-  int32_t entry = entry_of(0);
-  for (int64_t tile = 0; tile < n_tiles; ++tile) {
-    const int stage = static_cast<int>(tile % Cfg::kStages);
+  // This thread's row of a tile in each cache (kv_row_units), kNoRow past the tiles or the sequence.
+  auto row_offsets = [&](int64_t tile, int32_t entry, uint32_t& k_off, uint32_t& v_off) {
     const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
-    uint32_t k_off = kNoRow, v_off = kNoRow;  // (kv_row_units)
-    if (owns_row && s < seq.end) {
+    k_off = v_off = kNoRow;
+    if (owns_row && tile < n_tiles && s < seq.end) {
       const KvRowUnits row = kv_row_units(p, slot_address_at(p.seq, seq, s, entry), kv_head);
       k_off = row.k;
       v_off = row.v;
     }
-    entry = entry_of(tile + 1);
+  };
+  int32_t entry = entry_of(0);
+  uint32_t k_off, v_off;
+  row_offsets(0, entry, k_off, v_off);
+  entry = entry_of(1);
+  for (int64_t tile = 0; tile < n_tiles; ++tile) {
+    const int stage = static_cast<int>(tile % Cfg::kStages);
+    // The next tile's rows into L2 now, a tile before their copies: with two stages a copy starts only when
+    // the tile two back is done, too late for its latency (~1-2 us under load) to hide behind one tile.
+    uint32_t k_next, v_next;
+    row_offsets(tile + 1, entry, k_next, v_next);
+    if (k_next != kNoRow) {  // (a row's lines from its start: a row not 128-byte aligned misses its tail)
+      prefetch_l2_line(k_base + static_cast<uint64_t>(k_next) * 16);
+#pragma unroll
+      for (int l = 0; l < Cfg::kDimV * 2 / 128; ++l) {
+        prefetch_l2_line(v_base + static_cast<uint64_t>(v_next) * 16 + 128 * l);
+      }
+    }
+    entry = entry_of(tile + 2);
     mbar_wait(sm.empty + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1) ^ 1u);
     const uint32_t dst = sm.kv + stage * Cfg::kStageBytes;
     // Warp-wide steps: lane l copies chunk (32 j + l) % width of row (32 j + l) / width of the warp's rows
@@ -130,6 +152,8 @@ __device__ __forceinline__ void mla_produce(const AttnParams& p, const Sequence&
                   v_base + static_cast<uint64_t>(ok ? row + c : 0) * 16, ok);
     }
     warp_arrive_after_copies(sm.full + 8 * stage);  // full once every producer thread's copies have landed
+    k_off = k_next;
+    v_off = v_next;
   }
   cp_async_wait_all();  // nothing in flight when the producer leaves
 }
@@ -144,9 +168,11 @@ __device__ __forceinline__ void mla_load_q(const AttnParams& p, const Sequence& 
 }
 
 // A consumer's half of out (channels [col0, col0 + 256)) for this thread's two rows, and (write_lse) the
-// lse: O / l with the sink folded in (end_row). m: the rows' final max (log2 units), l: their whole sums.
+// lse: O / l with the sink folded in (end_row); a piece of a split unit writes its normalized partial
+// instead (fp32, lse without the sink: the combine counts it once). m: the rows' final max (log2 units),
+// l: their whole sums over the piece's keys.
 template <class Cfg>
-__device__ __forceinline__ void mla_write_half(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
+__device__ __forceinline__ void mla_write_half(const AttnParams& p, const Sequence& seq, const Piece& w,
                                                const QueryRow (&row)[2], const float (&o)[Cfg::kHalf / 2],
                                                const float (&m)[2], const float (&l)[2], int col0,
                                                bool write_lse) {
@@ -155,12 +181,24 @@ __device__ __forceinline__ void mla_write_half(const AttnParams& p, const Sequen
   const int64_t rows = static_cast<int64_t>(seq.q_len) * p.group;
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
-    const int64_t r = cta.m0 + 16 * warp + lane / 4 + 8 * k;
+    const int64_t r = w.m0 + 16 * warp + lane / 4 + 8 * k;
     if (r >= rows) continue;
     const int64_t t = split_row(r, p.group).t;
     const int h = row[k].head;
-    const RowEnd end = end_row(RowState{m[k], l[k]}, row[k].attends, true, p.sinks, h, 1.f);
-    T* out = out_row<T>(p, seq, cta.i, t, h) + col0;
+    const int64_t prow = piece_partial_row(p, w, seq, r);
+    const RowEnd end = end_row(RowState{m[k], l[k]}, row[k].attends, prow < 0, p.sinks, h, 1.f);
+    if (prow >= 0) {
+      float* part = p.o_partial + prow * p.head_dim_v + col0;  // (8-byte aligned: c is even)
+#pragma unroll
+      for (int j = 0; j < Cfg::kHalf / 8; ++j) {
+        const int c = 8 * j + 2 * quad;
+        *reinterpret_cast<float2*>(part + c) =
+            make_float2(o[4 * j + 2 * k] * end.o_scale, o[4 * j + 2 * k + 1] * end.o_scale);
+      }
+      if (write_lse && quad == 0) p.lse_partial[prow] = end.lse;
+      continue;
+    }
+    T* out = out_row<T>(p, seq, w.i, t, h) + col0;
     const bool pairs = reinterpret_cast<uintptr_t>(out) % 4 == 0;  // (out's strides are any element counts)
 #pragma unroll
     for (int j = 0; j < Cfg::kHalf / 8; ++j) {
@@ -173,31 +211,33 @@ __device__ __forceinline__ void mla_write_half(const AttnParams& p, const Sequen
         out[c + 1] = from_float<T>(x1);
       }
     }
-    if (write_lse && p.lse && quad == 0) *lse_at(p, seq, cta.i, t, h) = end.lse;
+    if (write_lse && p.lse && quad == 0) *lse_at(p, seq, w.i, t, h) = end.lse;
   }
 }
 
-// The S warpgroup: S_t = [q qv] [k v]_t^T issued with O[:, 0:256] += P_{t-1} v_{t-1} (P from registers),
-// the softmax of S_t while that P v runs, then P_t and the corrections to shared memory for the V
-// warpgroup once it has read P_{t-1} (P free), and O's rescale.
+// The S warpgroup: S_t = [q qv] [k v]_t^T, its softmax, P_t and the corrections to shared memory for the V
+// warpgroup once it has read P_{t-1} (P free), then O[:, 0:256] += P_t v_t (P from registers) issued ahead
+// of S_{t+1}, and O's rescale by tile t + 1's corrections once that P v is done.
 template <class Cfg>
-__device__ __forceinline__ void mla_consume_s(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
-                                              const KeyRange& keys, int64_t n_tiles, const MlaSmem& sm,
+__device__ __forceinline__ void mla_consume_s(const AttnParams& p, const Sequence& seq, const Piece& w,
+                                              const PieceKeys& k, const MlaSmem& sm,
                                               const QueryRow (&row)[2]) {
   using T = typename Cfg::T;
   constexpr int kN = Cfg::kBlockN, kP = Cfg::kPanelBytes;
   const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32, quad = lane % 4;
-  mla_load_q<Cfg>(p, seq, cta.i, cta.kv_head, cta.m0, sm.q);
-  fence_proxy_async();  // Q is read by wgmma (async proxy)
-  named_barrier_sync(Cfg::kSBarrier, 128);
-
-  const int64_t kv_len = seq.end - seq.leftpad;
-  // Tiles [in_first, in_last] lie inside the keys every row sees: they skip the mask (consume's rule).
-  const KeyRange mine = key_range(p, seq, cta.m0, 64, kN);
-  const int64_t to_first = mine.all_first - keys.first, to_last = mine.all_last - keys.first - kN + 1;
+  const int64_t n_tiles = k.tile_end - k.tile_begin;
+  if (n_tiles > 0) {  // (a split past a short sequence's tiles has no key: no Q to load)
+    mla_load_q<Cfg>(p, seq, w.i, w.kv_head, w.m0, sm.q);
+    fence_proxy_async();  // Q is read by wgmma (async proxy)
+    named_barrier_sync(Cfg::kSBarrier, 128);
+  }
+  // The piece's tile t holds key positions [kp_first + t kN, ... + kN). Tiles [in_first, in_last] lie
+  // inside the keys every row sees: they skip the mask (consume's rule).
+  const int64_t kp_piece = k.keys.first + k.tile_begin * kN;
+  const int64_t to_first = k.keys.all_first - kp_piece, to_last = k.keys.all_last - kp_piece - kN + 1;
   const int in_first = static_cast<int>(to_first <= 0 ? 0 : (to_first + kN - 1) / kN);
   const int in_last = static_cast<int>(to_last < 0 ? -1 : to_last / kN);
-  const int32_t kp_first = static_cast<int32_t>(keys.first);
+  const int32_t kp_first = static_cast<int32_t>(kp_piece);
 
   float o[Cfg::kHalf / 2];
 #pragma unroll
@@ -234,7 +274,7 @@ __device__ __forceinline__ void mla_consume_s(const AttnParams& p, const Sequenc
   auto softmax = [&](float(&s)[kN / 2], int64_t tile, float(&correction)[2]) {
     const int t = static_cast<int>(tile);
     WgmmaScoreTile<kN> score_tile{s, row, kp_first + t * kN + 2 * quad};
-    apply_score_mods<true>(p, static_cast<int32_t>(kv_len), t >= in_first && t <= in_last, score_tile);
+    apply_score_mods<true>(p, static_cast<int32_t>(k.kv_len), t >= in_first && t <= in_last, score_tile);
     online_softmax<kN>(s, factor, row_max, row_sum, correction);
   };
   // P_t and the corrections for the V warpgroup once it is done with P_{t-1} (P free), then P_t into
@@ -254,53 +294,57 @@ __device__ __forceinline__ void mla_consume_s(const AttnParams& p, const Sequenc
       }
     }
     fence_proxy_async();  // P is read by wgmma
-    named_barrier_sync(Cfg::kSBarrier, 128);
-    if (ctid == 0) mbar_arrive(sm.p_full);
+    mbar_arrive(sm.p_full);
     pack_p<Cfg>(s, pa);
   };
-  int prev_stage = 0;
+  // Tile t's P v is issued as soon as P_t is known, ahead of S_{t+1}, and the stage is released when it is
+  // done: with two 72-KiB stages the copy of tile t + 2 can only start then, and it must land before
+  // S_{t+2} (S_{t+1}, its softmax and the hand-over later). Issuing P_t v with S_{t+1} instead held the
+  // stage until after S_{t+1}'s softmax, exposing most of the copy's latency every tile (session 28).
   if (n_tiles > 0) {
     float s[kN / 2];
-    prev_stage = wait_full(0);
+    const int stage0 = wait_full(0);
     wgmma_fence();
-    issue_s(s, prev_stage);
+    issue_s(s, stage0);
     wgmma_wait<0>();
     fence_registers(s);
     float correction[2];
     softmax(s, 0, correction);  // O is still zero: nothing to rescale
     hand_over(s, 0, correction);
   }
-  for (int64_t tile = 1; tile < n_tiles; ++tile) {
-    float s[kN / 2];
-    const int stage = wait_full(tile);
+  for (int64_t tile = 0; tile + 1 < n_tiles; ++tile) {
+    const int stage = static_cast<int>(static_cast<uint32_t>(tile) % Cfg::kStages);
     fence_fragments(pa);
     fence_registers(o);
     wgmma_fence();
-    issue_s(s, stage);
-    issue_pv(prev_stage);
-    wgmma_wait<1>();  // S_t is done (P_{t-1} v may still run)
-    fence_registers(s);
-    float correction[2];
-    softmax(s, tile, correction);
-    wgmma_wait<0>();  // P_{t-1} v_{t-1} is done: its registers and (for this warpgroup) its stage are free
+    issue_pv(stage);
+    float s[kN / 2];
+    const int next = wait_full(tile + 1);
+    wgmma_fence();  // (after the wait's loop: without it ptxas serializes every wgmma, C7520)
+    issue_s(s, next);
+    wgmma_wait<1>();  // P_t v_t is done: this warpgroup's reads of the stage and of P's registers
     fence_registers(o);
     fence_fragments(pa);
-    warp_arrive(sm.empty + 8 * prev_stage);
+    warp_arrive(sm.empty + 8 * stage);
+    wgmma_wait<0>();
+    fence_registers(s);
+    float correction[2];
+    softmax(s, tile + 1, correction);
     if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
 #pragma unroll
       for (int e = 0; e < Cfg::kHalf / 2; ++e) o[e] *= correction[(e % 4) / 2];
     }
-    hand_over(s, tile, correction);
-    prev_stage = stage;
+    hand_over(s, tile + 1, correction);
   }
-  if (n_tiles > 0) {
+  if (n_tiles > 0) {  // the last tile's P v
+    const int stage = static_cast<int>(static_cast<uint32_t>(n_tiles - 1) % Cfg::kStages);
     fence_fragments(pa);
     fence_registers(o);
     wgmma_fence();
-    issue_pv(prev_stage);
+    issue_pv(stage);
     wgmma_wait<0>();
     fence_registers(o);
-    warp_arrive(sm.empty + 8 * prev_stage);
+    warp_arrive(sm.empty + 8 * stage);
   }
   // The rows' final (m, l) for the V warpgroup (l quad-reduced: each thread held a quarter of its rows').
   float m[2], l[2];
@@ -314,14 +358,14 @@ __device__ __forceinline__ void mla_consume_s(const AttnParams& p, const Sequenc
       sm.l[16 * warp + lane / 4 + 8 * k] = l[k];
     }
   }
-  named_barrier_sync(Cfg::kEndBarrier, 256);
-  mla_write_half<Cfg>(p, seq, cta, row, o, m, l, 0, true);
+  mbar_arrive(sm.stats);
+  mla_write_half<Cfg>(p, seq, w, row, o, m, l, 0, true);
 }
 
 // The V warpgroup: for each tile, once P_t is in shared memory, O[:, 256:512] *= the rows' corrections and
 // += P_t v_t[:, 256:512].
 template <class Cfg>
-__device__ __forceinline__ void mla_consume_v(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
+__device__ __forceinline__ void mla_consume_v(const AttnParams& p, const Sequence& seq, const Piece& w,
                                               int64_t n_tiles, const MlaSmem& sm, const QueryRow (&row)[2]) {
   using T = typename Cfg::T;
   constexpr int kN = Cfg::kBlockN, kP = Cfg::kPanelBytes;
@@ -352,12 +396,12 @@ __device__ __forceinline__ void mla_consume_v(const AttnParams& p, const Sequenc
     wgmma_commit();
     wgmma_wait<0>();
     fence_registers(o);
-    warp_arrive(sm.p_free);
+    mbar_arrive(sm.p_free);  // (every thread: its reads of the corrections are done)
     warp_arrive(sm.empty + 8 * stage);
   }
-  named_barrier_sync(Cfg::kEndBarrier, 256);
+  mbar_wait(sm.stats, 0);
   const float m[2] = {sm.m[r0], sm.m[r0 + 8]}, l[2] = {sm.l[r0], sm.l[r0 + 8]};
-  mla_write_half<Cfg>(p, seq, cta, row, o, m, l, Cfg::kHalf, false);
+  mla_write_half<Cfg>(p, seq, w, row, o, m, l, Cfg::kHalf, false);
 }
 
 template <class Cfg>
@@ -368,28 +412,31 @@ __device__ __forceinline__ void mla_cta(const PrefillArgs& a) {
   const MlaSmem sm = mla_smem<Cfg>(smem_raw + ((1024 - raw % 1024) % 1024));
 
   const CtaRows cta = cta_rows<Cfg>(a);
+  // This CTA's piece of its unit: split blockIdx.y of the static splits (p.num_splits of them; 1: the
+  // whole unit, written to out directly).
+  const Piece w{cta.i, cta.kv_head, cta.m0, static_cast<int>(blockIdx.y), 0, 0, -1, -1};
   // (The prefill kernel's set-up, prefill_cta: to become one helper once a device can time the prefill
   // kernel with it; as a function its sm_90a code changed.)
-  const Sequence seq = load_sequence(p.seq, cta.i, p.errors, threadIdx.x == 0);
+  const Sequence seq = load_sequence(p.seq, w.i, p.errors, threadIdx.x == 0);
   if (!seq.rows_known) return;  // cu_seqlens_q is broken: no row of out is known to be ours
-  if (cta.m0 >= static_cast<int64_t>(seq.q_len) * p.group) return;
-  // Page ids of the whole sequence [leftpad, end): an offending sequence is NaN in every row.
-  bool ok = check_unique_row(p.seq, cta.i, p.errors) && seq.ok;
-  if (ok && p.seq.page_table) ok = check_pages(p.seq, seq, seq.leftpad, seq.end, p.errors);
-  if (!ok) {
-    write_nan_rows<Cfg>(p, cta, seq);
+  if (w.m0 >= static_cast<int64_t>(seq.q_len) * p.group) return;
+  const PieceKeys k = piece_keys<Cfg::kBlockN>(p, w, seq, Cfg::kBlockM);
+  // The page ids of the split's share of [leftpad, end) (all of it without splits): an offending sequence
+  // is NaN in every row, through the combine for a split unit.
+  if (!check_piece<Cfg::kBlockN>(p, w, seq, k)) {
+    cuda::write_nan_rows<typename Cfg::T, Cfg::kBlockM, Cfg::kThreads>(p, w, seq);
     return;
   }
-  const KeyRange keys = key_range(p, seq, cta.m0, Cfg::kBlockM, Cfg::kBlockN);
-  const int64_t n_tiles = keys.tiles;
+  const int64_t n_tiles = k.tile_end - k.tile_begin;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
       mbar_init(sm.full + 8 * s, Cfg::kFullArrivals);
       mbar_init(sm.empty + 8 * s, Cfg::kEmptyArrivals);
     }
-    mbar_init(sm.p_full, 1);
-    mbar_init(sm.p_free, Cfg::kPFreeArrivals);
+    mbar_init(sm.p_full, Cfg::kWarpgroupArrivals);
+    mbar_init(sm.p_free, Cfg::kWarpgroupArrivals);
+    mbar_init(sm.stats, Cfg::kWarpgroupArrivals);
   }
   __syncthreads();
 
@@ -399,17 +446,17 @@ __device__ __forceinline__ void mla_cta(const PrefillArgs& a) {
   if (wg == 0) {
     regs_dealloc<Cfg::kRegsProducer>();
     wait_for_prior_grid();  // launched early after the append (PDL): the appended K/V are in place past here
-    mla_produce<Cfg>(p, seq, cta.kv_head, seq.leftpad + keys.first, n_tiles, sm);
+    mla_produce<Cfg>(p, seq, w.kv_head, k.slot0 + k.tile_begin * Cfg::kBlockN, n_tiles, sm);
     return;
   }
   regs_alloc<Cfg::kRegsConsumer>();
   const int lane = threadIdx.x % 32, warp = (threadIdx.x % 128) / 32;
-  const QueryRow row[2] = {query_row(p, seq, cta.i, cta.kv_head, cta.m0 + 16 * warp + lane / 4),
-                           query_row(p, seq, cta.i, cta.kv_head, cta.m0 + 16 * warp + lane / 4 + 8)};
+  const QueryRow row[2] = {query_row(p, seq, w.i, w.kv_head, w.m0 + 16 * warp + lane / 4),
+                           query_row(p, seq, w.i, w.kv_head, w.m0 + 16 * warp + lane / 4 + 8)};
   if (wg == 1) {
-    mla_consume_s<Cfg>(p, seq, cta, keys, n_tiles, sm, row);
+    mla_consume_s<Cfg>(p, seq, w, k, sm, row);
   } else {
-    mla_consume_v<Cfg>(p, seq, cta, n_tiles, sm, row);
+    mla_consume_v<Cfg>(p, seq, w, n_tiles, sm, row);
   }
 }
 
@@ -419,6 +466,7 @@ __device__ __forceinline__ void mla_cta(const PrefillArgs& a) {
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) mla_kernel(const __grid_constant__ PrefillArgs a) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  allow_dependent_launch();  // the split combine may be scheduled now; it waits for this grid's end
   mla_cta<Cfg>(a);
 #endif
 }

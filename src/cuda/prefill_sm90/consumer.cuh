@@ -73,14 +73,14 @@ __device__ __forceinline__ void packed_q_chunk(const AttnParams& p, const Sequen
   }
 }
 
-// The consumer's 64 Q rows into s_q (panels of 64 rows, panel_bytes apart): packed_q_chunk's chunks, q's
-// kQChunks of them first.
-template <typename T, int kQChunks, int kChunks>
+// The consumer's kRows (64) Q rows into s_q (panels of kRows rows, panel_bytes apart): packed_q_chunk's
+// chunks, q's kQChunks of them first.
+template <typename T, int kQChunks, int kChunks, int kRows = 64>
 __device__ __forceinline__ void load_q_rows(const AttnParams& p, const Sequence& seq, int i, int kv_head,
                                             int64_t m0, unsigned char* s_q, int panel_bytes) {
   const int ctid = threadIdx.x % 128;
   const int64_t used_rows = static_cast<int64_t>(seq.q_used) * p.group;
-  for (int idx = ctid; idx < 64 * kChunks; idx += 128) {
+  for (int idx = ctid; idx < kRows * kChunks; idx += 128) {
     const int row = idx / kChunks, c = idx % kChunks;
     alignas(16) T vals[8];
     packed_q_chunk<T, kQChunks, kChunks>(p, seq, i, kv_head, m0 + row, c, used_rows, vals);

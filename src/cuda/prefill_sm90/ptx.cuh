@@ -70,6 +70,13 @@ __device__ __forceinline__ void tma_prefetch_map(uint64_t map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
 }
 
+// An L2 prefetch of the 128-byte line holding a global address: a per-thread instruction, no shared memory,
+// nothing to wait for. (cp.async.bulk.prefetch.L2 takes a warp-uniform address: with a row a lane ptxas
+// loops over the warp's distinct rows.)
+__device__ __forceinline__ void prefetch_l2_line(const void* src) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(src) : "memory");
+}
+
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
