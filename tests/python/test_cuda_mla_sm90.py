@@ -1,7 +1,7 @@
 """The sm_90a MLA decode kernel (src/cuda/mla_sm90: q . k over 64 channels + qv . v over 512, out over v's 512)
 against the float64 oracle.
 
-KVATTN_FORCE_SM90_MLA=1 takes the kernels (opt-in for now: KVATTN_SM90_MLA=1): the 64-row kernel, and for
+KVATTN_FORCE_SM90_MLA=1 takes the kernels (on by default; KVATTN_SM90_MLA=0 declines them): the 64-row kernel, and for
 <= 16 packed rows a kv head the rows kernel (rows along wgmma's N), wherever they cover the problem (fp16 /
 bf16, (d, dv) = (64, 512) with qv, q not varlen). Row counts that are not multiples of the CTA's 64 rows, several 64-key stages
 and lengths that are not multiples of them, every layout and mask, the score mods, sinks, append + rotary ahead
@@ -118,16 +118,16 @@ def test_mla_sm90_runs_on_hopper():
 
 
 def test_mla_sm90_shape_rule(monkeypatch):
-    """Without the force switch: the kernels are opt-in (KVATTN_SM90_MLA=1); with it, 128 heads over 64
+    """Without the force switch: the kernels run by default and KVATTN_SM90_MLA=0 declines them; 128 heads over 64
     sequences (128 CTAs) take the 64-row kernel in one pass, 2 sequences (4 CTAs) with key splits and the
     combine, 16 heads over 8 sequences the rows kernel with splits, 8 heads the rows kernel, and 16 heads
     the 64-row kernel under KVATTN_SM90_MLA_ROWS=0. All right against the oracle."""
     monkeypatch.delenv("KVATTN_FORCE_SM90_MLA", raising=False)
     many = mla(seqlens=tuple(40 + 37 * i for i in range(64)), num_splits=0, seed=30)
-    monkeypatch.delenv("KVATTN_SM90_MLA", raising=False)
+    monkeypatch.setenv("KVATTN_SM90_MLA", "0")
     names = _kernel_names(many)
     assert not any("mla_kernel" in n for n in names), names
-    monkeypatch.setenv("KVATTN_SM90_MLA", "1")
+    monkeypatch.delenv("KVATTN_SM90_MLA", raising=False)  # the default
     names = _kernel_names(many)
     assert any("mla_kernel" in n for n in names) and not any("combine" in n for n in names), names
     run_and_compare(many, DEVICE)
@@ -168,7 +168,7 @@ def test_mla_sm90_twice_same_bits(num_splits, hq):
 @pytest.mark.parametrize("hq", [128, 16])
 def test_mla_sm90_deterministic_is_independent_of_the_batch(hq, monkeypatch):
     """deterministic=True on the kernel: the splits are whole-tile chunks of the capacity (<= 4096 keys) and the kernel is
-    picked by the static shapes but not the batch (opt-in; <= 16 rows the rows kernel), so a sequence has the same bits in
+    picked by the static shapes but not the batch (on by default; <= 16 rows the rows kernel), so a sequence has the same bits in
     every batch (test_deterministic's check, with qv); and the kernel ran, with its splits."""
     import numpy as np
     from inputs import DTYPES, randn

@@ -25,8 +25,8 @@ namespace kvattn::cuda::sm90 {
 // with qv, d = 64 and dv = 512 exactly, q not varlen (cu_seqlens_q), 16-byte aligned cache rows spanning
 // < 64 GiB each (the prefill kernel's rule) and the sm_90a binaries loaded. Any row count: <= 16 packed
 // rows (max_seqlen_q x hq / hk) a kv head run the rows kernel, more the 64-row kernel; small batches take
-// static key splits (plan_mla_sm90). Opt-in for now: KVATTN_SM90_MLA=1 (KVATTN_FORCE_SM90_MLA=1 too, for
-// tests; mla.cu says why).
+// static key splits (plan_mla_sm90). On by default; KVATTN_SM90_MLA=0 declines it (KVATTN_FORCE_SM90_MLA=1,
+// for tests, takes it anyway; mla.cu says why).
 bool mla_sm90_supports(const FwdProblem& p);
 
 // <= 16 packed rows a kv head run the rows kernel (rows_kernel.cuh: rows along wgmma's N), unless
