@@ -20,16 +20,11 @@ LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:
 
 show() {
   cat << 'END'
-Session 40 ran 38 and 39 (the cluster form: checked and landed; its timeline) on an H100 and 40 (branch
-clu2: not landed) on an H200. Calls 40-42 (branches clu2-clu4, the cluster merge's tail) were
-run; none landed (NOTES' session-40 entry). Session 41: 43 (branch push). Next, in order of value: 37 (at main), 33 (sdec's follow-up), 31-32, 12, 5, 7-9 (bench/NOTES.md,
-"Where to go next", sessions 40-31). Tree at main for 5 and 12, at sdec for 33, at w3short for 31, at wide
-for 7-9. .dev/main* are main before d64x / p192t (rebuild: tools/dev_libs.sh).
-43. run(command="bash tools/calls.sh run 43", carry=[".dev/clws128.so.xz", ".dev/push128.so.xz", ".whl"], timeout_s=420)   [tree at push]
-   branch push: the cluster form's merge pushed (st.async of each rank's C-th into its inbox, completing on
-   its mbarrier; no remote loads, no second cluster barrier). Its checks, then W1 short A B A B against
-   clws (main + the cluster plan's workspace fix). Predicted b1 1k -1 to -1.5 us (the ~2 us tail after the
-   cluster barrier to ~0.8), 4k the same in us.
+Session 41 ran 46 (= 43 + 44: the push merge, the d 512 kernel) and 45 (the MLA stack) on an H100: all
+landed (main; NOTES' session-41 entry); 43 / 44 / 46 / 45 and 7-9 (the wide / MLA branches, now main) are
+history. Next, in order of value (bench/NOTES.md, "Where to go next", sessions 41 and 40): the full run
+with the peers on an H200; 37 (at main), 33 (sdec's follow-up), 31-32, 12, 5. Tree at main for 5, 12 and
+37, at sdec for 33, at w3short for 31. .dev/main* are main before d64x / p192t (rebuild: tools/dev_libs.sh).
 37. run(command="bash tools/calls.sh run 37", carry=[".dev/clu128.so.xz", ".whl"], timeout_s=400)   [tree at cluster]
    the diagnosis of the cluster form's long streams: resident clusters of 16 / 8 (the dispatch print), every
    test's failures by name, C = 0 / 8 / 16 with the capacity bound lifted on b1 1k / 4k / 32k / 128k.
@@ -69,12 +64,6 @@ for 7-9. .dev/main* are main before d64x / p192t (rebuild: tools/dev_libs.sh).
 5. run(command="bash tools/calls.sh run 5", carry=[".dev/main128.so.xz", ".whl"], timeout_s=590)
    W3's fp8kv cases and their bf16 twins: the landed fp8 path against the portable kernel
    (KVATTN_FORCE_PORTABLE=1 for A), same library.
-7. run(command="bash tools/calls.sh run 7", carry=[".dev/wide512.so.xz", ".whl"], timeout_s=500)   [tree at wide]
-   the d 512 decode kernel against the portable kernel on W1's d512 cases, with its checks.
-8. run(command="bash tools/calls.sh run 8", carry=[".dev/mla4.so.xz", ".dev/wide64.so.xz", ".whl"], timeout_s=580)   [tree at wide]
-   the MLA stack (splits, rows kernel) against mla4 on W5 128 heads, then 16 heads rows kernel vs ROWS=0.
-9. run(command="bash tools/calls.sh run 9", carry=[".dev/mla.so.xz", ".dev/mla4.so.xz", ".whl"], timeout_s=400)   [tree at wide]
-   mla4 against main's MLA kernel on W5 128 heads.
 12. run(command="bash tools/calls.sh run 12", carry=[".dev/main128.so.xz", ".dev/e4m3dead128.so.xz", ".whl"], timeout_s=400)
    branch e4m3dead (the e4m3 kernel without its unreachable paths; rebased onto main with pvmid in session
    35): the fp8 tests at d 128, racecheck and memcheck on e4m3 cases, then bench/fp8_prefill.py on main
@@ -105,6 +94,56 @@ case "${1:-show}" in
           KVATTN_AB_ENV_B="KVATTN_FORCE_PORTABLE=0" KVATTN_AB_SUITES=W3 KVATTN_AB_ROUNDS=2 \
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
+        ;;
+      46)  # calls 43 and 44 in one (device starts are scarce): push's checks and A / B, then wide2's d 512 checks and
+           # one round of its A / B while the call's time lasts
+        T0=$(date +%s)
+        OUT=$OUT/push KVATTN_AB_A=.dev/clws128.so.xz KVATTN_AB_B=.dev/push128.so.xz \
+          KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=2 \
+          KVATTN_AB_TESTS="tests/python/test_cuda_decode_sm90.py tests/python/test_cuda_kernels.py" \
+          KVATTN_AB_K="cluster or dispatch or device_error or balanced or graph" \
+          KVATTN_AB_SMOKE_K="cluster_one_sequence or cluster_asks" KVATTN_AB_SMOKE_TIMEOUT=60 KVATTN_AB_TEST_TIMEOUT=150 \
+          KVATTN_AB_SAN_TIMEOUT=60 KVATTN_AB_RACE_K="cluster_one_sequence" \
+          KVATTN_AB_MEM_K="cluster_bad_page or cluster_fp8_cache" \
+          KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="short" bash tools/prefill_ab.sh
+        echo "push failures:"; grep -E "^(FAILED|ERROR)" "$OUT/push/tests.log" | cut -c1-300 | head -20
+        echo "[call 46: $(($(date +%s) - T0)) s after part 1]"
+        export KVATTN_SM90_WIDE=0
+        OUT=$OUT/wide KVATTN_AB_A=.dev/wide2_512.so.xz KVATTN_AB_B=.dev/wide2_512.so.xz KVATTN_AB_ENV_B="KVATTN_SM90_WIDE=1" \
+          KVATTN_AB_DIMS=512 KVATTN_AB_ROUNDS=1 \
+          KVATTN_AB_TESTS="tests/python/test_cuda_wide_sm90.py tests/python/test_head_dim_512.py" \
+          KVATTN_AB_SMOKE_K="test_wide_sm90 and splits" KVATTN_AB_SMOKE_TIMEOUT=60 KVATTN_AB_TEST_TIMEOUT=150 \
+          KVATTN_AB_SAN_TIMEOUT=60 KVATTN_AB_RACE_K="test_wide_sm90 and plan" \
+          KVATTN_AB_MEM_K="nan_page" KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="d512" bash tools/prefill_ab.sh
+        echo "wide failures:"; grep -E "^(FAILED|ERROR)" "$OUT/wide/tests.log" | cut -c1-300 | head -20
+        ;;
+      44)  # branch wide2 (session 41: wide rebased on main): the d 512 decode kernel's checks, then W1's d512
+           # cases, the portable (512, 512) kernel (A) vs the sm_90a wide kernel (B), one library
+        export KVATTN_SM90_WIDE=0
+        KVATTN_AB_A=.dev/wide2_512.so.xz KVATTN_AB_B=.dev/wide2_512.so.xz KVATTN_AB_ENV_B="KVATTN_SM90_WIDE=1" \
+          KVATTN_AB_DIMS=512 KVATTN_AB_ROUNDS=2 \
+          KVATTN_AB_TESTS="tests/python/test_cuda_wide_sm90.py tests/python/test_head_dim_512.py" \
+          KVATTN_AB_SMOKE_K="test_wide_sm90 and splits" KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=200 \
+          KVATTN_AB_SAN_TIMEOUT=90 KVATTN_AB_RACE_K="test_wide_sm90 and plan" \
+          KVATTN_AB_MEM_K="nan_page" KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="d512" bash tools/prefill_ab.sh
+        echo "failures:"
+        grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | cut -c1-300 | head -20
+        ;;
+      45)  # branch wide2: the sm_90a MLA stack (mla4 P v ahead, mla5 key splits, mla6 the <= 16-row kernel): its
+           # checks with the kernel on, then W5: the portable kernel (A, the default today) vs the MLA kernel
+           # (B), one library; then 16 heads: the rows kernel (A) vs the 64-row kernel (B)
+        export KVATTN_SM90_MLA=0
+        KVATTN_AB_A=.dev/wide2_64.so.xz KVATTN_AB_B=.dev/wide2_64.so.xz KVATTN_AB_ENV_B="KVATTN_SM90_MLA=1" \
+          KVATTN_AB_DIMS=64 KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_mla_sm90.py \
+          KVATTN_AB_SMOKE_K="splits and plan" KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=200 \
+          KVATTN_AB_SAN_TIMEOUT=90 KVATTN_AB_RACE_K="test_mla_sm90_rows and plan" \
+          KVATTN_AB_MEM_K="nan_page" KVATTN_AB_SUITES=W5 KVATTN_AB_FILTER="W5" bash tools/prefill_ab.sh
+        echo "failures:"
+        grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | cut -c1-300 | head -20
+        export KVATTN_SM90_MLA=1
+        OUT=$OUT/rows KVATTN_AB_CHECK=0 KVATTN_AB_A=.dev/wide2_64.so.xz KVATTN_AB_B=.dev/wide2_64.so.xz \
+          KVATTN_AB_ENV_B="KVATTN_SM90_MLA_ROWS=0" KVATTN_AB_ROUNDS=1 KVATTN_AB_SUITES=W5 \
+          KVATTN_AB_FILTER="W5 MLA 16/1" bash tools/prefill_ab.sh
         ;;
       7)
         export KVATTN_SM90_WIDE=0  # A: the portable (512, 512) kernel
