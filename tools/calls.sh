@@ -95,6 +95,17 @@ case "${1:-show}" in
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
         ;;
+      47)  # session 41, main after the merges: the MLA default (the dispatch rule's test and the kernels' cases on a d 64
+           # build of main), then the push build's timeline at b1 1k / 4k (what the merge's push left)
+        source tools/device_env.sh
+        M=$(device_lib .dev/main64_41.so.xz m)
+        KVATTN_TEST_HEAD_DIMS=64 KVATTN_LIBRARY=$M timeout 150 python3 -m pytest -q -p no:cacheprovider \
+          tests/python/test_cuda_mla_sm90.py -k "rule or hopper or twice or deterministic or splits" > "$OUT/mla.log" 2>&1
+        echo "mla tests rc=$? $(tail -1 "$OUT/mla.log")"; grep -E "^(FAILED|ERROR)" "$OUT/mla.log" | head
+        T=$(device_lib .dev/pushtl128.so.xz t)
+        KVATTN_LIBRARY=$T timeout 120 python3 -m bench.decode_timeline --filter "W1 b1 1k,W1 b1 4k" > "$OUT/tl.txt" 2>&1
+        echo "timeline rc=$?"; grep -v Warning "$OUT/tl.txt" | head -70
+        ;;
       46)  # calls 43 and 44 in one (device starts are scarce): push's checks and A / B, then wide2's d 512 checks and
            # one round of its A / B while the call's time lasts
         T0=$(date +%s)
