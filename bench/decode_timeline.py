@@ -21,8 +21,9 @@ can be told from one that streams slowly. The library says how many pieces a CTA
 
 The decode kernel's cluster form (cluster.cuh; the W1 b1 1k / 4k cases take it by default: few units, a
 short cache) stamps the same slots, a CTA one piece: "scan done" is its sequence and keys known, "prod
-addresses" / "first issue" its warp 0's first page entries and copies, "p0 cluster barrier" the first
-cluster barrier passed (every CTA's state written), "p0 written" its slice of out written. Compare with
+addresses" / "first issue" its warp 0's first page entries and copies, "p0 inbox full" every other rank's
+part of the merge landed in its shared memory (session 41's push merge; before it, "the first cluster
+barrier passed"), "p0 written" its slice of out written. Compare with
 KVATTN_DECODE_CLUSTER=0 (the persistent kernel).
 """
 import argparse
@@ -39,7 +40,7 @@ MAX_CTAS = 1024
 ENTRY_NS, ENTRY, STARTED, PDL, FIRST_ISSUE, FIRST_FULL, EXIT, EXIT_NS, PIECES = range(9)
 PROD_PIECE, PROD_SEQ, PROD_ADDR, PIECE0 = range(9, 13)  # the first stage's producer lane: walk, keys, entries
 PIECE_PHASES = ["begin", "q loaded", "first full", "last issued", "last consumed", "written", "keys known",
-                "checked", "q rows landed", "cluster barrier"]
+                "checked", "q rows landed", "inbox full"]
 BEGIN, QLOADED, PFULL, LISSUED, LCONSUMED, WRITTEN, KEYS, CHECKED, QROWS, CLUSTER = range(10)
 
 

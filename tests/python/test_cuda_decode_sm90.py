@@ -450,13 +450,17 @@ def test_cluster_one_sequence_many_heads(clusters, monkeypatch):
 
 
 @pytest.mark.usefixtures("_cluster_on")
+@pytest.mark.parametrize("clusters,kv_fp8", [(None, False), ("8", False), ("8", True)])  # C = 16; C = 8
 @pytest.mark.parametrize("column", [3, 100, 187, 240])  # CTA 0's first keys, mid-unit, the last CTA's, past them
-def test_cluster_bad_page_is_nan_and_reported(column):
-    """A page id out of range in one CTA's share writes NaN for the whole unit (every CTA of its cluster) and
+def test_cluster_bad_page_is_nan_and_reported(column, clusters, kv_fp8, monkeypatch):
+    """A page id out of range in one CTA's share writes NaN for the whole unit (every CTA of its cluster: the
+    error flag each rank pushes into the others' inboxes, at C = 16 and C = 8, bf16 and fp8 layouts) and
     names the entry; the other sequence is the oracle's. Column 240 lies past sequence 0's keys (3000 slots
     = 188 pages): the last CTA's check of the pages after the visible keys."""
-    case = Case(dtype="bf16", d=128, hq=8, hk=2, seqlens=(3000, 500), sq=1, layout="paged", page_size=16,
-                extra_slots=1000, num_splits=0, seed=column)
+    if clusters is not None:
+        monkeypatch.setenv("KVATTN_DECODE_CLUSTER", clusters)
+    case = Case(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=8, hk=2, seqlens=(3000, 500), sq=1, layout="paged",
+                page_size=16, extra_slots=1000, num_splits=0, seed=column)
     q, k_cache, v_cache, kw, _, _ = build(case)
     kw = dict(kw)
     table = kw["page_table"].copy()

@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, group = lane / 4, quad = lane % 4;
   const int rank = blockIdx.x, ctas = gridDim.x, kv_head = blockIdx.y, i = blockIdx.z;
   KVATTN_TL(tl_enter());
-  if (tid == 0) {  // one phase: the C ranks' bytes (no thread arrives on it but this one, now)
+  if (tid == 0) {  // one phase: the other C - 1 ranks' bytes (no thread arrives on it but this one, now)
     mbar_init(inbox_full, 1);
     mbar_arrive_expect_tx(inbox_full, Shape::inbox_tx_bytes(ctas));
     mbar_init_fence();

@@ -90,7 +90,9 @@ struct DecodeClusterShape {
   // The push merge's inbox (floats), after the rings: the other C - 1 ranks' parts for this CTA, rank r in
   // slot r - (r > this rank) (this CTA's own part stays in registers): each slot's 16 rows of this CTA's
   // C-th of the channels ((C - 1) / C x 8 KB), the slots' rows' (m, l), their error flags; then its
-  // mbarrier. Before the cluster's first barrier it holds Q and the warps' max |q| (read by then).
+  // mbarrier. Before the cluster barrier it holds Q and the warps' max |q| (every rank has read its Q by
+  // the time the barrier completes). C is 8 or 16 (the plan's two sizes: C divides d, and the merge's
+  // registers are sized for C >= 8).
   static constexpr int kInboxMl = S::kGroupRows * S::kHeadDim / kMaxCtas * (kMaxCtas - 1);
   static constexpr int kInboxFlags = kInboxMl + (kMaxCtas - 1) * S::kGroupRows * 2;
   static constexpr size_t kInboxBytes = (size_t(kInboxFlags + kMaxCtas - 1) * 4 + 15) / 16 * 16;
@@ -105,13 +107,21 @@ struct DecodeClusterShape {
            + kInboxRegion                                 // the inbox (Q and max |q| before)
            + 8;                                           // its mbarrier
   }
-  static_assert((kWarps + 1) * DecodeSm90Shape::kStateFloats * 4 <=
+  static_assert(kWarps * DecodeSm90Shape::kStateFloats * 4 <=
                     kWarps * kDepth * DecodeSm90Shape::stage_bytes(false),
-                "the warps' and the CTA's merge states fit the rings they alias");
-  static_assert(S::kHeadDim / kMaxCtas % 4 == 0, "a rank's C-th of the channels is whole 16-byte stores");
+                "the warps' merge states fit the rings they alias");
+  // A rank's C-th of the channels: whole 16-byte stores from the senders, 8 threads a row on the receiver.
+  static_assert(S::kHeadDim / kMaxCtas % 8 == 0, "a rank's C-th of a row splits over its 8 threads");
   static_assert(S::kGroupRows * S::kHeadDim / kMinCtas * (kMinCtas - 1) <= kInboxMl,
                 "the slots of C = 8 fit the O part laid out for C = 16");
 };
+
+// The bytes the wait counts are the bytes the layout holds (a mismatch would hang the wait, not fail).
+static_assert(DecodeClusterShape::inbox_tx_bytes(DecodeClusterShape::kMaxCtas) ==
+                      4 * (DecodeClusterShape::kInboxFlags + DecodeClusterShape::kMaxCtas - 1) &&
+                  DecodeClusterShape::inbox_tx_bytes(DecodeClusterShape::kMinCtas) <=
+                      DecodeClusterShape::kInboxBytes,
+              "the inbox's expected bytes match its layout");
 
 // The kernel's rows of the dispatch table (dispatch.cu: arch kArchSm90, d = dv = 128, every dtype pair).
 //

@@ -1,6 +1,7 @@
 // The sm_90 synchronization and copy instructions of the Hopper decode kernel, as inline PTX: mbarriers
-// (arrive, expect-tx, parity wait), the 16-byte cp.async copies and their arrival on one, and the named
-// barrier of the consumer warps. Compiled for sm_90 and newer only (the callers guard them).
+// (arrive, expect-tx, parity wait), the 16-byte cp.async copies and their arrival on one, the named
+// barrier of the consumer warps, and the cluster form's (mapa, st.async onto a remote mbarrier, the split
+// cluster barrier, a cluster-scope wait). Compiled for sm_90 and newer only (the callers guard them).
 #pragma once
 
 #include <cstdint>
