@@ -23,8 +23,12 @@ show() {
 Session 41 ran 46 (= 43 + 44: the push merge, the d 512 kernel) and 45 (the MLA stack) on an H100: all
 landed (main; NOTES' session-41 entry); 43 / 44 / 46 / 45 and 7-9 (the wide / MLA branches, now main) are
 history. Next, in order of value (bench/NOTES.md, "Where to go next", sessions 41 and 40): the full run
-with the peers on an H200; 37 (at main), 33 (sdec's follow-up), 31-32, 12, 5. Tree at main for 5, 12 and
+with the peers on an H200 (call 47 first); 37 (at main), 33 (sdec's follow-up), 31-32, 12, 5. Tree at main for 5, 12 and
 37, at sdec for 33, at w3short for 31. .dev/main* are main before d64x / p192t (rebuild: tools/dev_libs.sh).
+47. run(command="bash tools/calls.sh run 47", carry=[".dev/main64_41.so.xz", ".dev/main128_41.so.xz", ".dev/pushtl128.so.xz", ".whl"], timeout_s=400)   [tree at main]
+   FIRST: main after session 41's merges: the MLA default flip's dispatch test (not yet run on a GPU) and
+   the kernels' cases at d 64, the cluster bad-page cases at C = 8 and with fp8 caches (added by the
+   review), then the push build's timeline at b1 1k / 4k (what is left of the ~11.4 us).
 37. run(command="bash tools/calls.sh run 37", carry=[".dev/clu128.so.xz", ".whl"], timeout_s=400)   [tree at cluster]
    the diagnosis of the cluster form's long streams: resident clusters of 16 / 8 (the dispatch print), every
    test's failures by name, C = 0 / 8 / 16 with the capacity bound lifted on b1 1k / 4k / 32k / 128k.
@@ -96,12 +100,17 @@ case "${1:-show}" in
           bash tools/prefill_ab.sh
         ;;
       47)  # session 41, main after the merges: the MLA default (the dispatch rule's test and the kernels' cases on a d 64
-           # build of main), then the push build's timeline at b1 1k / 4k (what the merge's push left)
+           # build of main), the cluster bad-page cases the review added, then the push build's timeline at b1 1k
+           # / 4k (what the merge's push left)
         source tools/device_env.sh
         M=$(device_lib .dev/main64_41.so.xz m)
         KVATTN_TEST_HEAD_DIMS=64 KVATTN_LIBRARY=$M timeout 150 python3 -m pytest -q -p no:cacheprovider \
           tests/python/test_cuda_mla_sm90.py -k "rule or hopper or twice or deterministic or splits" > "$OUT/mla.log" 2>&1
         echo "mla tests rc=$? $(tail -1 "$OUT/mla.log")"; grep -E "^(FAILED|ERROR)" "$OUT/mla.log" | head
+        C=$(device_lib .dev/main128_41.so.xz c)  # the review's bad-page cases at C = 8 and with fp8 caches
+        KVATTN_TEST_HEAD_DIMS=128 KVATTN_LIBRARY=$C timeout 120 python3 -m pytest -q -p no:cacheprovider \
+          tests/python/test_cuda_decode_sm90.py -k "cluster_bad_page or cluster_asks or cluster_one" > "$OUT/clu.log" 2>&1
+        echo "cluster tests rc=$? $(tail -1 "$OUT/clu.log")"; grep -E "^(FAILED|ERROR)" "$OUT/clu.log" | head
         T=$(device_lib .dev/pushtl128.so.xz t)
         KVATTN_LIBRARY=$T timeout 120 python3 -m bench.decode_timeline --filter "W1 b1 1k,W1 b1 4k" > "$OUT/tl.txt" 2>&1
         echo "timeline rc=$?"; grep -v Warning "$OUT/tl.txt" | head -70
