@@ -93,35 +93,19 @@ __device__ __forceinline__ void mla_produce(const AttnParams& p, const Sequence&
                                             int64_t slot0, int64_t n_tiles, const MlaSmem& sm) {
   constexpr int kRowsPerWarp = Cfg::kBlockN / 4;  // 16: lane < 16 addresses key row 16 warp + lane
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const bool owns_row = lane < kRowsPerWarp;
-  const int key_row = warp * kRowsPerWarp + lane;
   const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache.ptr);
   const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache.ptr);
-  const bool paged = p.seq.page_table != nullptr && p.seq.cu_seqlens_k == nullptr;
-  auto entry_of = [&](int64_t tile) -> int32_t {  // the page-table entry of this thread's row, a tile ahead
-    const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
-    return paged && owns_row && tile < n_tiles && s < seq.end ? page_entry(p.seq, seq, s) : 0;
-  };
-  // This thread's row of a tile in each cache (kv_row_units), kNoRow past the tiles or the sequence.
-  auto row_offsets = [&](int64_t tile, int32_t entry, uint32_t& k_off, uint32_t& v_off) {
-    const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
-    k_off = v_off = kNoRow;
-    if (owns_row && tile < n_tiles && s < seq.end) {
-      const KvRowUnits row = kv_row_units(p, slot_address_at(p.seq, seq, s, entry), kv_head);
-      k_off = row.k;
-      v_off = row.v;
-    }
-  };
-  int32_t entry = entry_of(0);
+  const TileKeyRow<Cfg::kBlockN> key(p, seq, kv_head, slot0, n_tiles);
+  int32_t entry = key.entry(0);
   uint32_t k_off, v_off;
-  row_offsets(0, entry, k_off, v_off);
-  entry = entry_of(1);
+  key.offsets(0, entry, k_off, v_off);
+  entry = key.entry(1);
   for (int64_t tile = 0; tile < n_tiles; ++tile) {
     const int stage = static_cast<int>(tile % Cfg::kStages);
     // The next tile's rows into L2 now, a tile before their copies: with two stages a copy starts only when
     // the tile two back is done, too late for its latency (~1-2 us under load) to hide behind one tile.
     uint32_t k_next, v_next;
-    row_offsets(tile + 1, entry, k_next, v_next);
+    key.offsets(tile + 1, entry, k_next, v_next);
     if (k_next != kNoRow) {  // (a row's lines from its start: a row not 128-byte aligned misses its tail)
       prefetch_l2_line(k_base + static_cast<uint64_t>(k_next) * 16);
 #pragma unroll
@@ -129,7 +113,7 @@ __device__ __forceinline__ void mla_produce(const AttnParams& p, const Sequence&
         prefetch_l2_line(v_base + static_cast<uint64_t>(v_next) * 16 + 128 * l);
       }
     }
-    entry = entry_of(tile + 2);
+    entry = key.entry(tile + 2);
     mbar_wait(sm.empty + 8 * stage, static_cast<uint32_t>((tile / Cfg::kStages) & 1) ^ 1u);
     const uint32_t dst = sm.kv + stage * Cfg::kStageBytes;
     // Warp-wide steps: lane l copies chunk (32 j + l) % width of row (32 j + l) / width of the warp's rows

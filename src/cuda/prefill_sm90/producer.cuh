@@ -43,6 +43,42 @@ __device__ __forceinline__ KvRowUnits kv_row_units(const AttnParams& p, const Sl
   return r;
 }
 
+// A decode producer's key row (the MLA and d 512 kernels, 4 warps of kBlockN / 4 rows): row key_row of each
+// tile of [slot0, slot0 + n_tiles kBlockN), its page-table entry (loaded ahead of its tile) and its rows'
+// offsets in each cache (kv_row_units; kNoRow past the tiles, the sequence or the warp's rows).
+template <int kBlockN>
+struct TileKeyRow {
+  const AttnParams& p;
+  const Sequence& seq;
+  int kv_head;
+  int64_t slot0, n_tiles;
+  int key_row;    // kBlockN / 4 warp + lane
+  bool owns_row;  // lane < kBlockN / 4
+  bool paged;
+  __device__ __forceinline__ TileKeyRow(const AttnParams& p_, const Sequence& seq_, int kv_head_,
+                                        int64_t slot0_, int64_t n_tiles_)
+      : p(p_), seq(seq_), kv_head(kv_head_), slot0(slot0_), n_tiles(n_tiles_) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    owns_row = lane < kBlockN / 4;
+    key_row = warp * (kBlockN / 4) + lane;
+    paged = p.seq.page_table != nullptr && p.seq.cu_seqlens_k == nullptr;
+  }
+  __device__ __forceinline__ int32_t entry(int64_t tile) const {
+    const int64_t s = slot0 + tile * kBlockN + key_row;
+    return paged && owns_row && tile < n_tiles && s < seq.end ? page_entry(p.seq, seq, s) : 0;
+  }
+  __device__ __forceinline__ void offsets(int64_t tile, int32_t entry, uint32_t& k_off,
+                                          uint32_t& v_off) const {
+    const int64_t s = slot0 + tile * kBlockN + key_row;
+    k_off = v_off = kNoRow;
+    if (owns_row && tile < n_tiles && s < seq.end) {
+      const KvRowUnits row = kv_row_units(p, slot_address_at(p.seq, seq, s, entry), kv_head);
+      k_off = row.k;
+      v_off = row.v;
+    }
+  }
+};
+
 // kv_row_units in unsigned 32-bit arithmetic, the strides in 16-byte units made once: exact for the caches
 // the sm_90a kernels take (cp_async_cache_rows_ok: non-negative strides, multiples of 16 bytes, every row
 // within 2^32 - 1 units, so no product or sum wraps; a packed cache's page is 0 and its page stride unused).

@@ -73,32 +73,17 @@ __device__ __forceinline__ void wide_produce(const AttnParams& p, const Sequence
   constexpr int kRowsPerWarp = Cfg::kBlockN / 4;
   constexpr int kChunksRow = Cfg::kDim / 8;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const bool owns_row = lane < kRowsPerWarp;
-  const int key_row = warp * kRowsPerWarp + lane;
   const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache.ptr);
   const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache.ptr);
-  const bool paged = p.seq.page_table != nullptr && p.seq.cu_seqlens_k == nullptr;
-  auto entry_of = [&](int64_t tile) -> int32_t {
-    const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
-    return paged && owns_row && tile < n_tiles && s < seq.end ? page_entry(p.seq, seq, s) : 0;
-  };
-  auto row_offsets = [&](int64_t tile, int32_t entry, uint32_t& k_off, uint32_t& v_off) {
-    const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
-    k_off = v_off = kNoRow;
-    if (owns_row && tile < n_tiles && s < seq.end) {
-      const KvRowUnits row = kv_row_units(p, slot_address_at(p.seq, seq, s, entry), kv_head);
-      k_off = row.k;
-      v_off = row.v;
-    }
-  };
-  int32_t entry = entry_of(0);
+  const TileKeyRow<Cfg::kBlockN> key(p, seq, kv_head, slot0, n_tiles);
+  int32_t entry = key.entry(0);
   uint32_t k_off, v_off;
-  row_offsets(0, entry, k_off, v_off);
-  entry = entry_of(1);
+  key.offsets(0, entry, k_off, v_off);
+  entry = key.entry(1);
   for (int64_t tile = 0; tile < n_tiles; ++tile) {
     uint32_t k_next, v_next;
-    row_offsets(tile + 1, entry, k_next, v_next);
-    entry = entry_of(tile + 2);
+    key.offsets(tile + 1, entry, k_next, v_next);
+    entry = key.entry(tile + 2);
 #pragma unroll 1
     for (int which = 0; which < 2; ++which) {  // K, then V
       const uint32_t j = 2 * static_cast<uint32_t>(tile) + which;
