@@ -25,6 +25,9 @@ landed (main; NOTES' session-41 entry); 43 / 44 / 46 / 45 and 7-9 (the wide / ML
 history. Next, in order of value (bench/NOTES.md, "Where to go next", sessions 41 and 40): the full run
 with the peers on an H200 (call 47 first); 37 (at main), 33 (sdec's follow-up), 31-32, 12, 5. Tree at main for 5, 12 and
 37, at sdec for 33, at w3short for 31. .dev/main* are main before d64x / p192t (rebuild: tools/dev_libs.sh).
+48. run(command="bash tools/calls.sh run 48", carry=[".peerkit/MANIFEST.json", ".peerkit/fi.tar.xz", ".peerkit/fa4.tar.xz.2", "build-ci/libkvattn.so.xz", ".dev/pushtl128.so.xz", ".whl"], timeout_s=600)   [tree at main]
+   call 47 on the full library, then the full run's call B (after call A of NOTES' "Running the benchmark
+   with the peers"; call C follows at once).
 47. run(command="bash tools/calls.sh run 47", carry=[".dev/main64_41.so.xz", ".dev/main128_41.so.xz", ".dev/pushtl128.so.xz", ".whl"], timeout_s=400)   [tree at main]
    FIRST: main after session 41's merges: the MLA default flip's dispatch test (not yet run on a GPU) and
    the kernels' cases at d 64, the cluster bad-page cases at C = 8 and with fp8 caches (added by the
@@ -98,6 +101,25 @@ case "${1:-show}" in
           KVATTN_AB_ENV_B="KVATTN_FORCE_PORTABLE=0" KVATTN_AB_SUITES=W3 KVATTN_AB_ROUNDS=2 \
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
+        ;;
+      48)  # session 42: call 47's checks on the full sm_90a library (build-ci, main) and the push build's timeline,
+           # then the full run's call B (W1,W2 with every peer) in what is left of the call's 600 s
+        T0=$(date +%s)
+        source tools/device_env.sh
+        L=$(device_lib build-ci/libkvattn.so.xz full)
+        KVATTN_TEST_HEAD_DIMS=64 KVATTN_LIBRARY=$L timeout 120 python3 -m pytest -q -p no:cacheprovider $(test_workers) \
+          tests/python/test_cuda_mla_sm90.py -k "rule or hopper or twice or deterministic or splits" > "$OUT/mla.log" 2>&1
+        echo "mla tests rc=$? $(tail -1 "$OUT/mla.log")"; grep -E "^(FAILED|ERROR)" "$OUT/mla.log" | head
+        KVATTN_TEST_HEAD_DIMS=128 KVATTN_LIBRARY=$L timeout 100 python3 -m pytest -q -p no:cacheprovider $(test_workers) \
+          tests/python/test_cuda_decode_sm90.py -k "cluster_bad_page or cluster_asks or cluster_one" > "$OUT/clu.log" 2>&1
+        echo "cluster tests rc=$? $(tail -1 "$OUT/clu.log")"; grep -E "^(FAILED|ERROR)" "$OUT/clu.log" | head
+        T=$(device_lib .dev/pushtl128.so.xz t)
+        KVATTN_LIBRARY=$T timeout 60 python3 -m bench.decode_timeline --filter "W1 b1 1k,W1 b1 4k" > "$OUT/tl.txt" 2>&1
+        echo "timeline rc=$? [$(($(date +%s) - T0)) s]"
+        left=$((540 - $(date +%s) + T0))
+        KVATTN_LIBRARY=$L KVATTN_BENCH_TIMEOUT=$left KVATTN_BENCH_MINUTES=$(python3 -c "print(round(($left - 60) / 60, 1))") \
+          bash tools/gpu_bench.sh W1,W2
+        echo "[call 48: $(($(date +%s) - T0)) s]"; grep -v Warning "$OUT/tl.txt" | head -60
         ;;
       47)  # session 41, main after the merges: the MLA default (the dispatch rule's test and the kernels' cases on a d 64
            # build of main), the cluster bad-page cases the review added, then the push build's timeline at b1 1k
