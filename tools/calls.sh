@@ -114,7 +114,7 @@ case "${1:-show}" in
           tests/python/test_cuda_decode_sm90.py -k "cluster_bad_page or cluster_asks or cluster_one" > "$OUT/clu.log" 2>&1
         echo "cluster tests rc=$? $(tail -1 "$OUT/clu.log")"; grep -E "^(FAILED|ERROR)" "$OUT/clu.log" | head
         T=$(device_lib .dev/pushtl128.so.xz t)
-        KVATTN_LIBRARY=$T timeout 60 python3 -m bench.decode_timeline --filter "W1 b1 1k,W1 b1 4k" > "$OUT/tl.txt" 2>&1
+        KVATTN_LIBRARY=$T timeout 90 python3 -m bench.decode_timeline --filter "W1 b1 1k,W1 b1 4k,W1 b4 32k p16,W1 b1 128k" > "$OUT/tl.txt" 2>&1
         echo "timeline rc=$? [$(($(date +%s) - T0)) s]"
         left=$((540 - $(date +%s) + T0))
         KVATTN_LIBRARY=$L KVATTN_BENCH_TIMEOUT=$left KVATTN_BENCH_MINUTES=$(python3 -c "print(round(($left - 60) / 60, 1))") \
