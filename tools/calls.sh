@@ -119,7 +119,7 @@ case "${1:-show}" in
         left=$((540 - $(date +%s) + T0))
         KVATTN_LIBRARY=$L KVATTN_BENCH_TIMEOUT=$left KVATTN_BENCH_MINUTES=$(python3 -c "print(round(($left - 60) / 60, 1))") \
           bash tools/gpu_bench.sh W1,W2
-        echo "[call 48: $(($(date +%s) - T0)) s]"; grep -v Warning "$OUT/tl.txt" | head -60
+        echo "[call 48: $(($(date +%s) - T0)) s]"; grep -v Warning "$OUT/tl.txt" | head -20
         ;;
       47)  # session 41, main after the merges: the MLA default (the dispatch rule's test and the kernels' cases on a d 64
            # build of main), the cluster bad-page cases the review added, then the push build's timeline at b1 1k
