@@ -140,8 +140,8 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
     const uint64_t policy = evict_first_policy();
     // The page-table entries of this warp's first 2 kDepth stages (the ring's first fill and its refills),
     // loaded together before any copy: a load issued after the copies waits behind this SM's bytes in
-    // flight (192 KB at 4k: several us; bench/NOTES.md, session 42). Under the capacity bound (4096 keys, C
-    // >= 8) a warp has at most 4 stages, so every entry it needs comes in this one round trip.
+    // flight (b1 4k p16: -0.6 us; bench/NOTES.md, session 42). Under the capacity bound (4096 keys, C >= 8)
+    // a warp has at most 4 stages, so every entry it needs comes in this one round trip.
     int32_t entry[2 * kDepth][Cfg::kKeysPerLane];
 #pragma unroll
     for (int k = 0; k < 2 * kDepth; ++k) stage_entries<Cfg>(p, pk, warp + kW * k, entry[k]);
