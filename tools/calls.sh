@@ -102,6 +102,16 @@ case "${1:-show}" in
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
         ;;
+      49)  # session 42, branch entries: the cluster form's page entries before its copies; its cluster tests, then
+           # W1's short cases, main (A) against it (B), two rounds (no sanitizers: the budget's last 250 s)
+        source tools/device_env.sh
+        B=$(device_lib .dev/ent128.so.xz b)
+        KVATTN_TEST_HEAD_DIMS=128 KVATTN_LIBRARY=$B timeout 60 python3 -m pytest -q -p no:cacheprovider $(test_workers) \
+          tests/python/test_cuda_decode_sm90.py -k cluster > "$OUT/tests.log" 2>&1
+        echo "tests rc=$? $(tail -1 "$OUT/tests.log")"; grep -E "^(FAILED|ERROR)" "$OUT/tests.log" | head
+        OUT=$OUT/ab KVATTN_AB_CHECK=0 KVATTN_AB_A=.dev/main128_41.so.xz KVATTN_AB_B=.dev/ent128.so.xz KVATTN_AB_ROUNDS=2 \
+          KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="short" bash tools/prefill_ab.sh
+        ;;
       48)  # session 42: call 47's checks on the full sm_90a library (build-ci, main) and the push build's timeline,
            # then the full run's call B (W1,W2 with every peer) in what is left of the call's 600 s
         T0=$(date +%s)

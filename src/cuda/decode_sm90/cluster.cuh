@@ -138,14 +138,19 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
     const int n = pk.stages > warp ? (pk.stages - warp + kW - 1) / kW : 0;
     unsigned char* slots = ring + warp * kDepth * Cfg::kStageBytes;
     const uint64_t policy = evict_first_policy();
+    // The page-table entries of this warp's first 2 kDepth stages (the ring's first fill and its refills),
+    // loaded together before any copy: a load issued after the copies waits behind this SM's bytes in
+    // flight (b1 4k p16: -0.6 us; bench/NOTES.md, session 42). Under the capacity bound (4096 keys, C >= 8)
+    // a warp has at most 4 stages, so every entry it needs comes in this one round trip.
+    int32_t entry[2 * kDepth][Cfg::kKeysPerLane];
+#pragma unroll
+    for (int k = 0; k < 2 * kDepth; ++k) stage_entries<Cfg>(p, pk, warp + kW * k, entry[k]);
+    KVATTN_TL(if (tid == 0 && entry[0][0] != -2) tl_stamp(kTlProdAddr));
 #pragma unroll
     for (int k = 0; k < kDepth; ++k) {
       if (k < n) {
-        int32_t entry[Cfg::kKeysPerLane];
-        stage_entries<Cfg>(p, pk, warp + kW * k, entry);
-        KVATTN_TL(if (tid == 0 && k == 0 && entry[0] != -2) tl_stamp(kTlProdAddr));
-        ok &= issue_stage<Cfg>(p, pk, kv_head, warp + kW * k, entry, smem_addr(slots + k * Cfg::kStageBytes),
-                               policy);
+        ok &= issue_stage<Cfg>(p, pk, kv_head, warp + kW * k, entry[k],
+                               smem_addr(slots + k * Cfg::kStageBytes), policy);
       }
       cp_async_commit();  // one group a stage, empty ones too: wait_group counts stages
       KVATTN_TL(if (tid == 0 && k == 0) tl_stamp(kTlFirstIssue));
@@ -176,8 +181,18 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
     for (int k = 0; k < n; ++k) {
       const int s = warp + kW * k;
       const unsigned char* s_k = slots + (k % kDepth) * Cfg::kStageBytes;
-      int32_t ahead[Cfg::kKeysPerLane];  // the entries of the stage that refills this slot, loaded early
-      stage_entries<Cfg>(p, pk, s + kW * kDepth, ahead);
+      int32_t ahead[Cfg::kKeysPerLane] = {};  // the entries of the stage that refills this slot
+      if (k < kDepth) {  // loaded with the first fill's (selected, not indexed: they stay registers)
+#pragma unroll
+        for (int d = 0; d < kDepth; ++d) {
+#pragma unroll
+          for (int e = 0; e < Cfg::kKeysPerLane; ++e) {
+            if (d == k) ahead[e] = entry[kDepth + d][e];
+          }
+        }
+      } else {  // (past 2 kDepth stages a warp: only with the capacity bound raised)
+        stage_entries<Cfg>(p, pk, s + kW * kDepth, ahead);
+      }
       cp_async_wait<kDepth - 1>();
       __syncwarp();  // every lane's copies of the stage landed
       KVATTN_TL(if (tid == 0 && k == 0) {
