@@ -62,10 +62,19 @@ def kv_elem_bytes(name):
     return 1 if name.endswith("fp8kv") else 2
 
 
-def make_inputs(lens, gen, spread=1, fp8=False):
+def make_inputs(lens, gen, spread=1, fp8=False, contig=False):
     """One input set; spread > 1 puts the pages in a pool that many times larger (a random subset of it),
-    so that the copies touch more distinct 2 MB translation pages; fp8: the caches in e4m3."""
+    so that the copies touch more distinct 2 MB translation pages; fp8: the caches in e4m3; contig: one
+    contiguous (batch, keys, heads, d) cache a sequence, no page table."""
     b = len(lens)
+    if contig:
+        q = torch.randn(b, 1, HQ, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+        k = torch.randn(b, max(lens), HK, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+        v = torch.randn_like(k)
+        if fp8:
+            k, v = k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)
+        seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+        return q, k, v, dict(cache_seqlens=seqlens)
     need = [-(-L // PAGE) for L in lens]
     pages = sum(need)
     q = torch.randn(b, 1, HQ, D, device="cuda", dtype=torch.bfloat16, generator=gen)
@@ -232,6 +241,7 @@ def main():
     ap.add_argument("--warm", action="store_true",
                     help="one input set, called again and again: code, data and translations warm in the L2")
     ap.add_argument("--spread", type=int, default=1, help="pages in a pool this many times larger")
+    ap.add_argument("--contig", action="store_true", help="contiguous caches (no page table) instead of page 16")
     args = ap.parse_args()
     lib = ctypes.CDLL(os.environ["KVATTN_LIBRARY"])
     lib.kvattn_debug_decode_timeline.argtypes = [ctypes.c_void_p, ctypes.c_int]
@@ -245,12 +255,13 @@ def main():
         gen.manual_seed(1)
         kv_bytes = 2 * sum(lens) * HK * D * kv_elem_bytes(name)
         n_sets = 1 if args.warm else max(2, -(-(3 * 60 << 20) // kv_bytes))
-        sets = [make_inputs(lens, gen, args.spread, fp8=kv_elem_bytes(name) == 1) for _ in range(n_sets)]
+        sets = [make_inputs(lens, gen, args.spread, fp8=kv_elem_bytes(name) == 1, contig=args.contig)
+                for _ in range(n_sets)]
         for rep in range(8):
             s = sets[rep % len(sets)]
             kvattn.flash_attn_with_kvcache(s[0], s[1], s[2], **s[3])
         torch.cuda.synchronize()
-        label = name + (" (warm: one set)" if args.warm else "") + (f" (pool x{args.spread})" if args.spread > 1 else "")
+        label = (name.replace(" p16", " contig") if args.contig else name) + (" (warm: one set)" if args.warm else "") + (f" (pool x{args.spread})" if args.spread > 1 else "")
         report(label, kv_bytes, read_timeline(lib, slots), max_pieces, per_piece)
         del sets
         torch.cuda.empty_cache()
