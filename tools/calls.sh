@@ -25,6 +25,11 @@ landed (main; NOTES' session-41 entry); 43 / 44 / 46 / 45 and 7-9 (the wide / ML
 history. Next, in order of value (bench/NOTES.md, "Where to go next", sessions 41 and 40): the full run
 with the peers on an H200 (call 47 first); 37 (at main), 33 (sdec's follow-up), 31-32, 12, 5. Tree at main for 5, 12 and
 37, at sdec for 33, at w3short for 31. .dev/main* are main before d64x / p192t (rebuild: tools/dev_libs.sh).
+50. run(command="bash tools/calls.sh run 50", carry=[".dev/maintl128.so.xz", ".dev/main128_42.so.xz", ".whl"], timeout_s=400)   [tree at main]
+   FIRST (session 42's question): where the cluster form's b1 4k time goes, since it is not the memory
+   (bench/ingest.cu, NOTES s42): timelines of main paged / contiguous, cold / warm, and ncu's
+   per-instruction stall samples (source page, SASS) of b1 4k / 1k contiguous. Then decide between an
+   8-warp cluster CTA (2 warps a scheduler; NOTES s42) and a smaller executed code path.
 48. run(command="bash tools/calls.sh run 48", carry=[".peerkit/MANIFEST.json", ".peerkit/fi.tar.xz", ".peerkit/fa4.tar.xz.2", "build-ci/libkvattn.so.xz", ".dev/pushtl128.so.xz", ".whl"], timeout_s=600)   [tree at main]
    call 47 on the full library, then the full run's call B (after call A of NOTES' "Running the benchmark
    with the peers"; call C follows at once).
@@ -101,6 +106,26 @@ case "${1:-show}" in
           KVATTN_AB_ENV_B="KVATTN_FORCE_PORTABLE=0" KVATTN_AB_SUITES=W3 KVATTN_AB_ROUNDS=2 \
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
+        ;;
+      50)  # session 42's question for the next session: where the cluster form's b1 4k time goes when it is not
+           # the memory (bench/ingest.cu: 64 SMs take a CTA's 256 KB from HBM in 4-6 us; the kernel spends ~14
+           # us from its first copy to its last stage). Timelines cold / warm (--warm: code, data and
+           # translations in L2), paged / contiguous; then ncu's per-instruction stall samples of the 4k case.
+        source tools/device_env.sh
+        T=$(device_lib .dev/maintl128.so.xz t)
+        for a in "" "--contig" "--warm" "--contig --warm"; do
+          n=tl$(echo "$a" | tr -d ' -')
+          KVATTN_LIBRARY=$T timeout 60 python3 -m bench.decode_timeline --filter "W1 b1 1k,W1 b1 4k" $a > "$OUT/$n.txt" 2>&1
+          echo "timeline '$a' rc=$?"; grep -E "^==|first issue|first full|last consumed|inbox full|p0 written" "$OUT/$n.txt"
+        done
+        M=$(device_lib .dev/main128_42.so.xz m)
+        for c in "W1 32/8 b1 4k contig short" "W1 32/8 b1 1k contig short"; do
+          n=$(echo "$c" | tr -c 'a-z0-9\n' '_')
+          KVATTN_LIBRARY=$M timeout 150 ncu --kernel-name regex:decode_cluster --launch-skip 2 --launch-count 1 \
+            --section WarpStateStats --section SourceCounters --section SpeedOfLight --page source --csv \
+            --print-source sass python3 -m bench.profile_case "$c" --calls 4 > "$OUT/ncu_src_$n.csv" 2>&1
+          echo "$c: ncu rc=$? $(wc -c < "$OUT/ncu_src_$n.csv") bytes"
+        done
         ;;
       49)  # session 42, branch entries: the cluster form's page entries before its copies; its cluster tests, then
            # W1's short cases, main (A) against it (B), two rounds (no sanitizers: the budget's last 250 s)
