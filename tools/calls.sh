@@ -30,6 +30,12 @@ comes; 37 (at main), 33 (sdec's follow-up), 31-32, 12, 5. Tree at main for 5, 12
    (bench/ingest.cu, NOTES s42): timelines of main paged / contiguous, cold / warm, and ncu's
    per-instruction stall samples (source page, SASS) of b1 4k / 1k contiguous. Then decide between an
    8-warp cluster CTA (2 warps a scheduler; NOTES s42) and a smaller executed code path.
+51. run(command="bash tools/calls.sh run 51", carry=[".dev/main128_42.so.xz", ".dev/cprod128.so.xz", ".whl"], timeout_s=500)   [tree at main]
+   branch cprod: the cluster form with a producer warp a ring (consumers never issue a copy; two warps a
+   scheduler). SASS (d 128 bf16): the consumer's stage loop 1,455 -> 781 instructions (the copies and
+   their address arithmetic out of it), 231 -> 204 registers, no spill; fp8 kernels 248 / 255, no spill.
+   Predicted: W1 b1 4k -2 to -3.5 us (21.4-21.8 -> ~18.5-19.5), 2k -1 to -1.5, 1k -0.5 to -1; the
+   cluster tests (bad page at C = 8 / 16 / fp8, graph) must pass, racecheck / memcheck clean.
 48. run(command="bash tools/calls.sh run 48", carry=[".peerkit/MANIFEST.json", ".peerkit/fi.tar.xz", ".peerkit/fa4.tar.xz.2", "build-ci/libkvattn.so.xz", ".dev/pushtl128.so.xz", ".whl"], timeout_s=600)   [tree at main]
    call 47 on the full library, then the full run's call B (after call A of NOTES' "Running the benchmark
    with the peers"; call C follows at once).
@@ -106,6 +112,17 @@ case "${1:-show}" in
           KVATTN_AB_ENV_B="KVATTN_FORCE_PORTABLE=0" KVATTN_AB_SUITES=W3 KVATTN_AB_ROUNDS=2 \
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
+        ;;
+      51)  # session 42, branch cprod (written after call 50's question, measured by nobody yet): the cluster form with
+           # 4 producer warps (a ring each, full / empty mbarriers) beside its 4 consumer warps; checks, then
+           # W1 short, main (A) against cprod (B), two rounds
+        OUT=$OUT/cprod KVATTN_AB_A=.dev/main128_42.so.xz KVATTN_AB_B=.dev/cprod128.so.xz KVATTN_AB_DIMS=128 \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py \
+          KVATTN_AB_K="cluster or dispatch or device_error or graph" KVATTN_AB_SMOKE_K="cluster_one_sequence" \
+          KVATTN_AB_SMOKE_TIMEOUT=60 KVATTN_AB_TEST_TIMEOUT=150 KVATTN_AB_SAN_TIMEOUT=60 \
+          KVATTN_AB_RACE_K="cluster_one_sequence" KVATTN_AB_MEM_K="cluster_bad_page or cluster_fp8_cache" \
+          KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="short" bash tools/prefill_ab.sh
+        grep -E "^(FAILED|ERROR)" "$OUT/cprod/tests.log" | cut -c1-300 | head -20
         ;;
       50)  # session 42's question for the next session: where the cluster form's b1 4k time goes when it is not
            # the memory (bench/ingest.cu: 64 SMs take a CTA's 256 KB from HBM in 4-6 us; the kernel spends ~14
