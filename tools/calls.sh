@@ -135,14 +135,10 @@ case "${1:-show}" in
           KVATTN_LIBRARY=$T timeout 60 python3 -m bench.decode_timeline --filter "W1 b1 1k,W1 b1 4k" $a > "$OUT/$n.txt" 2>&1
           echo "timeline '$a' rc=$?"; grep -E "^==|first issue|first full|last consumed|inbox full|p0 written" "$OUT/$n.txt"
         done
-        M=$(device_lib .dev/main128_42.so.xz m)
-        for c in "W1 32/8 b1 4k contig short" "W1 32/8 b1 1k contig short"; do
-          n=$(echo "$c" | tr -c 'a-z0-9\n' '_')
-          KVATTN_LIBRARY=$M timeout 150 ncu --kernel-name regex:decode_cluster --launch-skip 2 --launch-count 1 \
-            --section WarpStateStats --section SourceCounters --section SpeedOfLight --page source --csv \
-            --print-source sass python3 -m bench.profile_case "$c" --calls 4 > "$OUT/ncu_src_$n.csv" 2>&1
-          echo "$c: ncu rc=$? $(wc -c < "$OUT/ncu_src_$n.csv") bytes"
-        done
+        # The stall reasons and the SASS lines with the most stall samples (tools/ncu_prefill.sh's recipe),
+        # on the cluster kernel, contiguous (no page entries): 4k and 1k.
+        OUT=$OUT/ncu KVATTN_LIBRARY=.dev/main128_42.so.xz KVATTN_NCU_KERNEL=decode_cluster \
+          KVATTN_NCU_CASES="W1 32/8 b1 4k contig short;W1 32/8 b1 1k contig short" bash tools/ncu_prefill.sh
         ;;
       49)  # session 42, branch entries: the cluster form's page entries before its copies; its cluster tests, then
            # W1's short cases, main (A) against it (B), two rounds (no sanitizers: the budget's last 250 s)
