@@ -30,7 +30,7 @@ comes; 37 (at main), 33 (sdec's follow-up), 31-32, 12, 5. Tree at main for 5, 12
    (bench/ingest.cu, NOTES s42): timelines of main paged / contiguous, cold / warm, and ncu's
    per-instruction stall samples (source page, SASS) of b1 4k / 1k contiguous. Then decide between an
    8-warp cluster CTA (2 warps a scheduler; NOTES s42) and a smaller executed code path.
-51. run(command="bash tools/calls.sh run 51", carry=[".dev/main128_42.so.xz", ".dev/cprod128.so.xz", ".whl"], timeout_s=500)   [tree at main]
+51. run(command="bash tools/calls.sh run 51", carry=[".dev/main128_42.so.xz", ".dev/cprod128.so.xz", ".dev/cprodtl128.so.xz", ".whl"], timeout_s=500)   [tree at main]
    branch cprod: the cluster form with a producer warp a ring (consumers never issue a copy; two warps a
    scheduler). SASS (d 128 bf16): the consumer's stage loop 1,455 -> 781 instructions (the copies and
    their address arithmetic out of it), 231 -> 204 registers, no spill; fp8 kernels 248 / 255, no spill.
@@ -123,6 +123,9 @@ case "${1:-show}" in
           KVATTN_AB_RACE_K="cluster_one_sequence" KVATTN_AB_MEM_K="cluster_bad_page or cluster_fp8_cache" \
           KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="short" bash tools/prefill_ab.sh
         grep -E "^(FAILED|ERROR)" "$OUT/cprod/tests.log" | cut -c1-300 | head -20
+        T=$(device_lib .dev/cprodtl128.so.xz ct)  # its timeline (the consumers' and the producers' stamps)
+        KVATTN_LIBRARY=$T timeout 60 python3 -m bench.decode_timeline --filter "W1 b1 1k,W1 b1 4k" > "$OUT/tl_cprod.txt" 2>&1
+        echo "timeline rc=$?"; grep -E "^==|first issue|first full|last issued|last consumed|inbox full|p0 written" "$OUT/tl_cprod.txt"
         ;;
       50)  # session 42's question for the next session: where the cluster form's b1 4k time goes when it is not
            # the memory (bench/ingest.cu: 64 SMs take a CTA's 256 KB from HBM in 4-6 us; the kernel spends ~14
