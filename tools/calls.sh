@@ -123,6 +123,7 @@ case "${1:-show}" in
           KVATTN_AB_RACE_K="cluster_one_sequence" KVATTN_AB_MEM_K="cluster_bad_page or cluster_fp8_cache" \
           KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="short" bash tools/prefill_ab.sh
         grep -E "^(FAILED|ERROR)" "$OUT/cprod/tests.log" | cut -c1-300 | head -20
+        source tools/device_env.sh
         T=$(device_lib .dev/cprodtl128.so.xz ct)  # its timeline (the consumers' and the producers' stamps)
         KVATTN_LIBRARY=$T timeout 60 python3 -m bench.decode_timeline --filter "W1 b1 1k,W1 b1 4k" > "$OUT/tl_cprod.txt" 2>&1
         echo "timeline rc=$?"; grep -E "^==|first issue|first full|last issued|last consumed|inbox full|p0 written" "$OUT/tl_cprod.txt"
