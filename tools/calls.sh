@@ -22,9 +22,10 @@ show() {
   cat << 'END'
 Session 42 ran 48 (= 47's checks + the full run's call B) and the full run with the peers on an H100
 (RESULTS.md), bench/ingest.cu, an ncu of the cluster form, and 49 (branch entries, landed). Next, in order
-of value (bench/NOTES.md, "Where to go next", session 42): 50 first; the full run on an H200 when one
-comes; 37 (at main), 33 (sdec's follow-up), 31-32, 12, 5. Tree at main for 5, 12, 37 and 50, at sdec for
-33, at w3short for 31. .dev/main128_42 and maintl128 are main at session 42's end.
+of value (bench/NOTES.md, "Where to go next", session 42): 50 and 51 first, chained on one machine; the
+full run on an H200 when one comes; 37 (at main), 33 (sdec's follow-up), 31-32, 12, 5. Tree at main for 5,
+12, 37, 50 and 51, at sdec for 33, at w3short for 31. .dev/main128_42 and maintl128 are main at session
+42's end; cprod128 / cprodtl128 branch cprod.
 50. run(command="bash tools/calls.sh run 50", carry=[".dev/maintl128.so.xz", ".dev/main128_42.so.xz", ".whl"], timeout_s=400)   [tree at main]
    FIRST (session 42's question): where the cluster form's b1 4k time goes, since it is not the memory
    (bench/ingest.cu, NOTES s42): timelines of main paged / contiguous, cold / warm, and ncu's
