@@ -67,28 +67,23 @@ def make_inputs(lens, gen, spread=1, fp8=False, contig=False):
     so that the copies touch more distinct 2 MB translation pages; fp8: the caches in e4m3; contig: one
     contiguous (batch, keys, heads, d) cache a sequence, no page table."""
     b = len(lens)
-    if contig:
-        q = torch.randn(b, 1, HQ, D, device="cuda", dtype=torch.bfloat16, generator=gen)
-        k = torch.randn(b, max(lens), HK, D, device="cuda", dtype=torch.bfloat16, generator=gen)
-        v = torch.randn_like(k)
-        if fp8:
-            k, v = k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)
-        seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
-        return q, k, v, dict(cache_seqlens=seqlens)
     need = [-(-L // PAGE) for L in lens]
     pages = sum(need)
     q = torch.randn(b, 1, HQ, D, device="cuda", dtype=torch.bfloat16, generator=gen)
-    k = torch.randn(pages * spread, PAGE, HK, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+    shape = (b, max(lens), HK, D) if contig else (pages * spread, PAGE, HK, D)
+    k = torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=gen)
     v = torch.randn_like(k)
     if fp8:
         k, v = k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)
+    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    if contig:
+        return q, k, v, dict(cache_seqlens=seqlens)
     perm = torch.randperm(pages * spread, device="cuda", generator=gen)[:pages].to(torch.int32)
     table = torch.zeros(b, max(need), dtype=torch.int32, device="cuda")  # unused entries: page 0
     at = 0
     for i, n in enumerate(need):
         table[i, :n] = perm[at:at + n]
         at += n
-    seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
     return q, k, v, dict(cache_seqlens=seqlens, page_table=table)
 
 
@@ -261,7 +256,8 @@ def main():
             s = sets[rep % len(sets)]
             kvattn.flash_attn_with_kvcache(s[0], s[1], s[2], **s[3])
         torch.cuda.synchronize()
-        label = (name.replace(" p16", " contig") if args.contig else name) + (" (warm: one set)" if args.warm else "") + (f" (pool x{args.spread})" if args.spread > 1 else "")
+        label = ((name.replace(" p16", " contig") if args.contig else name) + (" (warm: one set)" if args.warm else "")
+                 + (f" (pool x{args.spread})" if args.spread > 1 else ""))
         report(label, kv_bytes, read_timeline(lib, slots), max_pieces, per_piece)
         del sets
         torch.cuda.empty_cache()
