@@ -82,8 +82,9 @@ struct DecodeSm90Shape {
 // states alias the ring (written after its last use).
 struct DecodeClusterShape {
   using S = DecodeSm90Shape;
-  static constexpr int kWarps = 4;
-  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kWarps = 4;          // consumer warps, each with a ring of its own
+  static constexpr int kProducerWarps = 4;  // warp kWarps + r fills ring r
+  static constexpr int kThreads = 32 * (kWarps + kProducerWarps);
   static constexpr int kDepth = 3;
   static constexpr int kMaxCtas = 16;  // the non-portable cluster size of sm_90 (8 is portable)
   static constexpr int kMinCtas = 8;   // the plan's smallest C (the merge's registers are sized by it)
@@ -105,7 +106,7 @@ struct DecodeClusterShape {
   static constexpr size_t smem_bytes(bool fp8) {
     return size_t(kWarps) * kDepth * S::stage_bytes(fp8)  // the rings (the merge states after them)
            + kInboxRegion                                 // the inbox (Q and max |q| before)
-           + 8;                                           // its mbarrier
+           + 8 * (1 + 2 * kWarps * kDepth);               // its mbarrier, the rings' full and empty ones
   }
   static_assert(kWarps * DecodeSm90Shape::kStateFloats * 4 <=
                     kWarps * kDepth * DecodeSm90Shape::stage_bytes(false),
