@@ -151,6 +151,9 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
   uint64_t* full = ring_full + r * kDepth;
   uint64_t* empty = ring_empty + r * kDepth;
   if (has_rows && producer) {
+    // Every thread of the cluster arrives once (the consumers after their Q); the producers touch neither
+    // Q nor the inbox, so they arrive before their copies.
+    cluster_arrive();
     const uint64_t policy = evict_first_policy();
     // The page-table entries of the ring's first 2 kDepth stages (every stage it has under the capacity
     // bound), loaded together before any copy: a load issued after the copies waits behind the SM's bytes
@@ -177,10 +180,12 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
       ok &=
           issue_stage<Cfg>(p, pk, kv_head, s, e, smem_addr(slots + (k % kDepth) * Cfg::kStageBytes), policy);
       cp_async_mbar_arrive(&full[k % kDepth]);  // this lane's copies of the stage, once landed
-      KVATTN_TL(if (warp == kW && lane == 0 && k == 0) tl_stamp(kTlFirstIssue));
+      KVATTN_TL(if (warp == kW && lane == 0) {
+        if (k == 0) tl_stamp(kTlFirstIssue);
+        if (k == n - 1) tl_stamp_piece(0, kTlpLastIssued);
+      });
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
-    cluster_arrive();  // (every thread of the cluster arrives once: the consumers after their Q)
   } else if (has_rows) {
     const QRows<Cfg> q = load_q<Cfg>(p, seq, i, kv_head, tid);
     const Piece w{i, kv_head, 0, -1, pk.tile_begin, pk.tile_end, -1, -1};
@@ -230,10 +235,7 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
       stage_softmax<Cfg>(s_acc, scale.factor, upper, row_max, row_sum, o_acc);
       stage_pv<Cfg>(o_acc, s_acc, s_k + Cfg::kStageKeys * Cfg::kRowStride);
       mbar_arrive(&empty[k % kDepth]);  // every lane: its reads of the stage are done
-      KVATTN_TL(if (tid == 0) {
-        if (k + kDepth == n - 1) tl_stamp_piece(0, kTlpLastIssued);
-        if (k == n - 1) tl_stamp_piece(0, kTlpLastConsumed);
-      });
+      KVATTN_TL(if (tid == 0 && k == n - 1) tl_stamp_piece(0, kTlpLastConsumed));
     }
     const float state_max[2] = {row_max[0] * scale.factor, row_max[1] * scale.factor};  // log2 units
     // Every consumer warp is done with the ring, which the states overwrite (every stage's copies landed:

@@ -77,9 +77,9 @@ struct DecodeSm90Shape {
 };
 
 // The cluster form of the kernel (cluster.cuh): a cluster of C <= kMaxCtas CTAs a (sequence, kv head) unit
-// when the units are few (every CTA of every cluster resident at once), 4 warps a CTA, each with a ring of
-// kDepth stages of the persistent kernel's size that it fills and computes itself. The warps' merge
-// states alias the ring (written after its last use).
+// when the units are few (every CTA of every cluster resident at once), 4 consumer warps a CTA, each with
+// a ring of kDepth stages of the persistent kernel's size that a producer warp of its own fills. The
+// consumers' merge states alias the rings (written after their last use).
 struct DecodeClusterShape {
   using S = DecodeSm90Shape;
   static constexpr int kWarps = 4;          // consumer warps, each with a ring of its own
