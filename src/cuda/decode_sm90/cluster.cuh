@@ -3,10 +3,12 @@
 // tiles as the device reads them; the C partial (m, l, O) merge through distributed shared memory, so
 // there is no scan, no workspace and no combine kernel. The merge is pushed, not pulled: each CTA stores
 // every rank's C-th of its state into that rank's inbox with st.async, completing on the rank's mbarrier,
-// so no thread waits on a remote load's round trip (bench/NOTES.md, session 41). Per CTA, 4 warps, each its
-// own ring of kDepth stages: a warp issues its stages' 16-byte cp.async copies itself (one cp.async group a
-// stage), computes them with the persistent kernel's stage math (consumer.cuh), and refills the slot it just
-// read.
+// so no thread waits on a remote load's round trip (bench/NOTES.md, session 41). Per CTA, 4 consumer warps,
+// each with its own ring of kDepth stages, which a producer warp of its own fills with 16-byte cp.async
+// copies (a cp.async.mbarrier.arrive a lane on the slot's full mbarrier; the consumer's lanes arrive on its
+// empty one): the consumers compute with the persistent kernel's stage math (consumer.cuh) and never issue
+// a copy, and two warps share each scheduler (bench/NOTES.md, session 42: one warp a scheduler left the
+// 4k case's ~14 us to the warps' own instruction latency).
 //   grid (C, kv heads, batch), cluster (C, 1, 1): blockIdx.x is the CTA's rank in its cluster.
 #pragma once
 
@@ -103,14 +105,21 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
   T* s_q = reinterpret_cast<T*>(inbox_raw);            // before the cluster's barrier: Q, max |q|
   float* s_qmax = reinterpret_cast<float*>(s_q + Cfg::kGroupRows * Cfg::kQStride);
   uint64_t* inbox_full = reinterpret_cast<uint64_t*>(inbox_raw + Shape::kInboxRegion);
+  uint64_t* ring_full = inbox_full + 1;  // ring r's slots: [r kDepth, (r + 1) kDepth)
+  uint64_t* ring_empty = ring_full + kW * kDepth;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, group = lane / 4, quad = lane % 4;
   const int rank = blockIdx.x, ctas = gridDim.x, kv_head = blockIdx.y, i = blockIdx.z;
   KVATTN_TL(tl_enter());
   if (tid == 0) {  // one phase: the other C - 1 ranks' bytes (no thread arrives on it but this one, now)
     mbar_init(inbox_full, 1);
     mbar_arrive_expect_tx(inbox_full, Shape::inbox_tx_bytes(ctas));
+  }
+  if (tid < kW * kDepth) {
+    mbar_init(&ring_full[tid], 32);   // the 32 lanes of the slot's producer warp
+    mbar_init(&ring_empty[tid], 32);  // the 32 lanes of its consumer warp
     mbar_init_fence();
   }
+  __syncthreads();  // the rings' mbarriers made before either side uses them
 
   // The unit's keys and this CTA's share of its 64-key tiles (the same split on every CTA of the cluster).
   PieceKeys pk;
@@ -132,29 +141,53 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
   });
 
   bool ok = true;
-  if (has_rows) {
-    const QRows<Cfg> q = load_q<Cfg>(p, seq, i, kv_head, tid);
-    // This warp's stages of the CTA's share: s = warp + kW k, k < n, in ring slot k mod kDepth.
-    const int n = pk.stages > warp ? (pk.stages - warp + kW - 1) / kW : 0;
-    unsigned char* slots = ring + warp * kDepth * Cfg::kStageBytes;
+  // Ring r (of kW): consumer warp r computes stages r + kW k (k < n) in slot k mod kDepth, which producer
+  // warp kW + r fills; full (count 32: a cp.async.mbarrier.arrive a producer lane) and empty (count 32: a
+  // consumer lane's reads done) mbarriers a slot.
+  const bool producer = warp >= kW;
+  const int r = warp % kW;
+  const int n = has_rows && pk.stages > r ? (pk.stages - r + kW - 1) / kW : 0;
+  unsigned char* slots = ring + r * kDepth * Cfg::kStageBytes;
+  uint64_t* full = ring_full + r * kDepth;
+  uint64_t* empty = ring_empty + r * kDepth;
+  if (has_rows && producer) {
+    // Every thread of the cluster arrives once (the consumers after their Q); the producers touch neither
+    // Q nor the inbox, so they arrive before their copies.
+    cluster_arrive();
     const uint64_t policy = evict_first_policy();
-    // The page-table entries of this warp's first 2 kDepth stages (the ring's first fill and its refills),
-    // loaded together before any copy: a load issued after the copies waits behind this SM's bytes in
-    // flight (b1 4k p16: -0.6 us; bench/NOTES.md, session 42). Under the capacity bound (4096 keys, C >= 8)
-    // a warp has at most 4 stages, so every entry it needs comes in this one round trip.
+    // The page-table entries of the ring's first 2 kDepth stages (every stage it has under the capacity
+    // bound), loaded together before any copy: a load issued after the copies waits behind the SM's bytes
+    // in flight (bench/NOTES.md, session 42).
     int32_t entry[2 * kDepth][Cfg::kKeysPerLane];
 #pragma unroll
-    for (int k = 0; k < 2 * kDepth; ++k) stage_entries<Cfg>(p, pk, warp + kW * k, entry[k]);
-    KVATTN_TL(if (tid == 0 && entry[0][0] != -2) tl_stamp(kTlProdAddr));
+    for (int k = 0; k < 2 * kDepth; ++k) stage_entries<Cfg>(p, pk, r + kW * k, entry[k]);
+    KVATTN_TL(if (warp == kW && lane == 0 && entry[0][0] != -2) tl_stamp(kTlProdAddr));
+    for (int k = 0; k < n; ++k) {
+      const int s = r + kW * k;
+      int32_t e[Cfg::kKeysPerLane] = {};
+      if (k < 2 * kDepth) {  // (selected, not indexed: they stay registers)
 #pragma unroll
-    for (int k = 0; k < kDepth; ++k) {
-      if (k < n) {
-        ok &= issue_stage<Cfg>(p, pk, kv_head, warp + kW * k, entry[k],
-                               smem_addr(slots + k * Cfg::kStageBytes), policy);
+        for (int d = 0; d < 2 * kDepth; ++d) {
+#pragma unroll
+          for (int j = 0; j < Cfg::kKeysPerLane; ++j) {
+            if (d == k) e[j] = entry[d][j];
+          }
+        }
+      } else {  // (past 2 kDepth stages a ring: only with the capacity bound raised)
+        stage_entries<Cfg>(p, pk, s, e);
       }
-      cp_async_commit();  // one group a stage, empty ones too: wait_group counts stages
-      KVATTN_TL(if (tid == 0 && k == 0) tl_stamp(kTlFirstIssue));
+      if (k >= kDepth) mbar_wait(&empty[k % kDepth], ((k / kDepth) & 1) ^ 1);  // the slot's last stage read
+      ok &=
+          issue_stage<Cfg>(p, pk, kv_head, s, e, smem_addr(slots + (k % kDepth) * Cfg::kStageBytes), policy);
+      cp_async_mbar_arrive(&full[k % kDepth]);  // this lane's copies of the stage, once landed
+      KVATTN_TL(if (warp == kW && lane == 0) {
+        if (k == 0) tl_stamp(kTlFirstIssue);
+        if (k == n - 1) tl_stamp_piece(0, kTlpLastIssued);
+      });
     }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+  } else if (has_rows) {
+    const QRows<Cfg> q = load_q<Cfg>(p, seq, i, kv_head, tid);
     const Piece w{i, kv_head, 0, -1, pk.tile_begin, pk.tile_end, -1, -1};
     ok &= piece_ok<Cfg>(p, w, pk, tid);
     KVATTN_TL(if (tid == 0 && ok != (pk.stages == -1)) tl_stamp_piece(0, kTlpChecked));
@@ -179,22 +212,9 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
     float row_max[2] = {-INFINITY, -INFINITY};
     float row_sum[2] = {0.f, 0.f};
     for (int k = 0; k < n; ++k) {
-      const int s = warp + kW * k;
+      const int s = r + kW * k;
       const unsigned char* s_k = slots + (k % kDepth) * Cfg::kStageBytes;
-      int32_t ahead[Cfg::kKeysPerLane] = {};  // the entries of the stage that refills this slot
-      if (k < kDepth) {  // loaded with the first fill's (selected, not indexed: they stay registers)
-#pragma unroll
-        for (int d = 0; d < kDepth; ++d) {
-#pragma unroll
-          for (int e = 0; e < Cfg::kKeysPerLane; ++e) {
-            if (d == k) ahead[e] = entry[kDepth + d][e];
-          }
-        }
-      } else {  // (past 2 kDepth stages a warp: only with the capacity bound raised)
-        stage_entries<Cfg>(p, pk, s + kW * kDepth, ahead);
-      }
-      cp_async_wait<kDepth - 1>();
-      __syncwarp();  // every lane's copies of the stage landed
+      mbar_wait(&full[k % kDepth], (k / kDepth) & 1);  // every producer lane's copies of the stage landed
       KVATTN_TL(if (tid == 0 && k == 0) {
         tl_stamp(kTlFirstFull);
         tl_stamp_piece(0, kTlpFirstFull);
@@ -214,22 +234,18 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
       apply_score_mods<true>(p, pk.kp_end, inside, score_tile);
       stage_softmax<Cfg>(s_acc, scale.factor, upper, row_max, row_sum, o_acc);
       stage_pv<Cfg>(o_acc, s_acc, s_k + Cfg::kStageKeys * Cfg::kRowStride);
-      __syncwarp();  // every lane's reads of the slot done before it is refilled
-      if (k + kDepth < n)
-        ok &= issue_stage<Cfg>(p, pk, kv_head, s + kW * kDepth, ahead, smem_addr(s_k), policy);
-      cp_async_commit();
-      KVATTN_TL(if (tid == 0) {
-        if (k + kDepth == n - 1) tl_stamp_piece(0, kTlpLastIssued);
-        if (k == n - 1) tl_stamp_piece(0, kTlpLastConsumed);
-      });
+      mbar_arrive(&empty[k % kDepth]);  // every lane: its reads of the stage are done
+      KVATTN_TL(if (tid == 0 && k == n - 1) tl_stamp_piece(0, kTlpLastConsumed));
     }
-    cp_async_wait<0>();
     const float state_max[2] = {row_max[0] * scale.factor, row_max[1] * scale.factor};  // log2 units
-    __syncthreads();  // every warp is done with the ring, which the states overwrite
+    // Every consumer warp is done with the ring, which the states overwrite (every stage's copies landed:
+    // each was waited for).
+    consumers_sync<32 * kW>();
     store_warp_state<Cfg>(s_state, o_acc, state_max, row_sum);
   }
-  const bool bad = __syncthreads_or(!ok);  // (and the warps' states written)
-  if (has_rows) {
+  const bool bad = __syncthreads_or(!ok);    // (and the warps' states written)
+  if (has_rows && producer) cluster_wait();  // (every thread of the cluster waits once, as it arrived)
+  if (has_rows && !producer) {
     // The CTA's 4 warp states merged in warp order into one (m, l, O) (thread tid: row tid / 8, 16 channels;
     // and, for the unit's merge below, the `per` channels of this CTA's own C-th that it merges there).
     constexpr int kCols = Cfg::kHeadDim / 8;

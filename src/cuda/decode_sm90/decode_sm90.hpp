@@ -77,13 +77,14 @@ struct DecodeSm90Shape {
 };
 
 // The cluster form of the kernel (cluster.cuh): a cluster of C <= kMaxCtas CTAs a (sequence, kv head) unit
-// when the units are few (every CTA of every cluster resident at once), 4 warps a CTA, each with a ring of
-// kDepth stages of the persistent kernel's size that it fills and computes itself. The warps' merge
-// states alias the ring (written after its last use).
+// when the units are few (every CTA of every cluster resident at once), 4 consumer warps a CTA, each with
+// a ring of kDepth stages of the persistent kernel's size that a producer warp of its own fills. The
+// consumers' merge states alias the rings (written after their last use).
 struct DecodeClusterShape {
   using S = DecodeSm90Shape;
-  static constexpr int kWarps = 4;
-  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kWarps = 4;          // consumer warps, each with a ring of its own
+  static constexpr int kProducerWarps = 4;  // warp kWarps + r fills ring r
+  static constexpr int kThreads = 32 * (kWarps + kProducerWarps);
   static constexpr int kDepth = 3;
   static constexpr int kMaxCtas = 16;  // the non-portable cluster size of sm_90 (8 is portable)
   static constexpr int kMinCtas = 8;   // the plan's smallest C (the merge's registers are sized by it)
@@ -105,7 +106,7 @@ struct DecodeClusterShape {
   static constexpr size_t smem_bytes(bool fp8) {
     return size_t(kWarps) * kDepth * S::stage_bytes(fp8)  // the rings (the merge states after them)
            + kInboxRegion                                 // the inbox (Q and max |q| before)
-           + 8;                                           // its mbarrier
+           + 8 * (1 + 2 * kWarps * kDepth);               // its mbarrier, the rings' full and empty ones
   }
   static_assert(kWarps * DecodeSm90Shape::kStateFloats * 4 <=
                     kWarps * kDepth * DecodeSm90Shape::stage_bytes(false),

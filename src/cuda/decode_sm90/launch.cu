@@ -247,7 +247,8 @@ static int64_t decode_sm90_det_chunk_keys() {
 // start (the balanced scan, the walk) and its combine kernel, what batch 1 at 1k-4k pays; it streams long
 // sequences slower (H100, session 39: W1 32/8 b1 1k / 2k / 4k p16 18.4 / 20.0 / 23.2 -> 14.2 / 16.9 / 22.7
 // us, but b1 32k 61 -> 79 and 128k 194 -> 259: for batch 1 over 8 kv heads the cluster form has 64 or
-// 128 CTAs of 4 warps each, against the persistent kernel's 132 with 8 copy warps). Not in deterministic
+// 128 CTAs of 4 warps that both copied and computed, against the persistent kernel's 132 with 8 copy warps;
+// since session 42 a CTA has 4 consumer and 4 producer warps). Not in deterministic
 // mode (C depends on the batch) nor with sm_margin. KVATTN_DECODE_CLUSTER: 0 off, 8 at most 8 CTAs a unit;
 // KVATTN_DECODE_CLUSTER_MAX_KEYS: the capacity bound (read on every plan).
 static int decode_cluster_max_ctas() {
