@@ -114,6 +114,31 @@ case "${1:-show}" in
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
         ;;
+      52)  # session 43: the cluster form's start after cprod landed (call 51: b1 1k's first copy at 6.9 us, 2 us
+           # later than before; entry -> sequence known 2.8 us, entries landed -> first copy issued 3.3 us).
+           # Branch ilate (the barrier after the rings' mbarrier inits moved after the sequence loads): its
+           # cluster tests, racecheck, memcheck, W1 short A (main) B (ilate) two rounds; then timelines with
+           # more stamps (branch tlx: "prod piece" = the init barrier passed, "prod keys" = the producer's
+           # cluster arrive done, "copy 1 issued" = its entries selected, "copy 8 issued" = stage 0's
+           # copies issued) of main cold / warm and of ilate cold.
+        OUT=$OUT/ilate KVATTN_AB_A=.dev/main128_43.so.xz KVATTN_AB_B=.dev/ilate128.so.xz KVATTN_AB_DIMS=128 \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py \
+          KVATTN_AB_K="cluster or graph" KVATTN_AB_SMOKE_K="cluster_one_sequence" \
+          KVATTN_AB_SMOKE_TIMEOUT=60 KVATTN_AB_TEST_TIMEOUT=150 KVATTN_AB_SAN_TIMEOUT=60 \
+          KVATTN_AB_RACE_K="cluster_one_sequence" KVATTN_AB_MEM_K="cluster_bad_page" \
+          KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="short" bash tools/prefill_ab.sh
+        grep -E "^(FAILED|ERROR)" "$OUT/ilate/tests.log" | cut -c1-300 | head -20
+        source tools/device_env.sh
+        T=$(device_lib .dev/tlx128.so.xz tx)
+        for a in "" "--warm" "--contig"; do
+          n=tlx$(echo "$a" | tr -d ' -')
+          KVATTN_LIBRARY=$T timeout 60 python3 -m bench.decode_timeline --filter "W1 b1 1k,W1 b1 4k" $a > "$OUT/$n.txt" 2>&1
+          echo "tlx '$a' rc=$?"; grep -vE "^$" "$OUT/$n.txt" | head -60
+        done
+        T=$(device_lib .dev/ilatetl128.so.xz it)
+        KVATTN_LIBRARY=$T timeout 60 python3 -m bench.decode_timeline --filter "W1 b1 1k,W1 b1 4k" > "$OUT/tl_ilate.txt" 2>&1
+        echo "ilate timeline rc=$?"; grep -vE "^$" "$OUT/tl_ilate.txt" | head -60
+        ;;
       51)  # session 42, branch cprod (written after call 50's question, measured by nobody yet): the cluster form with
            # 4 producer warps (a ring each, full / empty mbarriers) beside its 4 consumer warps; checks, then
            # W1 short, main (A) against cprod (B), two rounds
