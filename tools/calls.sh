@@ -115,19 +115,22 @@ case "${1:-show}" in
           bash tools/prefill_ab.sh
         ;;
       53)  # session 43: branch ilroll (ilate + the cluster form's stage copies in a rolled loop; call 52: a
-           # producer takes 2.2-3.6 us to issue one stage, warm or cold). Its checks, W1 short A (ilate) B
-           # (ilroll) two rounds, the same against the loop unrolled by 4, then its stamped timeline.
-        OUT=$OUT/ilroll KVATTN_AB_A=.dev/ilate128.so.xz KVATTN_AB_B=.dev/ilroll128.so.xz KVATTN_AB_DIMS=128 \
+           # producer takes 2.2-3.6 us to issue one stage, warm or cold) and ilroll2 (+ the rank merge's loop
+           # rolled). The checks on ilroll2 (it holds both), W1 short A (ilate) B (ilroll, ilroll2, the copy
+           # loop unrolled by 4) two rounds each, then ilroll's stamped timeline.
+        OUT=$OUT/ilroll2 KVATTN_AB_A=.dev/ilate128.so.xz KVATTN_AB_B=.dev/ilroll2_128.so.xz KVATTN_AB_DIMS=128 \
           KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py \
           KVATTN_AB_K="cluster or dispatch or device_error or graph" KVATTN_AB_SMOKE_K="cluster_one_sequence" \
           KVATTN_AB_SMOKE_TIMEOUT=60 KVATTN_AB_TEST_TIMEOUT=150 KVATTN_AB_SAN_TIMEOUT=60 \
           KVATTN_AB_RACE_K="cluster_one_sequence" KVATTN_AB_MEM_K="cluster_bad_page or cluster_fp8_cache" \
-          KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="short" bash tools/prefill_ab.sh > "$OUT/ab1.txt" 2>&1
-        OUT=$OUT/ilroll4 KVATTN_AB_CHECK=0 KVATTN_AB_A=.dev/ilate128.so.xz KVATTN_AB_B=.dev/ilroll4_128.so.xz \
-          KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="short" \
-          bash tools/prefill_ab.sh > "$OUT/ab4.txt" 2>&1
-        grep -E "^\[" "$OUT/ab1.txt"; grep -E "^(FAILED|ERROR)" "$OUT/ilroll/tests.log" | cut -c1-300 | head -20
-        for f in ab1 ab4; do echo "== $f"; grep -E "^W1|^worst" "$OUT/$f.txt"; done
+          KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="short" bash tools/prefill_ab.sh > "$OUT/ab2.txt" 2>&1
+        grep -E "^\[" "$OUT/ab2.txt"; grep -E "^(FAILED|ERROR)" "$OUT/ilroll2/tests.log" | cut -c1-300 | head -20
+        for v in ilroll ilroll4_; do
+          OUT=$OUT/$v KVATTN_AB_CHECK=0 KVATTN_AB_A=.dev/ilate128.so.xz KVATTN_AB_B=.dev/${v}128.so.xz \
+            KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="short" \
+            bash tools/prefill_ab.sh > "$OUT/ab_$v.txt" 2>&1
+        done
+        for f in ab_ilroll ab2 ab_ilroll4_; do echo "== $f"; grep -E "^W1|^worst" "$OUT/$f.txt"; done
         source tools/device_env.sh
         T=$(device_lib .dev/ilrolltl128.so.xz rt)
         KVATTN_LIBRARY=$T timeout 60 python3 -m bench.decode_timeline --filter "W1 b1 1k,W1 b1 4k" > "$OUT/tl_ilroll.txt" 2>&1
