@@ -114,6 +114,24 @@ case "${1:-show}" in
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
         ;;
+      54)  # session 43: branch fast (ilroll2 with the copy loop unrolled by 4) and fast2 (+ the CTA's 4-warp
+           # state merge rolled); checks on fast2, W1 short A (ilate) B (fast, fast2), fast2's stamped timeline.
+        OUT=$OUT/fast2 KVATTN_AB_A=.dev/ilate128.so.xz KVATTN_AB_B=.dev/fast2_128.so.xz KVATTN_AB_DIMS=128 \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py \
+          KVATTN_AB_K="cluster or dispatch or device_error or graph" KVATTN_AB_SMOKE_K="cluster_one_sequence" \
+          KVATTN_AB_SMOKE_TIMEOUT=60 KVATTN_AB_TEST_TIMEOUT=150 KVATTN_AB_SAN_TIMEOUT=60 \
+          KVATTN_AB_RACE_K="cluster_one_sequence" KVATTN_AB_MEM_K="cluster_bad_page or cluster_fp8_cache" \
+          KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="short" bash tools/prefill_ab.sh > "$OUT/ab_fast2.txt" 2>&1
+        grep -E "^\[" "$OUT/ab_fast2.txt"; grep -E "^(FAILED|ERROR)" "$OUT/fast2/tests.log" | cut -c1-300 | head -20
+        OUT=$OUT/fast KVATTN_AB_CHECK=0 KVATTN_AB_A=.dev/ilate128.so.xz KVATTN_AB_B=.dev/fast128.so.xz \
+          KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="short" \
+          bash tools/prefill_ab.sh > "$OUT/ab_fast.txt" 2>&1
+        for f in ab_fast ab_fast2; do echo "== $f"; grep -E "^W1|^worst" "$OUT/$f.txt"; done
+        source tools/device_env.sh
+        T=$(device_lib .dev/fast2tl128.so.xz ft)
+        KVATTN_LIBRARY=$T timeout 60 python3 -m bench.decode_timeline --filter "W1 b1 1k,W1 b1 4k" > "$OUT/tl_fast2.txt" 2>&1
+        echo "fast2 timeline rc=$?"; grep -E "^==|scan done|pdl|prod|copy|first|last|q |checked|inbox|written|d (copy|fill|last|cons|clus)" "$OUT/tl_fast2.txt"
+        ;;
       53)  # session 43: branch ilroll (ilate + the cluster form's stage copies in a rolled loop; call 52: a
            # producer takes 2.2-3.6 us to issue one stage, warm or cold) and ilroll2 (+ the rank merge's loop
            # rolled). The checks on ilroll2 (it holds both), W1 short A (ilate) B (ilroll, ilroll2, the copy
