@@ -119,7 +119,6 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
     mbar_init(&ring_empty[tid], 32);  // the 32 lanes of its consumer warp
     mbar_init_fence();
   }
-  __syncthreads();  // the rings' mbarriers made before either side uses them
 
   // The unit's keys and this CTA's share of its 64-key tiles (the same split on every CTA of the cluster).
   PieceKeys pk;
@@ -140,6 +139,9 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
     tl_stamp_piece(0, kTlpBegin);
   });
 
+  // The rings' mbarriers made before either side uses them (a barrier here, not after the inits, so that
+  // every warp's sequence loads are in flight while warp 0 makes them).
+  __syncthreads();
   bool ok = true;
   // Ring r (of kW): consumer warp r computes stages r + kW k (k < n) in slot k mod kDepth, which producer
   // warp kW + r fills; full (count 32: a cp.async.mbarrier.arrive a producer lane) and empty (count 32: a
