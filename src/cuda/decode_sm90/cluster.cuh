@@ -22,6 +22,9 @@ namespace kvattn::cuda::sm90 {
 // (entry: their page-table entries), past the piece's keys its last key, a bad page id a row of zeros; one
 // warp instruction covers whole rows. Returns false when one of this lane's entries is out of range (the
 // error recorded).
+#ifndef KVATTN_CLUSTER_COPY_UNROLL
+#define KVATTN_CLUSTER_COPY_UNROLL 1
+#endif
 template <class Cfg>
 __device__ __forceinline__ bool issue_stage(const AttnParams& p, const PieceKeys& pk, int kv_head, int s,
                                             const int32_t (&entry)[Cfg::kKeysPerLane], uint32_t dst,
@@ -56,11 +59,17 @@ __device__ __forceinline__ bool issue_stage(const AttnParams& p, const PieceKeys
   const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache.ptr) + chunk * 16;
   const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache.ptr) + chunk * 16;
   const unsigned char* zero = g_zero_row + chunk * 16;
+  static_assert(kCopies == Cfg::kKeysPerLane * kCopiesPerSet, "a set of copies a key of each lane");
 #pragma unroll
-  for (int c = 0; c < kCopies; ++c) {
-    const int owner = (c % kCopiesPerSet) * kRowsPerCopy + row_in_copy;
-    const int64_t ko = __shfl_sync(0xffffffffu, k_off[c / kCopiesPerSet], owner);
-    const int64_t vo = __shfl_sync(0xffffffffu, v_off[c / kCopiesPerSet], owner);
+  for (int j = 0; j < Cfg::kKeysPerLane; ++j) {
+    // Rolled: a stage's copies are the code a producer runs once at a short decode's start, where each
+    // instruction-cache line it executes for the first time costs a fetch (bench/NOTES.md, session 43).
+#pragma unroll KVATTN_CLUSTER_COPY_UNROLL
+  for (int cc = 0; cc < kCopiesPerSet; ++cc) {
+    const int c = j * kCopiesPerSet + cc;
+    const int owner = cc * kRowsPerCopy + row_in_copy;
+    const int64_t ko = __shfl_sync(0xffffffffu, k_off[j], owner);
+    const int64_t vo = __shfl_sync(0xffffffffu, v_off[j], owner);
     const uint32_t row_bytes = c * kRowsPerCopy * Cfg::kRowStride;
     if constexpr (Cfg::kCopyViaL1) {
       cp_async_16_l1(k_dst + row_bytes, ko < 0 ? zero : k_base + ko * sizeof(TKV));
@@ -69,6 +78,7 @@ __device__ __forceinline__ bool issue_stage(const AttnParams& p, const PieceKeys
       cp_async_16_hint(k_dst + row_bytes, ko < 0 ? zero : k_base + ko * sizeof(TKV), policy);
       cp_async_16_hint(v_dst + row_bytes, vo < 0 ? zero : v_base + vo * sizeof(TKV), policy);
     }
+  }
   }
   return ok;
 }
