@@ -25,6 +25,7 @@ namespace kvattn::cuda::sm90 {
 #ifndef KVATTN_CLUSTER_COPY_UNROLL
 #define KVATTN_CLUSTER_COPY_UNROLL 1
 #endif
+constexpr int kClusterCopyUnroll = KVATTN_CLUSTER_COPY_UNROLL;  // (a pragma takes no macro)
 template <class Cfg>
 __device__ __forceinline__ bool issue_stage(const AttnParams& p, const PieceKeys& pk, int kv_head, int s,
                                             const int32_t (&entry)[Cfg::kKeysPerLane], uint32_t dst,
@@ -64,7 +65,7 @@ __device__ __forceinline__ bool issue_stage(const AttnParams& p, const PieceKeys
   for (int j = 0; j < Cfg::kKeysPerLane; ++j) {
     // Rolled: a stage's copies are the code a producer runs once at a short decode's start, where each
     // instruction-cache line it executes for the first time costs a fetch (bench/NOTES.md, session 43).
-#pragma unroll KVATTN_CLUSTER_COPY_UNROLL
+#pragma unroll kClusterCopyUnroll
   for (int cc = 0; cc < kCopiesPerSet; ++cc) {
     const int c = j * kCopiesPerSet + cc;
     const int owner = cc * kRowsPerCopy + row_in_copy;
