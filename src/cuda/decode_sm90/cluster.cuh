@@ -323,9 +323,10 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
       bool unit_bad = bad;
 #pragma unroll
       for (int c = 0; c < kMaxPer; ++c) out_acc[c] = 0.f;
-#pragma unroll
-      for (int j = 0; j < kMaxCtas; ++j) {
-        if (j < ctas) {
+      // (Rolled: run once a call, where a cold instruction fetch costs more than the loop; NOTES s43.)
+#pragma unroll 1
+      for (int j = 0; j < ctas; ++j) {
+        {
           // (this rank's part from registers: selected, not addressed, so that they stay registers)
           const bool mine = j == rank;
           const int slot = j - (j > rank ? 1 : 0);
