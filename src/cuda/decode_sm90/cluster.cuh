@@ -262,7 +262,6 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
     // The CTA's 4 warp states merged in warp order into one (m, l, O) (thread tid: row tid / 8, 16 channels;
     // and, for the unit's merge below, the `per` channels of this CTA's own C-th that it merges there).
     constexpr int kCols = Cfg::kHeadDim / 8;
-    constexpr int kMaxCtas = Shape::kMaxCtas;
     constexpr int kMaxPer = Cfg::kHeadDim / 8 / Shape::kMinCtas;
     const int per_rank = Cfg::kHeadDim / ctas, per = per_rank / 8;
     const int rr = tid / 8, c0 = tid % 8 * kCols, cr = tid % 8 * per;
