@@ -22,10 +22,10 @@ namespace kvattn::cuda::sm90 {
 // (entry: their page-table entries), past the piece's keys its last key, a bad page id a row of zeros; one
 // warp instruction covers whole rows. Returns false when one of this lane's entries is out of range (the
 // error recorded).
-#ifndef KVATTN_CLUSTER_COPY_UNROLL
-#define KVATTN_CLUSTER_COPY_UNROLL 1
-#endif
-constexpr int kClusterCopyUnroll = KVATTN_CLUSTER_COPY_UNROLL;  // (a pragma takes no macro)
+// A stage's copies unrolled by 4, not 16 / 32: a producer runs them a few times a call, and at a short
+// decode's start each instruction-cache line executed for the first time costs a fetch (H100, session 43:
+// rolled by 1 -3 to -6% on W1 b1 1k-4k, by 4 -4 to -6%, fully unrolled the slowest).
+constexpr int kClusterCopyUnroll = 4;
 template <class Cfg>
 __device__ __forceinline__ bool issue_stage(const AttnParams& p, const PieceKeys& pk, int kv_head, int s,
                                             const int32_t (&entry)[Cfg::kKeysPerLane], uint32_t dst,
@@ -63,23 +63,21 @@ __device__ __forceinline__ bool issue_stage(const AttnParams& p, const PieceKeys
   static_assert(kCopies == Cfg::kKeysPerLane * kCopiesPerSet, "a set of copies a key of each lane");
 #pragma unroll
   for (int j = 0; j < Cfg::kKeysPerLane; ++j) {
-    // Rolled: a stage's copies are the code a producer runs once at a short decode's start, where each
-    // instruction-cache line it executes for the first time costs a fetch (bench/NOTES.md, session 43).
 #pragma unroll kClusterCopyUnroll
-  for (int cc = 0; cc < kCopiesPerSet; ++cc) {
-    const int c = j * kCopiesPerSet + cc;
-    const int owner = cc * kRowsPerCopy + row_in_copy;
-    const int64_t ko = __shfl_sync(0xffffffffu, k_off[j], owner);
-    const int64_t vo = __shfl_sync(0xffffffffu, v_off[j], owner);
-    const uint32_t row_bytes = c * kRowsPerCopy * Cfg::kRowStride;
-    if constexpr (Cfg::kCopyViaL1) {
-      cp_async_16_l1(k_dst + row_bytes, ko < 0 ? zero : k_base + ko * sizeof(TKV));
-      cp_async_16_l1(v_dst + row_bytes, vo < 0 ? zero : v_base + vo * sizeof(TKV));
-    } else {
-      cp_async_16_hint(k_dst + row_bytes, ko < 0 ? zero : k_base + ko * sizeof(TKV), policy);
-      cp_async_16_hint(v_dst + row_bytes, vo < 0 ? zero : v_base + vo * sizeof(TKV), policy);
+    for (int cc = 0; cc < kCopiesPerSet; ++cc) {
+      const int c = j * kCopiesPerSet + cc;
+      const int owner = cc * kRowsPerCopy + row_in_copy;
+      const int64_t ko = __shfl_sync(0xffffffffu, k_off[j], owner);
+      const int64_t vo = __shfl_sync(0xffffffffu, v_off[j], owner);
+      const uint32_t row_bytes = c * kRowsPerCopy * Cfg::kRowStride;
+      if constexpr (Cfg::kCopyViaL1) {
+        cp_async_16_l1(k_dst + row_bytes, ko < 0 ? zero : k_base + ko * sizeof(TKV));
+        cp_async_16_l1(v_dst + row_bytes, vo < 0 ? zero : v_base + vo * sizeof(TKV));
+      } else {
+        cp_async_16_hint(k_dst + row_bytes, ko < 0 ? zero : k_base + ko * sizeof(TKV), policy);
+        cp_async_16_hint(v_dst + row_bytes, vo < 0 ? zero : v_base + vo * sizeof(TKV), policy);
+      }
     }
-  }
   }
   return ok;
 }
@@ -322,7 +320,7 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
       bool unit_bad = bad;
 #pragma unroll
       for (int c = 0; c < kMaxPer; ++c) out_acc[c] = 0.f;
-      // (Rolled: run once a call, where a cold instruction fetch costs more than the loop; NOTES s43.)
+        // (Rolled: run once a call, where a cold instruction fetch costs more than the loop; NOTES s43.)
 #pragma unroll 1
       for (int j = 0; j < ctas; ++j) {
         {
