@@ -18,6 +18,11 @@
 
 namespace kvattn::cuda::sm90 {
 
+// A stage's copies unrolled by 4, not 16 / 32: a producer runs them a few times a call, and at a short
+// decode's start each instruction-cache line executed for the first time costs a fetch (H100, session 43:
+// W1 b1 1k-4k -3 to -6% rolled by 1 or by 4 against fully unrolled).
+constexpr int kClusterCopyUnroll = 4;
+
 // This warp's copies of one stage (CTA-wide stage s of the piece) into `dst`: lane k owns keys j * 32 + k
 // (entry: their page-table entries), past the piece's keys its last key, a bad page id a row of zeros; one
 // warp instruction covers whole rows. Returns false when one of this lane's entries is out of range (the
@@ -56,18 +61,23 @@ __device__ __forceinline__ bool issue_stage(const AttnParams& p, const PieceKeys
   const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache.ptr) + chunk * 16;
   const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache.ptr) + chunk * 16;
   const unsigned char* zero = g_zero_row + chunk * 16;
+  static_assert(kCopies == Cfg::kKeysPerLane * kCopiesPerSet, "a set of copies a key of each lane");
 #pragma unroll
-  for (int c = 0; c < kCopies; ++c) {
-    const int owner = (c % kCopiesPerSet) * kRowsPerCopy + row_in_copy;
-    const int64_t ko = __shfl_sync(0xffffffffu, k_off[c / kCopiesPerSet], owner);
-    const int64_t vo = __shfl_sync(0xffffffffu, v_off[c / kCopiesPerSet], owner);
-    const uint32_t row_bytes = c * kRowsPerCopy * Cfg::kRowStride;
-    if constexpr (Cfg::kCopyViaL1) {
-      cp_async_16_l1(k_dst + row_bytes, ko < 0 ? zero : k_base + ko * sizeof(TKV));
-      cp_async_16_l1(v_dst + row_bytes, vo < 0 ? zero : v_base + vo * sizeof(TKV));
-    } else {
-      cp_async_16_hint(k_dst + row_bytes, ko < 0 ? zero : k_base + ko * sizeof(TKV), policy);
-      cp_async_16_hint(v_dst + row_bytes, vo < 0 ? zero : v_base + vo * sizeof(TKV), policy);
+  for (int j = 0; j < Cfg::kKeysPerLane; ++j) {
+#pragma unroll kClusterCopyUnroll
+    for (int cc = 0; cc < kCopiesPerSet; ++cc) {
+      const int c = j * kCopiesPerSet + cc;
+      const int owner = cc * kRowsPerCopy + row_in_copy;
+      const int64_t ko = __shfl_sync(0xffffffffu, k_off[j], owner);
+      const int64_t vo = __shfl_sync(0xffffffffu, v_off[j], owner);
+      const uint32_t row_bytes = c * kRowsPerCopy * Cfg::kRowStride;
+      if constexpr (Cfg::kCopyViaL1) {
+        cp_async_16_l1(k_dst + row_bytes, ko < 0 ? zero : k_base + ko * sizeof(TKV));
+        cp_async_16_l1(v_dst + row_bytes, vo < 0 ? zero : v_base + vo * sizeof(TKV));
+      } else {
+        cp_async_16_hint(k_dst + row_bytes, ko < 0 ? zero : k_base + ko * sizeof(TKV), policy);
+        cp_async_16_hint(v_dst + row_bytes, vo < 0 ? zero : v_base + vo * sizeof(TKV), policy);
+      }
     }
   }
   return ok;
@@ -119,7 +129,6 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
     mbar_init(&ring_empty[tid], 32);  // the 32 lanes of its consumer warp
     mbar_init_fence();
   }
-  __syncthreads();  // the rings' mbarriers made before either side uses them
 
   // The unit's keys and this CTA's share of its 64-key tiles (the same split on every CTA of the cluster).
   PieceKeys pk;
@@ -140,6 +149,9 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
     tl_stamp_piece(0, kTlpBegin);
   });
 
+  // The rings' mbarriers made before either side uses them (a barrier here, not after the inits, so that
+  // every warp's sequence loads are in flight while warp 0 makes them).
+  __syncthreads();
   bool ok = true;
   // Ring r (of kW): consumer warp r computes stages r + kW k (k < n) in slot k mod kDepth, which producer
   // warp kW + r fills; full (count 32: a cp.async.mbarrier.arrive a producer lane) and empty (count 32: a
@@ -249,7 +261,6 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
     // The CTA's 4 warp states merged in warp order into one (m, l, O) (thread tid: row tid / 8, 16 channels;
     // and, for the unit's merge below, the `per` channels of this CTA's own C-th that it merges there).
     constexpr int kCols = Cfg::kHeadDim / 8;
-    constexpr int kMaxCtas = Shape::kMaxCtas;
     constexpr int kMaxPer = Cfg::kHeadDim / 8 / Shape::kMinCtas;
     const int per_rank = Cfg::kHeadDim / ctas, per = per_rank / 8;
     const int rr = tid / 8, c0 = tid % 8 * kCols, cr = tid % 8 * per;
@@ -305,35 +316,34 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
     const int64_t q_rows = static_cast<int64_t>(seq.q_len) * p.group;
     if (rr < q_rows) {
       const uint32_t* flags = reinterpret_cast<const uint32_t*>(inbox + Shape::kInboxFlags);
+      // (The loop over the ranks below is rolled: it runs once a call, where each instruction-cache line
+      // costs a fetch; unrolled over the 16 possible ranks it was ~1 us of a b1 1k decode, NOTES s43.)
       RowState unit;
       float out_acc[kMaxPer];
       bool unit_bad = bad;
 #pragma unroll
       for (int c = 0; c < kMaxPer; ++c) out_acc[c] = 0.f;
+#pragma unroll 1
+      for (int j = 0; j < ctas; ++j) {
+        // (this rank's part from registers: selected, not addressed, so that they stay registers)
+        const bool mine = j == rank;
+        const int slot = j - (j > rank ? 1 : 0);
+        float2 ml = make_float2(st.m, st.l);
+        float ov[kMaxPer];
 #pragma unroll
-      for (int j = 0; j < kMaxCtas; ++j) {
-        if (j < ctas) {
-          // (this rank's part from registers: selected, not addressed, so that they stay registers)
-          const bool mine = j == rank;
-          const int slot = j - (j > rank ? 1 : 0);
-          float2 ml = make_float2(st.m, st.l);
-          float ov[kMaxPer];
-#pragma unroll
-          for (int c = 0; c < kMaxPer; ++c) ov[c] = own[c];
-          if (!mine) {
-            unit_bad |= flags[slot] != 0;
-            ml =
-                *reinterpret_cast<const float2*>(inbox + Shape::kInboxMl + 2 * (slot * Cfg::kGroupRows + rr));
-#pragma unroll
-            for (int c = 0; c < kMaxPer; ++c) {
-              if (c < per) ov[c] = inbox[(slot * Cfg::kGroupRows + rr) * per_rank + cr + c];
-            }
-          }
-          const MergeScales f = unit.merge(ml.x, ml.y);
+        for (int c = 0; c < kMaxPer; ++c) ov[c] = own[c];
+        if (!mine) {
+          unit_bad |= flags[slot] != 0;
+          ml = *reinterpret_cast<const float2*>(inbox + Shape::kInboxMl + 2 * (slot * Cfg::kGroupRows + rr));
 #pragma unroll
           for (int c = 0; c < kMaxPer; ++c) {
-            if (c < per) out_acc[c] = out_acc[c] * f.a + ov[c] * f.b;
+            if (c < per) ov[c] = inbox[(slot * Cfg::kGroupRows + rr) * per_rank + cr + c];
           }
+        }
+        const MergeScales f = unit.merge(ml.x, ml.y);
+#pragma unroll
+        for (int c = 0; c < kMaxPer; ++c) {
+          if (c < per) out_acc[c] = out_acc[c] * f.a + ov[c] * f.b;
         }
       }
       const int64_t t = rr / p.group;
