@@ -114,6 +114,27 @@ case "${1:-show}" in
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
         ;;
+      56)  # session 43: branch nbar2 (call 55's nbar redone: the producers waited on a barrier the consumers
+           # reached only after their Q, +7 to +15%, and racecheck flagged its bar.arrive hand-off). Now the
+           # maker (the last consumer warp) makes the rings' mbarriers and meets the producers on one named
+           # barrier and the other consumers on another, all barrier.sync, before loading its own sequence.
+        ab() {  # ab NAME A B: checks of B, W1 short A B A B
+          OUT=$OUT/$1 KVATTN_AB_A=$2 KVATTN_AB_B=$3 KVATTN_AB_DIMS=128 \
+            KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py \
+            KVATTN_AB_K="cluster or dispatch or device_error or graph" KVATTN_AB_SMOKE_K="cluster_one_sequence" \
+            KVATTN_AB_SMOKE_TIMEOUT=60 KVATTN_AB_TEST_TIMEOUT=150 KVATTN_AB_SAN_TIMEOUT=90 \
+            KVATTN_AB_RACE_K="cluster_one_sequence or cluster_bad_page" KVATTN_AB_MEM_K="cluster_bad_page or cluster_fp8_cache" \
+            KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="short" bash tools/prefill_ab.sh > "$OUT/ab_$1.txt" 2>&1
+          echo "== $1"; grep -E "^\[" "$OUT/ab_$1.txt"; grep -E "^(FAILED|ERROR)" "$OUT/$1/tests.log" | cut -c1-300 | head
+          grep -E "^W1|^worst" "$OUT/ab_$1.txt"
+          grep -m1 -B2 -A12 "Race reported\|Error:" "$OUT/$1/racecheck.log" | cut -c1-200 | head -30
+        }
+        ab nbar2 .dev/main128_44.so.xz .dev/nbar2_128.so.xz
+        source tools/device_env.sh
+        T=$(device_lib .dev/nbar2tl128.so.xz n2)
+        KVATTN_LIBRARY=$T timeout 60 python3 -m bench.decode_timeline --filter "W1 b1 1k,W1 b1 4k" > "$OUT/tl_nbar2.txt" 2>&1
+        echo "nbar2 timeline rc=$?"; grep -E "^==|scan done|pdl|prod|copy|first|last|q |checked|inbox|written|d (copy|fill|last|cons|clus)" "$OUT/tl_nbar2.txt"
+        ;;
       55)  # session 43: main after the merges (cprod, fast) checked and timed against session 42's main, then
            # branch nbar (the rings' mbarriers made by the last consumer warp behind a named barrier; the
            # producers' cluster arrive relaxed) against it, both with checks; nbar's stamped timeline.
