@@ -114,6 +114,25 @@ case "${1:-show}" in
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
         ;;
+      57)  # session 43: nbar2's two questions (call 56). Its timeline was 1.5 us shorter than main's at b1 1k
+           # (span 9.2 vs 10.7) while W1 short timed it level or +1 to +4.5%: the kernels' durations and the
+           # gaps between them (bench.kernel_gaps) for main and nbar2. Racecheck reported 96 hazards between
+           # store_q_rows and ldmatrix: the hazards' details (threads, addresses), one test.
+        source tools/device_env.sh
+        export KVATTN_TEST_HEAD_DIMS=128
+        for v in main128_44 nbar2_128; do
+          L=$(device_lib .dev/$v.so.xz ${v:0:4})
+          KVATTN_LIBRARY=$L timeout 90 python3 -m bench.kernel_gaps "W1 32/8 b1 1k p16 short" "W1 32/8 b1 4k p16 short" \
+            > "$OUT/gaps_$v.txt" 2>&1
+          echo "== kernel_gaps $v rc=$?"; tail -8 "$OUT/gaps_$v.txt"
+        done
+        L=$(device_lib .dev/nbar2_128.so.xz nbar)
+        KVATTN_LIBRARY=$L timeout 120 compute-sanitizer --tool racecheck --report-api-errors no --print-limit 400 \
+          python3 -m pytest -q -p no:cacheprovider tests/python/test_cuda_decode_sm90.py -k cluster_one_sequence \
+          > "$OUT/race.log" 2>&1
+        echo "racecheck rc=$? $(grep 'RACECHECK SUMMARY' "$OUT/race.log" | tail -1)"
+        grep -E "Race reported|Write access|Read access|by thread|Address|shared" "$OUT/race.log" | cut -c1-220 | head -60
+        ;;
       56)  # session 43: branch nbar2 (call 55's nbar redone: the producers waited on a barrier the consumers
            # reached only after their Q, +7 to +15%, and racecheck flagged its bar.arrive hand-off). Now the
            # maker (the last consumer warp) makes the rings' mbarriers and meets the producers on one named
