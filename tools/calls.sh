@@ -20,12 +20,12 @@ LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:
 
 show() {
   cat << 'END'
-Session 42 ran 48 (= 47's checks + the full run's call B) and the full run with the peers on an H100
-(RESULTS.md), bench/ingest.cu, an ncu of the cluster form, and 49 (branch entries, landed). Next, in order
-of value (bench/NOTES.md, "Where to go next", session 42): 50 and 51 first, chained on one machine; the
-full run on an H200 when one comes; 37 (at main), 33 (sdec's follow-up), 31-32, 12, 5. Tree at main for 5,
-12, 37, 50 and 51, at sdec for 33, at w3short for 31. .dev/main128_42 and maintl128 are main at session
-42's end; cprod128 / cprodtl128 branch cprod.
+Session 43 ran 50-57 on H100s (no H200 came): 51 (cprod), 52 (ilate), 53-54 (the rolled loops) landed as
+main's cluster form (W1 b1 1k / 2k / 4k -16 / -20 / -30%); nbar / nbar2 (the mbarrier inits off the start)
+lost (56-57). Next, in order of value (bench/NOTES.md, "Where to go next", session 43): the full run with
+the peers on an H200 (NOTES' recipe: calls A1, A2, B, C; rebuild build-ci first); then the short decode's
+copies by TMA and its merge (not written); 37 (at main), 33, 31-32, 12, 5. Entries 50-57 are the record of
+session 43's calls (their libraries: .dev/main128_44 = main at session 43's end).
 50. run(command="bash tools/calls.sh run 50", carry=[".dev/maintl128.so.xz", ".dev/main128_42.so.xz", ".whl"], timeout_s=400)   [tree at main]
    FIRST (session 42's question): where the cluster form's b1 4k time goes, since it is not the memory
    (bench/ingest.cu, NOTES s42): timelines of main paged / contiguous, cold / warm, and ncu's
