@@ -27,12 +27,12 @@ the peers on an H200 (NOTES' recipe: calls A1, A2, B, C; rebuild build-ci first)
 copies by TMA and its merge (not written); 37 (at main), 33, 31-32, 12, 5. Entries 50-57 are the record of
 session 43's calls (their libraries: .dev/main128_44 = main at session 43's end).
 50. run(command="bash tools/calls.sh run 50", carry=[".dev/maintl128.so.xz", ".dev/main128_42.so.xz", ".whl"], timeout_s=400)   [tree at main]
-   FIRST (session 42's question): where the cluster form's b1 4k time goes, since it is not the memory
+   (run in session 43, NOTES s43) session 42's question: where the cluster form's b1 4k time goes, since it is not the memory
    (bench/ingest.cu, NOTES s42): timelines of main paged / contiguous, cold / warm, and ncu's
    per-instruction stall samples (source page, SASS) of b1 4k / 1k contiguous. Then decide between an
    8-warp cluster CTA (2 warps a scheduler; NOTES s42) and a smaller executed code path.
 51. run(command="bash tools/calls.sh run 51", carry=[".dev/main128_42.so.xz", ".dev/cprod128.so.xz", ".dev/cprodtl128.so.xz", ".whl"], timeout_s=500)   [tree at main]
-   branch cprod: the cluster form with a producer warp a ring (consumers never issue a copy; two warps a
+   (run and landed in session 43) branch cprod: the cluster form with a producer warp a ring (consumers never issue a copy; two warps a
    scheduler). SASS (d 128 bf16): the consumer's stage loop 1,455 -> 781 instructions (the copies and
    their address arithmetic out of it), 231 -> 204 registers, no spill; fp8 kernels 248 / 255, no spill.
    Predicted: W1 b1 4k -2 to -3.5 us (21.4-21.8 -> ~18.5-19.5), 2k -1 to -1.5, 1k -0.5 to -1; the
