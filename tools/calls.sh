@@ -114,6 +114,26 @@ case "${1:-show}" in
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
         ;;
+      58)  # session 43: branch kvsplit (a stage's K rows land on one full mbarrier, its V rows on another:
+           # Q K^T and the softmax of the first stage run while V lands; predicted b1 1k -0.3 to -0.4 us,
+           # 4k -0.3). Checks, W1 short A (main) B (kvsplit), then both kernels' durations back to back.
+        OUT=$OUT/kvsplit KVATTN_AB_A=.dev/main128_44.so.xz KVATTN_AB_B=.dev/kvsplit128.so.xz KVATTN_AB_DIMS=128 \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py \
+          KVATTN_AB_K="cluster or dispatch or device_error or graph" KVATTN_AB_SMOKE_K="cluster_one_sequence" \
+          KVATTN_AB_SMOKE_TIMEOUT=60 KVATTN_AB_TEST_TIMEOUT=150 KVATTN_AB_SAN_TIMEOUT=90 \
+          KVATTN_AB_RACE_K="cluster_one_sequence or cluster_bad_page" KVATTN_AB_MEM_K="cluster_bad_page or cluster_fp8_cache" \
+          KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="short" bash tools/prefill_ab.sh > "$OUT/ab_kvsplit.txt" 2>&1
+        grep -E "^\[" "$OUT/ab_kvsplit.txt"; grep -E "^(FAILED|ERROR)" "$OUT/kvsplit/tests.log" | cut -c1-300 | head
+        grep -E "^W1|^worst" "$OUT/ab_kvsplit.txt"
+        grep -m1 -A3 "Race reported" "$OUT/kvsplit/racecheck.log" | cut -c1-200
+        source tools/device_env.sh
+        for v in main128_44 kvsplit128; do
+          L=$(device_lib .dev/$v.so.xz ${v:0:4})
+          KVATTN_LIBRARY=$L timeout 90 python3 -m bench.kernel_gaps "W1 32/8 b1 1k p16 short" "W1 32/8 b1 4k p16 short" \
+            > "$OUT/gaps_$v.txt" 2>&1
+          echo "== kernel_gaps $v rc=$?"; grep "kvattn" "$OUT/gaps_$v.txt"
+        done
+        ;;
       57)  # session 43: nbar2's two questions (call 56). Its timeline was 1.5 us shorter than main's at b1 1k
            # (span 9.2 vs 10.7) while W1 short timed it level or +1 to +4.5%: the kernels' durations and the
            # gaps between them (bench.kernel_gaps) for main and nbar2. Racecheck reported 96 hazards between
