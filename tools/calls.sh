@@ -20,11 +20,11 @@ LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:
 
 show() {
   cat << 'END'
-Session 43 ran 50-57 on H100s (no H200 came): 51 (cprod), 52 (ilate), 53-54 (the rolled loops) landed as
-main's cluster form (W1 b1 1k / 2k / 4k -16 / -20 / -30%); nbar / nbar2 (the mbarrier inits off the start)
-lost (56-57). Next, in order of value (bench/NOTES.md, "Where to go next", session 43): the full run with
+Session 43 ran 50-58 on H100s (no H200 came): 51 (cprod), 52 (ilate), 53-54 (the rolled loops) landed as
+main's cluster form (W1 b1 1k / 2k / 4k -16 / -20 / -30%); nbar / nbar2 (the mbarrier inits off the start,
+55-57) and kvsplit (58) lost. Next, in order of value (bench/NOTES.md, "Where to go next", session 43): the full run with
 the peers on an H200 (NOTES' recipe: calls A1, A2, B, C; rebuild build-ci first); then the short decode's
-copies by TMA and its merge (not written); 37 (at main), 33, 31-32, 12, 5. Entries 50-57 are the record of
+copies by TMA and its merge (not written); 37 (at main), 33, 31-32, 12, 5. Entries 50-58 are the record of
 session 43's calls (their libraries: .dev/main128_44 = main at session 43's end).
 50. run(command="bash tools/calls.sh run 50", carry=[".dev/maintl128.so.xz", ".dev/main128_42.so.xz", ".whl"], timeout_s=400)   [tree at main]
    (run in session 43, NOTES s43) session 42's question: where the cluster form's b1 4k time goes, since it is not the memory
