@@ -101,6 +101,21 @@ fp8_rows() {
   done
 }
 
+# The cluster form's checks of library B (the decode tests of the cluster form, dispatch, device errors and
+# graphs; racecheck and memcheck of its one-sequence, bad-page and fp8 cases) and W1 short A B A B, into
+# $OUT/NAME and $OUT/ab_NAME.txt, with a summary on stdout: cluster_ab NAME A B
+cluster_ab() {
+  OUT=$OUT/$1 KVATTN_AB_A=$2 KVATTN_AB_B=$3 KVATTN_AB_DIMS=128 \
+    KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py \
+    KVATTN_AB_K="cluster or dispatch or device_error or graph" KVATTN_AB_SMOKE_K="cluster_one_sequence" \
+    KVATTN_AB_SMOKE_TIMEOUT=60 KVATTN_AB_TEST_TIMEOUT=150 KVATTN_AB_SAN_TIMEOUT=90 \
+    KVATTN_AB_RACE_K="cluster_one_sequence or cluster_bad_page" KVATTN_AB_MEM_K="cluster_bad_page or cluster_fp8_cache" \
+    KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="short" bash tools/prefill_ab.sh > "$OUT/ab_$1.txt" 2>&1
+  echo "== $1"; grep -E "^\[" "$OUT/ab_$1.txt"; grep -E "^(FAILED|ERROR)" "$OUT/$1/tests.log" | cut -c1-300 | head
+  grep -E "^W1|^worst" "$OUT/ab_$1.txt"
+  grep -m1 -A3 "Race reported" "$OUT/$1/racecheck.log" | cut -c1-200
+}
+
 case "${1:-show}" in
   libs) echo "$LIBS" ;;
   show) show ;;
@@ -117,15 +132,7 @@ case "${1:-show}" in
       58)  # session 43: branch kvsplit (a stage's K rows land on one full mbarrier, its V rows on another:
            # Q K^T and the softmax of the first stage run while V lands; predicted b1 1k -0.3 to -0.4 us,
            # 4k -0.3). Checks, W1 short A (main) B (kvsplit), then both kernels' durations back to back.
-        OUT=$OUT/kvsplit KVATTN_AB_A=.dev/main128_44.so.xz KVATTN_AB_B=.dev/kvsplit128.so.xz KVATTN_AB_DIMS=128 \
-          KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py \
-          KVATTN_AB_K="cluster or dispatch or device_error or graph" KVATTN_AB_SMOKE_K="cluster_one_sequence" \
-          KVATTN_AB_SMOKE_TIMEOUT=60 KVATTN_AB_TEST_TIMEOUT=150 KVATTN_AB_SAN_TIMEOUT=90 \
-          KVATTN_AB_RACE_K="cluster_one_sequence or cluster_bad_page" KVATTN_AB_MEM_K="cluster_bad_page or cluster_fp8_cache" \
-          KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="short" bash tools/prefill_ab.sh > "$OUT/ab_kvsplit.txt" 2>&1
-        grep -E "^\[" "$OUT/ab_kvsplit.txt"; grep -E "^(FAILED|ERROR)" "$OUT/kvsplit/tests.log" | cut -c1-300 | head
-        grep -E "^W1|^worst" "$OUT/ab_kvsplit.txt"
-        grep -m1 -A3 "Race reported" "$OUT/kvsplit/racecheck.log" | cut -c1-200
+        cluster_ab kvsplit .dev/main128_44.so.xz .dev/kvsplit128.so.xz
         source tools/device_env.sh
         for v in main128_44 kvsplit128; do
           L=$(device_lib .dev/$v.so.xz ${v:0:4})
@@ -157,18 +164,7 @@ case "${1:-show}" in
            # reached only after their Q, +7 to +15%, and racecheck flagged its bar.arrive hand-off). Now the
            # maker (the last consumer warp) makes the rings' mbarriers and meets the producers on one named
            # barrier and the other consumers on another, all barrier.sync, before loading its own sequence.
-        ab() {  # ab NAME A B: checks of B, W1 short A B A B
-          OUT=$OUT/$1 KVATTN_AB_A=$2 KVATTN_AB_B=$3 KVATTN_AB_DIMS=128 \
-            KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py \
-            KVATTN_AB_K="cluster or dispatch or device_error or graph" KVATTN_AB_SMOKE_K="cluster_one_sequence" \
-            KVATTN_AB_SMOKE_TIMEOUT=60 KVATTN_AB_TEST_TIMEOUT=150 KVATTN_AB_SAN_TIMEOUT=90 \
-            KVATTN_AB_RACE_K="cluster_one_sequence or cluster_bad_page" KVATTN_AB_MEM_K="cluster_bad_page or cluster_fp8_cache" \
-            KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="short" bash tools/prefill_ab.sh > "$OUT/ab_$1.txt" 2>&1
-          echo "== $1"; grep -E "^\[" "$OUT/ab_$1.txt"; grep -E "^(FAILED|ERROR)" "$OUT/$1/tests.log" | cut -c1-300 | head
-          grep -E "^W1|^worst" "$OUT/ab_$1.txt"
-          grep -m1 -B2 -A12 "Race reported\|Error:" "$OUT/$1/racecheck.log" | cut -c1-200 | head -30
-        }
-        ab nbar2 .dev/main128_44.so.xz .dev/nbar2_128.so.xz
+        cluster_ab nbar2 .dev/main128_44.so.xz .dev/nbar2_128.so.xz
         source tools/device_env.sh
         T=$(device_lib .dev/nbar2tl128.so.xz n2)
         KVATTN_LIBRARY=$T timeout 60 python3 -m bench.decode_timeline --filter "W1 b1 1k,W1 b1 4k" > "$OUT/tl_nbar2.txt" 2>&1
@@ -177,18 +173,8 @@ case "${1:-show}" in
       55)  # session 43: main after the merges (cprod, fast) checked and timed against session 42's main, then
            # branch nbar (the rings' mbarriers made by the last consumer warp behind a named barrier; the
            # producers' cluster arrive relaxed) against it, both with checks; nbar's stamped timeline.
-        ab() {  # ab NAME A B: checks of B, W1 short A B A B
-          OUT=$OUT/$1 KVATTN_AB_A=$2 KVATTN_AB_B=$3 KVATTN_AB_DIMS=128 \
-            KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py \
-            KVATTN_AB_K="cluster or dispatch or device_error or graph" KVATTN_AB_SMOKE_K="cluster_one_sequence" \
-            KVATTN_AB_SMOKE_TIMEOUT=60 KVATTN_AB_TEST_TIMEOUT=150 KVATTN_AB_SAN_TIMEOUT=90 \
-            KVATTN_AB_RACE_K="cluster_one_sequence or cluster_bad_page" KVATTN_AB_MEM_K="cluster_bad_page or cluster_fp8_cache" \
-            KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="short" bash tools/prefill_ab.sh > "$OUT/ab_$1.txt" 2>&1
-          echo "== $1"; grep -E "^\[" "$OUT/ab_$1.txt"; grep -E "^(FAILED|ERROR)" "$OUT/$1/tests.log" | cut -c1-300 | head
-          grep -E "^W1|^worst" "$OUT/ab_$1.txt"
-        }
-        ab main43 .dev/main128_42.so.xz .dev/main128_44.so.xz
-        ab nbar .dev/main128_44.so.xz .dev/nbar128.so.xz
+        cluster_ab main43 .dev/main128_42.so.xz .dev/main128_44.so.xz
+        cluster_ab nbar .dev/main128_44.so.xz .dev/nbar128.so.xz
         source tools/device_env.sh
         T=$(device_lib .dev/nbartl128.so.xz nt)
         KVATTN_LIBRARY=$T timeout 60 python3 -m bench.decode_timeline --filter "W1 b1 1k,W1 b1 4k" > "$OUT/tl_nbar.txt" 2>&1
