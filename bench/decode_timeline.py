@@ -52,7 +52,7 @@ def w2_lengths(batch):
 
 
 CASES = [("W1 b1 1k p16", lambda: [1 * K]), ("W1 b1 4k p16", lambda: [4 * K]), ("W1 b4 4k p16", lambda: [4 * K] * 4), ("W1 b4 32k p16", lambda: [32 * K] * 4),
-         ("W1 b1 128k p16", lambda: [128 * K]), ("W2 b128 2k p16", lambda: [2 * K] * 128),
+         ("W1 b1 32k p16", lambda: [32 * K]), ("W1 b1 128k p16", lambda: [128 * K]), ("W2 b128 2k p16", lambda: [2 * K] * 128),
          ("W2 b128 uniform p16", lambda: w2_lengths(128)), ("W2 b64 uniform p16", lambda: w2_lengths(64)),
          # fp8 e4m3 caches under bf16 q (the fp8 kernel: 64-key stages), names ending in "fp8kv"
          ("W1 b4 32k p16 fp8kv", lambda: [32 * K] * 4), ("W2 b128 uniform p16 fp8kv", lambda: w2_lengths(128))]

@@ -129,6 +129,23 @@ case "${1:-show}" in
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
         ;;
+      59)  # session 44: two questions before writing more. (a) TMA against cp.async for a short decode's
+           # share: bench/ingest.cu at 64 KB a CTA (b1 1k: one 16 KB stage a warp) and 256 KB (b1 4k), every
+           # copy kind, 64 / 128 CTAs (binaries built here: .probe/ingest64, .probe/ingest256). (b) the
+           # persistent kernel at b1 32k / 128k: its timeline cold and warm (maintl128 = main's decode with
+           # stamps) and the decode + combine kernels back to back (bench.kernel_gaps, main128_44).
+        nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+        for kb in 64 256; do echo "== ingest $kb KB a CTA"; timeout 60 .probe/ingest$kb; done
+        source tools/device_env.sh
+        T=$(device_lib .dev/maintl128.so.xz mtl)
+        for w in "" --warm; do
+          echo "== timeline $w"
+          KVATTN_LIBRARY=$T timeout 90 python3 -m bench.decode_timeline $w --filter "W1 b1 32k,W1 b1 128k" 2>&1 | tail -60
+        done
+        L=$(device_lib .dev/main128_44.so.xz m44)
+        KVATTN_LIBRARY=$L timeout 90 python3 -m bench.kernel_gaps "W1 32/8 b1 32k p16" "W1 32/8 b1 128k p16" \
+          "W1 32/8 b4 32k p16" 2>&1 | tail -20
+        ;;
       58)  # session 43: branch kvsplit (a stage's K rows land on one full mbarrier, its V rows on another:
            # Q K^T and the softmax of the first stage run while V lands; predicted b1 1k -0.3 to -0.4 us,
            # 4k -0.3). Checks, W1 short A (main) B (kvsplit), then both kernels' durations back to back.
