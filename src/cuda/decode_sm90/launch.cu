@@ -10,20 +10,26 @@
 #include "cuda/attention/launch.hpp"
 #include "cuda/common/cache_rows.hpp"
 #include "cuda/common/host.hpp"
+#include "cuda/common/tensor_map.hpp"
 #include "cuda/decode_sm90/cluster.cuh"
 #include "cuda/decode_sm90/decode_sm90.hpp"
 #include "cuda/decode_sm90/kernel.cuh"
+#include "cuda/prefill_sm90/config.hpp"  // TmaGeometry
 
 namespace kvattn::cuda {
 namespace {
 
 using DecodeKernel = void (*)(AttnParams);
+using ClusterKernel = void (*)(AttnParams, DecodeKvMaps);
 
 // A kernel variant and the devices it has opted into its shared memory on (set_max_dynamic_smem_once).
-struct DecodeVariant {
-  DecodeKernel kernel = nullptr;
+template <class Kernel>
+struct Variant {
+  Kernel kernel = nullptr;
   std::atomic<uint64_t>* opted_in = nullptr;
 };
+using DecodeVariant = Variant<DecodeKernel>;
+using ClusterVariant = Variant<ClusterKernel>;
 
 // groups: 16-row groups of a unit (DecodeCfg::kGroups); two only with 8 producer warps (the plan's rule).
 // consumer_warps 8: fp8 caches, one group, 4 producer warps (decode_warps).
@@ -87,11 +93,12 @@ DecodeVariant pick_kernel(DType compute, DType kv, int producer_warps, int group
 // The cluster form's kernel (cluster.cuh) for (compute dtype, cache dtype) and the devices it has opted
 // into its shared memory and its cluster size on; kernel nullptr when this build has none.
 template <typename T, typename TKV, bool kFp8F16 = true>
-DecodeVariant cluster_kernel_of() {
+ClusterVariant cluster_kernel_of() {
   static std::atomic<uint64_t> opted_in{0};
-  return {sm90::decode_cluster_kernel<sm90::DecodeCfg<T, TKV, 4, kFp8F16, 1, 4>>, &opted_in};
+  constexpr bool kSwizzled = DecodeClusterShape::swizzled(std::is_same_v<TKV, __nv_fp8_e4m3>);
+  return {sm90::decode_cluster_kernel<sm90::DecodeCfg<T, TKV, 4, kFp8F16, 1, 4, kSwizzled>>, &opted_in};
 }
-DecodeVariant pick_cluster_kernel(DType compute, DType kv) {
+ClusterVariant pick_cluster_kernel(DType compute, DType kv) {
   if (!dtype_built(compute) || !head_dim_built(DecodeSm90Shape::kHeadDim)) return {};
   const bool fp8 = kv == DType::fp8_e4m3;
   if (!fp8 && kv != compute) return {};
@@ -112,7 +119,7 @@ DecodeVariant pick_cluster_kernel(DType compute, DType kv) {
 
 // The cluster kernel's shared memory and its non-portable cluster size (16), set once per (kernel,
 // device) as set_max_dynamic_smem_once does.
-kvattn_status cluster_opt_in(const DecodeVariant& v, int device, size_t smem) {
+kvattn_status cluster_opt_in(const ClusterVariant& v, int device, size_t smem) {
   const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
   if (bit != 0 && (v.opted_in->load(std::memory_order_acquire) & bit) != 0) return KVATTN_OK;
   const void* kernel = reinterpret_cast<const void*>(v.kernel);
@@ -259,7 +266,7 @@ static int decode_cluster_max_ctas() {
 }
 // Clusters of `ctas` CTAs of the kernel resident at once on device_id (cached per device < 64; 0 when the
 // query fails).
-static int max_active_clusters(const DecodeVariant& v, int device_id, int ctas, bool fp8) {
+static int max_active_clusters(const ClusterVariant& v, int device_id, int ctas, bool fp8) {
   static std::atomic<int> cache[64][2][2] = {};  // [device][fp8][ctas == 16], value + 1
   const bool cacheable = device_id >= 0 && device_id < 64;
   std::atomic<int>* slot = cacheable ? &cache[device_id][fp8][ctas == 16] : nullptr;
@@ -299,7 +306,7 @@ static int decode_cluster_ctas(const FwdProblem& p, const AttentionPlan& plan, i
     return 0;
   }
   const DType compute = p.q_dtype == DType::fp8_e4m3 ? DType::bf16 : p.q_dtype;
-  const DecodeVariant v = pick_cluster_kernel(compute, p.kv_dtype);
+  const ClusterVariant v = pick_cluster_kernel(compute, p.kv_dtype);
   if (v.kernel == nullptr) return 0;
   const int64_t units = static_cast<int64_t>(p.batch) * p.num_kv_heads;
   const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
@@ -372,10 +379,39 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
   return plan;
 }
 
+// The cluster form's K / V tensor maps (16-bit caches: its swizzled stages), boxes of 16 slots: paged
+// caches whose page size is a multiple of 16, contiguous and packed caches of at least 16 slots (a stage's
+// runs start anywhere there); tma = 0 otherwise, or with KVATTN_DECODE_TMA=0 (A/B: the same stages by
+// cp.async), or where the encoder declines (tensor_map.hpp).
+static DecodeKvMaps cluster_kv_maps(const AttnParams& params, DType kv_dtype) {
+  DecodeKvMaps maps{};
+  const SeqParams& sp = params.seq;
+  if (!DecodeClusterShape::swizzled(kv_dtype == DType::fp8_e4m3)) return maps;
+  if (const char* v = std::getenv("KVATTN_DECODE_TMA"); v != nullptr && std::strcmp(v, "0") == 0) return maps;
+  constexpr int kBoxSlots = 16;
+  const bool packed = sp.cu_seqlens_k != nullptr, paged = sp.page_table != nullptr && !packed;
+  if (paged && (sp.page_size <= 0 || sp.page_size % kBoxSlots != 0)) return maps;
+  const sm90::TmaGeometry g = sm90::tma_geometry(packed, paged, sp.num_pages, sp.page_size, kBoxSlots);
+  constexpr int64_t kMaxCoord = 0x7fffffff;  // coordinates are signed 32-bit
+  if (params.head_dim != DecodeSm90Shape::kHeadDim || params.head_dim_v != DecodeSm90Shape::kHeadDim ||
+      g.slots < kBoxSlots || g.slots > kMaxCoord || g.pages < 1 || g.pages > kMaxCoord ||
+      params.num_kv_heads < 1) {
+    return maps;
+  }
+  const CUtensorMapDataType dtype =
+      kv_dtype == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const auto make = [&](const CacheTensor& c, CUtensorMap* map) {
+    return encode_cache_map(map, c, dtype, 2, DecodeSm90Shape::kHeadDim, g.slots, g.pages, params.num_kv_heads,
+                            packed, 64, kBoxSlots);
+  };
+  maps.tma = make(params.k_cache, &maps.k) && make(params.v_cache, &maps.v) ? 1 : 0;
+  return maps;
+}
+
 // The cluster form: grid (C, kv heads, batch) in clusters of C along x.
 static kvattn_status launch_decode_cluster(const AttnParams& params, const AttentionPlan& plan,
                                            DType compute_dtype, DType kv_dtype, cudaStream_t stream) {
-  const DecodeVariant v = pick_cluster_kernel(compute_dtype, kv_dtype);
+  const ClusterVariant v = pick_cluster_kernel(compute_dtype, kv_dtype);
   if (v.kernel == nullptr)
     return fail(KVATTN_ERROR_UNSUPPORTED, "decode_sm90: no cluster kernel for this dtype pair");
   static const bool debug_dispatch = std::getenv("KVATTN_DEBUG_DISPATCH") != nullptr;  // read once
@@ -404,7 +440,7 @@ static kvattn_status launch_decode_cluster(const AttnParams& params, const Atten
   attributes[1].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attributes;
   config.numAttrs = plan.early_launch ? 2 : 1;
-  const cudaError_t err = cudaLaunchKernelEx(&config, v.kernel, params);
+  const cudaError_t err = cudaLaunchKernelEx(&config, v.kernel, params, cluster_kv_maps(params, kv_dtype));
   if (err != cudaSuccess) return cuda_fail(err, "launching decode_cluster_kernel");
   return check_launch("decode_cluster_kernel");
 }
