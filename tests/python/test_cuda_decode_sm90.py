@@ -289,6 +289,13 @@ torch.cuda.synchronize()
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None), "cluster kernel, 16 CTAs"),
     (dict(KVATTN_DECODE_SM90=None, KV="fp8", KVATTN_DECODE_CLUSTER=None), "cluster kernel, 16 CTAs"),
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER="8"), "cluster kernel, 8 CTAs"),
+    # 16-bit caches: K / V by TMA (here a contiguous cache of 300 slots), unless turned off; fp8: cp.async
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_TMA=None),
+     "cluster kernel, 16 CTAs a unit, K/V by TMA"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_TMA="0"),
+     "cluster kernel, 16 CTAs a unit, K/V by cp.async"),
+    (dict(KVATTN_DECODE_SM90=None, KV="fp8", KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_TMA=None),
+     "cluster kernel, 16 CTAs a unit, K/V by cp.async"),
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, DET="1"), "kernel, 8 producer warps"),
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, SQ="8"), "kernel, 8 producer warps"),
     (dict(KVATTN_DECODE_SM90="0", KVATTN_DECODE_CLUSTER=None), None),
@@ -405,6 +412,18 @@ def _cluster_on(monkeypatch):
 def test_cluster_layouts_edges(layout, page, group, kv_fp8):
     case = Case(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=8, hk=2, seqlens=_CLUSTER_GROUPS[group], sq=1,
                 layout=layout, page_size=max(page, 1), num_splits=0, seed=page + 7 * kv_fp8 + 13 * group)
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.usefixtures("_cluster_on")
+@pytest.mark.parametrize("group", [1, 2])
+@pytest.mark.parametrize("layout,page", [("contiguous", 0), ("paged", 16), ("paged", 64), ("packed", 0)])
+def test_cluster_stages_by_cp_async(layout, page, group, monkeypatch):
+    """KVATTN_DECODE_TMA=0: the swizzled stages of the 16-bit cluster kernel that would come by TMA come
+    by cp.async into the same places (the path of page sizes under 16 and of stages at a sequence's edges)."""
+    monkeypatch.setenv("KVATTN_DECODE_TMA", "0")
+    case = Case(dtype="bf16", d=128, hq=8, hk=2, seqlens=_CLUSTER_GROUPS[group], sq=1, layout=layout,
+                page_size=max(page, 1), num_splits=0, seed=page + 13 * group + 1)
     run_and_compare(case, DEVICE)
 
 

@@ -419,11 +419,14 @@ static kvattn_status launch_decode_cluster(const AttnParams& params, const Atten
   if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {
     return cuda_fail(err, "decode_cluster_kernel device");
   }
+  const DecodeKvMaps maps = cluster_kv_maps(params, kv_dtype);
   if (debug_dispatch) {
     const bool fp8 = kv_dtype == DType::fp8_e4m3;
-    std::fprintf(
-        stderr, "kvattn: decode_sm90 cluster kernel, %d CTAs a unit (clusters of 16 / 8 resident: %d / %d)\n",
-        plan.cluster_ctas, max_active_clusters(v, device, 16, fp8), max_active_clusters(v, device, 8, fp8));
+    std::fprintf(stderr,
+                 "kvattn: decode_sm90 cluster kernel, %d CTAs a unit, K/V by %s (clusters of 16 / 8 resident: "
+                 "%d / %d)\n",
+                 plan.cluster_ctas, maps.tma ? "TMA" : "cp.async", max_active_clusters(v, device, 16, fp8),
+                 max_active_clusters(v, device, 8, fp8));
   }
   if (const kvattn_status st = cluster_opt_in(v, device, plan.smem_bytes); st != KVATTN_OK) return st;
   cudaLaunchConfig_t config = {};
@@ -440,7 +443,7 @@ static kvattn_status launch_decode_cluster(const AttnParams& params, const Atten
   attributes[1].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attributes;
   config.numAttrs = plan.early_launch ? 2 : 1;
-  const cudaError_t err = cudaLaunchKernelEx(&config, v.kernel, params, cluster_kv_maps(params, kv_dtype));
+  const cudaError_t err = cudaLaunchKernelEx(&config, v.kernel, params, maps);
   if (err != cudaSuccess) return cuda_fail(err, "launching decode_cluster_kernel");
   return check_launch("decode_cluster_kernel");
 }
