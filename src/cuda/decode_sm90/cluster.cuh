@@ -29,13 +29,14 @@ constexpr int kClusterCopyUnroll = 4;
 // arrival a lane): lane k owns keys j * 32 + k (entry: their page-table entries), past the piece's keys its
 // last key, a bad page id a row of zeros; one warp instruction covers whole rows. Swizzled stages (16-bit
 // caches) whose keys are all the piece's and lie in runs of 16 consecutive slots of a page go by TMA
-// instead (maps): lane 0 issues the stage's 8 boxes (2 runs x 2 panels, K and V) with the bytes to expect,
+// instead (maps, where tma says so): lane 0 issues the stage's 8 boxes (2 runs x 2 panels, K and V) with the bytes to expect,
 // the other lanes arrive. Returns false when one of this lane's entries is out of range (the error
 // recorded).
 template <class Cfg>
-__device__ __forceinline__ bool issue_stage(const AttnParams& p, const DecodeKvMaps& maps, const PieceKeys& pk,
-                                            int kv_head, int s, const int32_t (&entry)[Cfg::kKeysPerLane],
-                                            uint32_t dst, uint64_t* full, uint64_t policy) {
+__device__ __forceinline__ bool issue_stage(const AttnParams& p, const DecodeKvMaps& maps, bool tma,
+                                            const PieceKeys& pk, int kv_head, int s,
+                                            const int32_t (&entry)[Cfg::kKeysPerLane], uint32_t dst,
+                                            uint64_t* full, uint64_t policy) {
   using TKV = typename Cfg::TKV;
   constexpr int kLanesPerRow = Cfg::kRowBytes / 16;
   constexpr int kRowsPerCopy = 32 / kLanesPerRow;
@@ -68,7 +69,7 @@ __device__ __forceinline__ bool issue_stage(const AttnParams& p, const DecodeKvM
     // 16); contiguous and packed caches: any slot.
     const bool paged = p.seq.page_table != nullptr && p.seq.cu_seqlens_k == nullptr;
     const bool whole = pk.kp_begin + (s + 1) * Cfg::kStageKeys <= pk.kp_end;
-    if (__all_sync(0xffffffffu, maps.tma && whole && at[0].page >= 0 &&
+    if (__all_sync(0xffffffffu, tma && whole && at[0].page >= 0 &&
                                     (!paged || lane % 16 != 0 || at[0].in_page % 16 == 0))) {
       const int page[2] = {__shfl_sync(0xffffffffu, at[0].page, 0), __shfl_sync(0xffffffffu, at[0].page, 16)};
       const int in_page[2] = {__shfl_sync(0xffffffffu, at[0].in_page, 0),
@@ -156,6 +157,10 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, group = lane / 4, quad = lane % 4;
   const int rank = blockIdx.x, ctas = gridDim.x, kv_head = blockIdx.y, i = blockIdx.z;
   KVATTN_TL(tl_enter());
+  if (Cfg::kSwizzled && maps.tma > 0 && tid == 32 * kW) {  // the descriptors on their way before the first box
+    tma_prefetch_map(&maps.k);
+    tma_prefetch_map(&maps.v);
+  }
   if (tid == 0) {  // one phase: the other C - 1 ranks' bytes (no thread arrives on it but this one, now)
     mbar_init(inbox_full, 1);
     mbar_arrive_expect_tx(inbox_full, Shape::inbox_tx_bytes(ctas));
@@ -203,10 +208,6 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
     // Q nor the inbox, so they arrive before their copies.
     cluster_arrive();
     const uint64_t policy = evict_first_policy();
-    if (Cfg::kSwizzled && maps.tma && lane == 0) {
-      tma_prefetch_map(&maps.k);
-      tma_prefetch_map(&maps.v);
-    }
     // The page-table entries of the ring's first 2 kDepth stages (every stage it has under the capacity
     // bound), loaded together before any copy: a load issued after the copies waits behind the SM's bytes
     // in flight (bench/NOTES.md, session 42).
@@ -214,6 +215,8 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
 #pragma unroll
     for (int k = 0; k < 2 * kDepth; ++k) stage_entries<Cfg>(p, pk, r + kW * k, entry[k]);
     KVATTN_TL(if (warp == kW && lane == 0 && entry[0][0] != -2) tl_stamp(kTlProdAddr));
+    // TMA for rings of at least maps.tma stages (KVATTN_DECODE_TMA: A/B of the first stages' latency).
+    const bool tma = maps.tma > 0 && n >= maps.tma;
     for (int k = 0; k < n; ++k) {
       const int s = r + kW * k;
       int32_t e[Cfg::kKeysPerLane] = {};
@@ -229,8 +232,8 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
         stage_entries<Cfg>(p, pk, s, e);
       }
       if (k >= kDepth) mbar_wait(&empty[k % kDepth], ((k / kDepth) & 1) ^ 1);  // the slot's last stage read
-      ok &= issue_stage<Cfg>(p, maps, pk, kv_head, s, e, smem_addr(slots + (k % kDepth) * Cfg::kStageBytes),
-                             &full[k % kDepth], policy);
+      ok &= issue_stage<Cfg>(p, maps, tma, pk, kv_head, s, e,
+                             smem_addr(slots + (k % kDepth) * Cfg::kStageBytes), &full[k % kDepth], policy);
       KVATTN_TL(if (warp == kW && lane == 0) {
         if (k == 0) tl_stamp(kTlFirstIssue);
         if (k == n - 1) tl_stamp_piece(0, kTlpLastIssued);

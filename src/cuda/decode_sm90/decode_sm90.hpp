@@ -123,7 +123,8 @@ struct DecodeClusterShape {
 
 // The cluster form's K and V caches as TMA tensor maps (launch.cu, cluster_kv_maps): (channel, slot in page,
 // kv head, page) over TmaGeometry's pages (prefill_sm90/config.hpp), boxes of 64 channels x 16 slots in
-// the 128-byte swizzle; tma == 0: none, every stage by cp.async.
+// the 128-byte swizzle; tma == 0: none, every stage by cp.async; else the stages of rings of at least tma
+// stages (a producer warp's share) go by TMA where their slots allow.
 struct DecodeKvMaps {
   CUtensorMap k;  // (a 64-byte aligned type)
   CUtensorMap v;

@@ -382,12 +382,15 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
 // The cluster form's K / V tensor maps (16-bit caches: its swizzled stages), boxes of 16 slots: paged
 // caches whose page size is a multiple of 16, contiguous and packed caches of at least 16 slots (a stage's
 // runs start anywhere there); tma = 0 otherwise, or with KVATTN_DECODE_TMA=0 (A/B: the same stages by
-// cp.async), or where the encoder declines (tensor_map.hpp).
+// cp.async), or where the encoder declines (tensor_map.hpp). KVATTN_DECODE_TMA=n: TMA for rings of at least
+// n stages only (1, the default: every ring).
 static DecodeKvMaps cluster_kv_maps(const AttnParams& params, DType kv_dtype) {
   DecodeKvMaps maps{};
   const SeqParams& sp = params.seq;
   if (!DecodeClusterShape::swizzled(kv_dtype == DType::fp8_e4m3)) return maps;
-  if (const char* v = std::getenv("KVATTN_DECODE_TMA"); v != nullptr && std::strcmp(v, "0") == 0) return maps;
+  const char* env = std::getenv("KVATTN_DECODE_TMA");
+  const int min_stages = env != nullptr ? std::atoi(env) : 1;
+  if (min_stages <= 0) return maps;
   constexpr int kBoxSlots = 16;
   const bool packed = sp.cu_seqlens_k != nullptr, paged = sp.page_table != nullptr && !packed;
   if (paged && (sp.page_size <= 0 || sp.page_size % kBoxSlots != 0)) return maps;
@@ -404,7 +407,7 @@ static DecodeKvMaps cluster_kv_maps(const AttnParams& params, DType kv_dtype) {
     return encode_cache_map(map, c, dtype, 2, DecodeSm90Shape::kHeadDim, g.slots, g.pages, params.num_kv_heads,
                             packed, 64, kBoxSlots);
   };
-  maps.tma = make(params.k_cache, &maps.k) && make(params.v_cache, &maps.v) ? 1 : 0;
+  maps.tma = make(params.k_cache, &maps.k) && make(params.v_cache, &maps.v) ? min_stages : 0;
   return maps;
 }
 
