@@ -35,12 +35,13 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // one page (its page stride is never applied: the span of its token rows). False, declining, where a
 // documented precondition of cuTensorMapEncodeTiled fails (a 16-byte aligned base, strides multiples of
 // 16 bytes below 2^40) or the driver refuses; the caller checks the dims and the box.
-inline bool encode_cache_map(CUtensorMap* map, const CacheTensor& c, CUtensorMapDataType dtype, int elem_bytes,
-                             int channels, int64_t slots, int64_t pages, int heads, bool packed,
-                             int box_channels, int box_slots) {
+inline bool encode_cache_map(CUtensorMap* map, const CacheTensor& c, CUtensorMapDataType dtype,
+                             int elem_bytes, int channels, int64_t slots, int64_t pages, int heads,
+                             bool packed, int box_channels, int box_slots) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
-  const int64_t strides_elems[3] = {c.slot_stride, c.head_stride, packed ? slots * c.slot_stride : c.page_stride};
+  const int64_t strides_elems[3] = {c.slot_stride, c.head_stride,
+                                    packed ? slots * c.slot_stride : c.page_stride};
   cuuint64_t strides[3];
   for (int i = 0; i < 3; ++i) {
     const int64_t s = strides_elems[i];

@@ -29,9 +29,9 @@ constexpr int kClusterCopyUnroll = 4;
 // arrival a lane): lane k owns keys j * 32 + k (entry: their page-table entries), past the piece's keys its
 // last key, a bad page id a row of zeros; one warp instruction covers whole rows. Swizzled stages (16-bit
 // caches) whose keys are all the piece's and lie in runs of 16 consecutive slots of a page go by TMA
-// instead (maps, where tma says so): lane 0 issues the stage's 8 boxes (2 runs x 2 panels, K and V) with the bytes to expect,
-// the other lanes arrive. Returns false when one of this lane's entries is out of range (the error
-// recorded).
+// instead (maps, where tma says so): lane 0 issues the stage's 8 boxes (2 runs x 2 panels, K and V) with the
+// bytes to expect, the other lanes arrive. Returns false when one of this lane's entries is out of range (the
+// error recorded).
 template <class Cfg>
 __device__ __forceinline__ bool issue_stage(const AttnParams& p, const DecodeKvMaps& maps, bool tma,
                                             const PieceKeys& pk, int kv_head, int s,
@@ -157,7 +157,8 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, group = lane / 4, quad = lane % 4;
   const int rank = blockIdx.x, ctas = gridDim.x, kv_head = blockIdx.y, i = blockIdx.z;
   KVATTN_TL(tl_enter());
-  if (Cfg::kSwizzled && maps.tma > 0 && tid == 32 * kW) {  // the descriptors on their way before the first box
+  if (Cfg::kSwizzled && maps.tma != 0 &&
+      tid == 32 * kW) {  // the descriptors on their way before the first box
     tma_prefetch_map(&maps.k);
     tma_prefetch_map(&maps.v);
   }
@@ -215,8 +216,7 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
 #pragma unroll
     for (int k = 0; k < 2 * kDepth; ++k) stage_entries<Cfg>(p, pk, r + kW * k, entry[k]);
     KVATTN_TL(if (warp == kW && lane == 0 && entry[0][0] != -2) tl_stamp(kTlProdAddr));
-    // TMA for rings of at least maps.tma stages (KVATTN_DECODE_TMA: A/B of the first stages' latency).
-    const bool tma = maps.tma > 0 && n >= maps.tma;
+    const bool tma = Cfg::kSwizzled && maps.tma != 0;
     for (int k = 0; k < n; ++k) {
       const int s = r + kW * k;
       int32_t e[Cfg::kKeysPerLane] = {};

@@ -381,8 +381,8 @@ __device__ __forceinline__ void stage_pv(float (&o_acc)[Cfg::kNTilesO][4],
 #pragma unroll
       for (int np = 0; np < Cfg::kNTilesO / 2; ++np) {
         uint32_t b[4];
-        ldmatrix_x4_trans(
-            b, smem_addr(s_v + Cfg::kv_offset(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, np * 2 + (lane >> 4))));
+        ldmatrix_x4_trans(b, smem_addr(s_v + Cfg::kv_offset(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                            np * 2 + (lane >> 4))));
         mma_m16n8k16<TM>(o_acc[2 * np], a, b[0], b[1]);
         mma_m16n8k16<TM>(o_acc[2 * np + 1], a, b[2], b[3]);
       }

@@ -106,14 +106,18 @@ struct DecodeClusterShape {
   static constexpr uint32_t inbox_tx_bytes(int ctas) {
     return uint32_t(ctas - 1) * (uint32_t(S::kGroupRows) * S::kHeadDim / ctas * 4 + S::kGroupRows * 8 + 4);
   }
-  // 16-bit caches: swizzled stages (K / V by TMA where the layout allows, else by cp.async into the same
-  // places); fp8 caches: the persistent kernel's padded rows.
-  static constexpr bool swizzled(bool fp8) { return !fp8; }
-  static constexpr size_t stage_bytes(bool fp8) { return S::stage_bytes(fp8, kWarps, swizzled(fp8)); }
-  static constexpr size_t smem_bytes(bool fp8) {
-    return size_t(kWarps) * kDepth * stage_bytes(fp8)  // the rings (the merge states after them)
-           + kInboxRegion                                 // the inbox (Q and max |q| before)
-           + 8 * (1 + 2 * kWarps * kDepth);               // its mbarrier, the rings' full and empty ones
+  // Two kernels for 16-bit caches: the persistent kernel's padded rows by cp.async, and swizzled stages
+  // with whole runs of 16 slots by TMA (the rest by cp.async into the same places), which the plan picks
+  // where every ring holds at least kTmaMinStages stages (plan.cluster_tma: bench/NOTES.md, session 44);
+  // fp8 caches: padded only.
+  static constexpr int kTmaMinStages = 2;
+  static constexpr size_t stage_bytes(bool fp8, bool swizzled) {
+    return S::stage_bytes(fp8, kWarps, swizzled);
+  }
+  static constexpr size_t smem_bytes(bool fp8, bool swizzled = false) {
+    return size_t(kWarps) * kDepth * stage_bytes(fp8, swizzled)  // the rings (the merge states after them)
+           + kInboxRegion                                        // the inbox (Q and max |q| before)
+           + 8 * (1 + 2 * kWarps * kDepth);  // its mbarrier, the rings' full and empty ones
   }
   // A rank's C-th of the channels: whole 16-byte stores from the senders, 8 threads a row on the receiver.
   static_assert(S::kHeadDim / kMaxCtas % 8 == 0, "a rank's C-th of a row splits over its 8 threads");
@@ -123,8 +127,7 @@ struct DecodeClusterShape {
 
 // The cluster form's K and V caches as TMA tensor maps (launch.cu, cluster_kv_maps): (channel, slot in page,
 // kv head, page) over TmaGeometry's pages (prefill_sm90/config.hpp), boxes of 64 channels x 16 slots in
-// the 128-byte swizzle; tma == 0: none, every stage by cp.async; else the stages of rings of at least tma
-// stages (a producer warp's share) go by TMA where their slots allow.
+// the 128-byte swizzle (the swizzled kernel's); tma == 0: none, every stage by cp.async.
 struct DecodeKvMaps {
   CUtensorMap k;  // (a 64-byte aligned type)
   CUtensorMap v;
@@ -132,7 +135,8 @@ struct DecodeKvMaps {
 };
 
 static_assert(DecodeClusterShape::kWarps * DecodeSm90Shape::kStateFloats * 4 <=
-                  DecodeClusterShape::kWarps * DecodeClusterShape::kDepth * DecodeClusterShape::stage_bytes(false),
+                  DecodeClusterShape::kWarps * DecodeClusterShape::kDepth *
+                      DecodeClusterShape::stage_bytes(false, true),
               "the warps' merge states fit the rings they alias");
 
 // The bytes the wait counts are the bytes the layout holds (a mismatch would hang the wait, not fail).

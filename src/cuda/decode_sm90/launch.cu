@@ -92,26 +92,31 @@ DecodeVariant pick_kernel(DType compute, DType kv, int producer_warps, int group
 
 // The cluster form's kernel (cluster.cuh) for (compute dtype, cache dtype) and the devices it has opted
 // into its shared memory and its cluster size on; kernel nullptr when this build has none.
-template <typename T, typename TKV, bool kFp8F16 = true>
+template <typename T, typename TKV, bool kFp8F16 = true, bool kSwizzled = false>
 ClusterVariant cluster_kernel_of() {
   static std::atomic<uint64_t> opted_in{0};
-  constexpr bool kSwizzled = DecodeClusterShape::swizzled(std::is_same_v<TKV, __nv_fp8_e4m3>);
   return {sm90::decode_cluster_kernel<sm90::DecodeCfg<T, TKV, 4, kFp8F16, 1, 4, kSwizzled>>, &opted_in};
 }
-ClusterVariant pick_cluster_kernel(DType compute, DType kv) {
+// swizzled: the 16-bit caches' TMA kernel (DecodeClusterShape).
+ClusterVariant pick_cluster_kernel(DType compute, DType kv, bool swizzled = false) {
   if (!dtype_built(compute) || !head_dim_built(DecodeSm90Shape::kHeadDim)) return {};
   const bool fp8 = kv == DType::fp8_e4m3;
   if (!fp8 && kv != compute) return {};
   if constexpr (dtype_built(DType::bf16)) {
     if (compute == DType::bf16) {
-      if (!fp8) return cluster_kernel_of<__nv_bfloat16, __nv_bfloat16>();
+      if (!fp8) {
+        return swizzled ? cluster_kernel_of<__nv_bfloat16, __nv_bfloat16, true, true>()
+                        : cluster_kernel_of<__nv_bfloat16, __nv_bfloat16>();
+      }
       return fp8_in_bf16() ? cluster_kernel_of<__nv_bfloat16, __nv_fp8_e4m3, false>()
                            : cluster_kernel_of<__nv_bfloat16, __nv_fp8_e4m3, true>();
     }
   }
   if constexpr (dtype_built(DType::f16)) {
     if (compute == DType::f16) {
-      return fp8 ? cluster_kernel_of<half, __nv_fp8_e4m3>() : cluster_kernel_of<half, half>();
+      if (!fp8)
+        return swizzled ? cluster_kernel_of<half, half, true, true>() : cluster_kernel_of<half, half>();
+      return cluster_kernel_of<half, __nv_fp8_e4m3>();
     }
   }
   return {};
@@ -266,6 +271,7 @@ static int decode_cluster_max_ctas() {
 }
 // Clusters of `ctas` CTAs of the kernel resident at once on device_id (cached per device < 64; 0 when the
 // query fails).
+// (Asked of the padded kernel: the swizzled one's shared memory is smaller, so as many of it fit.)
 static int max_active_clusters(const ClusterVariant& v, int device_id, int ctas, bool fp8) {
   static std::atomic<int> cache[64][2][2] = {};  // [device][fp8][ctas == 16], value + 1
   const bool cacheable = device_id >= 0 && device_id < 64;
@@ -299,6 +305,27 @@ static int max_active_clusters(const ClusterVariant& v, int device_id, int ctas,
 static int64_t decode_cluster_max_keys() {
   return env_tiles("KVATTN_DECODE_CLUSTER_MAX_KEYS", 4096, 0);
 }
+// The swizzled TMA kernel for 16-bit caches whose every ring holds at least kTmaMinStages stages at the
+// cache's capacity (static shapes) and whose layout the maps take (cluster_kv_maps: paged with a page size
+// a multiple of 16, contiguous, packed). H200, W1 b1 4k (2 stages a ring): p16 15.2 -> 13.2 us, contiguous
+// 14.6 -> 13.6-13.8; with 1 stage a ring (1k, 2k) TMA's first box lands later than cp.async's and the
+// kernel was 1-4% slower (bench/NOTES.md, session 44). KVATTN_DECODE_TMA (tests, A/B): "0" never; "force"
+// whatever the stages; "copy" as force, without the maps (every stage by cp.async into the swizzled places).
+static const char* decode_tma_env() {
+  return std::getenv("KVATTN_DECODE_TMA");
+}
+static bool cluster_tma(const FwdProblem& p, int ctas) {
+  using C = DecodeClusterShape;
+  if (p.kv_dtype == DType::fp8_e4m3 || ctas <= 0) return false;
+  const char* env = decode_tma_env();
+  if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+  if (env != nullptr && (std::strcmp(env, "force") == 0 || std::strcmp(env, "copy") == 0)) return true;
+  const bool packed = p.cu_seqlens_k != nullptr, paged = p.page_table != nullptr && !packed;
+  if (paged && p.page_size % 16 != 0) return false;
+  const int64_t keys_a_cta = max_sequence_keys(p) / ctas;
+  return keys_a_cta >= int64_t{C::kTmaMinStages} * C::kWarps * DecodeSm90Shape::stage_keys(false);
+}
+
 static int decode_cluster_ctas(const FwdProblem& p, const AttentionPlan& plan, int64_t sms) {
   const int max_ctas = decode_cluster_max_ctas();
   if (max_ctas == 0 || p.deterministic || p.sm_margin > 0 || !plan.balanced ||
@@ -366,7 +393,8 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
     // Whole units: no partials, no combine, so none of the balanced schedule's workspace planned above.
     plan.balanced = false;
     plan.workspace_bytes = plan.o_partial_offset = plan.lse_partial_offset = plan.unit_pieces_offset = 0;
-    plan.smem_bytes = DecodeClusterShape::smem_bytes(p.kv_dtype == DType::fp8_e4m3);
+    plan.cluster_tma = cluster_tma(p, plan.cluster_ctas);
+    plan.smem_bytes = DecodeClusterShape::smem_bytes(p.kv_dtype == DType::fp8_e4m3, plan.cluster_tma);
     plan.static_smem_bytes = 0;
     return plan;
   }
@@ -381,16 +409,13 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
 
 // The cluster form's K / V tensor maps (16-bit caches: its swizzled stages), boxes of 16 slots: paged
 // caches whose page size is a multiple of 16, contiguous and packed caches of at least 16 slots (a stage's
-// runs start anywhere there); tma = 0 otherwise, or with KVATTN_DECODE_TMA=0 (A/B: the same stages by
-// cp.async), or where the encoder declines (tensor_map.hpp). KVATTN_DECODE_TMA=n: TMA for rings of at least
-// n stages only (1, the default: every ring).
-static DecodeKvMaps cluster_kv_maps(const AttnParams& params, DType kv_dtype) {
+// runs start anywhere there); tma = 0 for the padded kernel, or where the encoder declines (tensor_map.hpp:
+// the swizzled kernel then copies every stage by cp.async).
+static DecodeKvMaps cluster_kv_maps(const AttnParams& params, const AttentionPlan& plan, DType kv_dtype) {
   DecodeKvMaps maps{};
   const SeqParams& sp = params.seq;
-  if (!DecodeClusterShape::swizzled(kv_dtype == DType::fp8_e4m3)) return maps;
-  const char* env = std::getenv("KVATTN_DECODE_TMA");
-  const int min_stages = env != nullptr ? std::atoi(env) : 1;
-  if (min_stages <= 0) return maps;
+  if (!plan.cluster_tma || kv_dtype == DType::fp8_e4m3) return maps;
+  if (const char* env = decode_tma_env(); env != nullptr && std::strcmp(env, "copy") == 0) return maps;
   constexpr int kBoxSlots = 16;
   const bool packed = sp.cu_seqlens_k != nullptr, paged = sp.page_table != nullptr && !packed;
   if (paged && (sp.page_size <= 0 || sp.page_size % kBoxSlots != 0)) return maps;
@@ -404,17 +429,17 @@ static DecodeKvMaps cluster_kv_maps(const AttnParams& params, DType kv_dtype) {
   const CUtensorMapDataType dtype =
       kv_dtype == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   const auto make = [&](const CacheTensor& c, CUtensorMap* map) {
-    return encode_cache_map(map, c, dtype, 2, DecodeSm90Shape::kHeadDim, g.slots, g.pages, params.num_kv_heads,
-                            packed, 64, kBoxSlots);
+    return encode_cache_map(map, c, dtype, 2, DecodeSm90Shape::kHeadDim, g.slots, g.pages,
+                            params.num_kv_heads, packed, 64, kBoxSlots);
   };
-  maps.tma = make(params.k_cache, &maps.k) && make(params.v_cache, &maps.v) ? min_stages : 0;
+  maps.tma = make(params.k_cache, &maps.k) && make(params.v_cache, &maps.v) ? 1 : 0;
   return maps;
 }
 
 // The cluster form: grid (C, kv heads, batch) in clusters of C along x.
 static kvattn_status launch_decode_cluster(const AttnParams& params, const AttentionPlan& plan,
                                            DType compute_dtype, DType kv_dtype, cudaStream_t stream) {
-  const ClusterVariant v = pick_cluster_kernel(compute_dtype, kv_dtype);
+  const ClusterVariant v = pick_cluster_kernel(compute_dtype, kv_dtype, plan.cluster_tma);
   if (v.kernel == nullptr)
     return fail(KVATTN_ERROR_UNSUPPORTED, "decode_sm90: no cluster kernel for this dtype pair");
   static const bool debug_dispatch = std::getenv("KVATTN_DEBUG_DISPATCH") != nullptr;  // read once
@@ -422,14 +447,15 @@ static kvattn_status launch_decode_cluster(const AttnParams& params, const Atten
   if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {
     return cuda_fail(err, "decode_cluster_kernel device");
   }
-  const DecodeKvMaps maps = cluster_kv_maps(params, kv_dtype);
+  const DecodeKvMaps maps = cluster_kv_maps(params, plan, kv_dtype);
   if (debug_dispatch) {
     const bool fp8 = kv_dtype == DType::fp8_e4m3;
-    std::fprintf(stderr,
-                 "kvattn: decode_sm90 cluster kernel, %d CTAs a unit, K/V by %s (clusters of 16 / 8 resident: "
-                 "%d / %d)\n",
-                 plan.cluster_ctas, maps.tma ? "TMA" : "cp.async", max_active_clusters(v, device, 16, fp8),
-                 max_active_clusters(v, device, 8, fp8));
+    std::fprintf(
+        stderr,
+        "kvattn: decode_sm90 cluster kernel, %d CTAs a unit, K/V by %s (clusters of 16 / 8 resident: "
+        "%d / %d)\n",
+        plan.cluster_ctas, maps.tma ? "TMA" : "cp.async", max_active_clusters(v, device, 16, fp8),
+        max_active_clusters(v, device, 8, fp8));
   }
   if (const kvattn_status st = cluster_opt_in(v, device, plan.smem_bytes); st != KVATTN_OK) return st;
   cudaLaunchConfig_t config = {};

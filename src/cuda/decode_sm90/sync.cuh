@@ -1,7 +1,8 @@
 // The sm_90 synchronization and copy instructions of the Hopper decode kernel, as inline PTX: mbarriers
 // (arrive, expect-tx, parity wait), the 16-byte cp.async copies and their arrival on one, the named
-// barrier of the consumer warps, the TMA tensor copy, and the cluster form's (mapa, st.async onto a remote mbarrier, the split
-// cluster barrier, a cluster-scope wait). Compiled for sm_90 and newer only (the callers guard them).
+// barrier of the consumer warps, the TMA tensor copy, and the cluster form's (mapa, st.async onto a remote
+// mbarrier, the split cluster barrier, a cluster-scope wait). Compiled for sm_90 and newer only (the callers
+// guard them).
 #pragma once
 
 #include <cstdint>
@@ -127,7 +128,8 @@ __device__ __forceinline__ void tma_load_4d_hint(uint32_t dst, const void* map, 
   asm volatile(
       "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, "
       "{%3, %4, %5, %6}], [%2], %7;" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(policy)
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+      "l"(policy)
       : "memory");
 }
 __device__ __forceinline__ void tma_prefetch_map(const void* map) {
