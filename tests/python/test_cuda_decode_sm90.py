@@ -289,19 +289,22 @@ torch.cuda.synchronize()
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None), "cluster kernel, 16 CTAs"),
     (dict(KVATTN_DECODE_SM90=None, KV="fp8", KVATTN_DECODE_CLUSTER=None), "cluster kernel, 16 CTAs"),
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER="8"), "cluster kernel, 8 CTAs"),
-    # 16-bit caches: K / V by TMA when every ring holds 2 stages (a 4,096-slot cache: 256 keys a CTA), not at
-    # 300 slots, nor with KVATTN_DECODE_TMA=0 or fp8 caches; "force" at any length, "copy" without the maps
+    # 16-bit caches: K / V by TMA when every ring holds 4 stages (an 8,192-slot cache over 16 CTAs: 512 keys a
+    # CTA; the capacity bound lifted), not at 4,096 slots (2 a ring) or 300, nor with KVATTN_DECODE_TMA=0 or
+    # fp8 caches; "force" at any length, "copy" without the maps
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_TMA=None, CAP="8192",
+          KVATTN_DECODE_CLUSTER_MAX_KEYS="8192"), "cluster kernel, 16 CTAs a unit, K/V by TMA"),
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_TMA=None, CAP="4096"),
-     "cluster kernel, 16 CTAs a unit, K/V by TMA"),
+     "cluster kernel, 16 CTAs a unit, K/V by cp.async"),
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_TMA=None),
      "cluster kernel, 16 CTAs a unit, K/V by cp.async"),
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_TMA="0", CAP="4096"),
-     "cluster kernel, 16 CTAs a unit, K/V by cp.async"),
-    (dict(KVATTN_DECODE_SM90=None, KV="fp8", KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_TMA=None, CAP="4096"),
-     "cluster kernel, 16 CTAs a unit, K/V by cp.async"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_TMA="0", CAP="8192",
+          KVATTN_DECODE_CLUSTER_MAX_KEYS="8192"), "cluster kernel, 16 CTAs a unit, K/V by cp.async"),
+    (dict(KVATTN_DECODE_SM90=None, KV="fp8", KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_TMA=None, CAP="8192",
+          KVATTN_DECODE_CLUSTER_MAX_KEYS="8192"), "cluster kernel, 16 CTAs a unit, K/V by cp.async"),
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_TMA="force"),
      "cluster kernel, 16 CTAs a unit, K/V by TMA"),
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_TMA="copy", CAP="4096"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_TMA="copy"),
      "cluster kernel, 16 CTAs a unit, K/V by cp.async"),
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, DET="1"), "kernel, 8 producer warps"),
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, SQ="8"), "kernel, 8 producer warps"),
@@ -445,7 +448,7 @@ def test_cluster_stages_by_cp_async(layout, page, group, monkeypatch):
 @pytest.mark.parametrize("hk", [2, 1])  # 10 units (8 CTAs a unit), 5 (16)
 def test_cluster_features(features, kv_fp8, tma, hk, monkeypatch):
     """Every feature on the cluster form; tma="force": on the swizzled TMA kernel (its rule takes caches of
-    >= 256 keys a CTA: these 1,300-key caches over 8 or 16 CTAs stay on the padded one), where leftpad,
+    >= 512 keys a CTA: these 1,300-key caches over 8 or 16 CTAs stay on the padded one), where leftpad,
     page 32 in HND order and ragged lengths put some stages on cp.async."""
     if tma is not None:
         monkeypatch.setenv("KVATTN_DECODE_TMA", tma)

@@ -108,9 +108,9 @@ struct DecodeClusterShape {
   }
   // Two kernels for 16-bit caches: the persistent kernel's padded rows by cp.async, and swizzled stages
   // with whole runs of 16 slots by TMA (the rest by cp.async into the same places), which the plan picks
-  // where every ring holds at least kTmaMinStages stages (plan.cluster_tma: bench/NOTES.md, session 44);
-  // fp8 caches: padded only.
-  static constexpr int kTmaMinStages = 2;
+  // where every ring holds at least kTmaMinStages stages, more than its depth: the slots refill
+  // (plan.cluster_tma; bench/NOTES.md, session 44); fp8 caches: padded only.
+  static constexpr int kTmaMinStages = kDepth + 1;
   static constexpr size_t stage_bytes(bool fp8, bool swizzled) {
     return S::stage_bytes(fp8, kWarps, swizzled);
   }

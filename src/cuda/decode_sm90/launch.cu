@@ -307,10 +307,12 @@ static int64_t decode_cluster_max_keys() {
 }
 // The swizzled TMA kernel for 16-bit caches whose every ring holds at least kTmaMinStages stages at the
 // cache's capacity (static shapes) and whose layout the maps take (cluster_kv_maps: paged with a page size
-// a multiple of 16, contiguous, packed). H200, W1 b1 4k (2 stages a ring): p16 15.2 -> 13.2 us, contiguous
-// 14.6 -> 13.6-13.8; with 1 stage a ring (1k, 2k) TMA's first box lands later than cp.async's and the
-// kernel was 1-4% slower (bench/NOTES.md, session 44). KVATTN_DECODE_TMA (tests, A/B): "0" never; "force"
-// whatever the stages; "copy" as force, without the maps (every stage by cp.async into the swizzled places).
+// a multiple of 16, contiguous, packed). W1 b1 4k (8 CTAs a unit, 4 stages a ring, the slots refill): H200
+// p16 15.2 -> 13.2 us, contiguous 14.6 -> 13.6-13.8; H100 15.4 -> 13.9-14.0, 15.0-15.1 -> 14.3-14.4. With
+// 1 or 2 stages a ring (1k, 2k: no refill) TMA's first boxes land later than cp.async's copies: 1k +3 to
+// +6%, 2k contiguous +4 to +8% (bench/NOTES.md, session 44). KVATTN_DECODE_TMA (tests, A/B): "0" never;
+// "force" whatever the stages; "copy" as force, without the maps (every stage by cp.async into the swizzled
+// places).
 static const char* decode_tma_env() {
   return std::getenv("KVATTN_DECODE_TMA");
 }
