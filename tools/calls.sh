@@ -129,6 +129,16 @@ case "${1:-show}" in
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
         ;;
+      64)  # session 44 (not run: its device time was spent): main after ctma landed with the rule at 4 stages a
+           # ring (call 63 timed the rule at 2: 2k contiguous +6.5% on the TMA kernel, so 2k now takes the
+           # padded one). Checks of the dispatch test's new cases, then W1 short A (session 43's main) B (main).
+        cluster_ab main45 .dev/main128_44.so.xz .dev/main128_45.so.xz
+        ;;
+      63)  # session 44: ctma3 = ctma with the swizzled TMA kernel as a second cluster kernel, picked where every
+           # ring holds 2 stages (b1 4k); 1k / 2k stay on the padded one (main's code). Checks (cluster, dispatch,
+           # graphs; racecheck / memcheck), then W1 short A (main) B (ctma3), two rounds.
+        cluster_ab ctma3 .dev/main128_44.so.xz .dev/ctma3_128.so.xz
+        ;;
       62)  # session 44: call 61's variant c (TMA only for rings of >= 2 stages) was as slow as b at 1k / 2k
            # (+3.5-8% against main) with every copy by cp.async: a fixed cost of ctma2 outside the TMA copies.
            # KVATTN_DECODE_TMA=0 (no maps: no TMA, no descriptor prefetch; the swizzled stages remain) tells
