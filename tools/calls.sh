@@ -129,6 +129,72 @@ case "${1:-show}" in
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
         ;;
+      64)  # session 44 (not run: its device time was spent): main after ctma landed with the rule at 4 stages a
+           # ring (call 63 timed the rule at 2: 2k contiguous +6.5% on the TMA kernel, so 2k now takes the
+           # padded one). Checks of the dispatch test's new cases, then W1 short A (session 43's main) B (main).
+        cluster_ab main45 .dev/main128_44.so.xz .dev/main128_45.so.xz
+        ;;
+      63)  # session 44: ctma3 = ctma with the swizzled TMA kernel as a second cluster kernel, picked where every
+           # ring holds 2 stages (b1 4k); 1k / 2k stay on the padded one (main's code). Checks (cluster, dispatch,
+           # graphs; racecheck / memcheck), then W1 short A (main) B (ctma3), two rounds.
+        cluster_ab ctma3 .dev/main128_44.so.xz .dev/ctma3_128.so.xz
+        ;;
+      62)  # session 44: call 61's variant c (TMA only for rings of >= 2 stages) was as slow as b at 1k / 2k
+           # (+3.5-8% against main) with every copy by cp.async: a fixed cost of ctma2 outside the TMA copies.
+           # KVATTN_DECODE_TMA=0 (no maps: no TMA, no descriptor prefetch; the swizzled stages remain) tells
+           # the prefetch / maps from the layout. W1 short, A = main, B = ctma2 TMA=0, C = ctma2, two rounds.
+        source tools/device_env.sh
+        A=$(device_lib .dev/main128_44.so.xz m44); B=$(device_lib .dev/ctma2_128.so.xz ct2)
+        dirs=()
+        for round in 1 2; do
+          for v in a b c; do
+            lib=$A; env_v=(); [ $v != a ] && lib=$B; [ $v = b ] && env_v=(KVATTN_DECODE_TMA=0)
+            env "${env_v[@]}" KVATTN_LIBRARY=$lib timeout -k 5 120 python3 -m bench.run --suite W1 --filter short \
+              --max-minutes 1.5 --out "$OUT/${v}_$round" > "$OUT/${v}_$round.log" 2>&1
+            echo "$v round $round rc=$?"; dirs+=("$OUT/${v}_$round")
+          done
+        done
+        python3 tools/gpu_ab.py "${dirs[@]}" 2>&1 | tail -9
+        ;;
+      61)  # session 44: call 60 found ctma 4k p16 -8.5% but 1k / 2k +3 to +8% (the first box lands 2.5 us after
+           # its issue). ctma2: the tensor maps prefetched at the kernel's entry (they were ~1 us before the
+           # first box); and KVATTN_DECODE_TMA=2 (TMA only for rings of >= 2 stages: 1k / 2k by cp.async).
+           # W1 short, A = main, B = ctma2, C = ctma2 + KVATTN_DECODE_TMA=2, two rounds; then kernel_gaps.
+        source tools/device_env.sh
+        A=$(device_lib .dev/main128_44.so.xz m44); B=$(device_lib .dev/ctma2_128.so.xz ct2)
+        dirs=()
+        for round in 1 2; do
+          for v in a b c; do
+            lib=$A; env_v=(); [ $v != a ] && lib=$B; [ $v = c ] && env_v=(KVATTN_DECODE_TMA=2)
+            env "${env_v[@]}" KVATTN_LIBRARY=$lib timeout -k 5 120 python3 -m bench.run --suite W1 --filter short \
+              --max-minutes 1.5 --out "$OUT/${v}_$round" > "$OUT/${v}_$round.log" 2>&1
+            echo "$v round $round rc=$?"; dirs+=("$OUT/${v}_$round")
+          done
+        done
+        python3 tools/gpu_ab.py "${dirs[@]}" 2>&1 | tail -12
+        for v in b c; do
+          env_v=(); [ $v = c ] && env_v=(KVATTN_DECODE_TMA=2)
+          env "${env_v[@]}" KVATTN_LIBRARY=$B timeout 90 python3 -m bench.kernel_gaps "W1 32/8 b1 1k p16 short" \
+            "W1 32/8 b1 4k p16 short" "W1 32/8 b1 1k contig short" > "$OUT/gaps_$v.txt" 2>&1
+          echo "== kernel_gaps $v rc=$?"; grep "kvattn" "$OUT/gaps_$v.txt"
+        done
+        ;;
+      60)  # session 44: branch ctma (the cluster form's 16-bit stages swizzled, whole runs of 16 slots by TMA:
+           # a producer lane issues 8 boxes a stage instead of 32 cp.async a lane; session 43's timeline: a
+           # stage's copies took 2.2-3.6 us to issue). Checks (the cluster tests with the new cp.async-stage
+           # and dispatch cases), W1 short A (main) B (ctma), then both kernels back to back and ctma's timeline.
+        cluster_ab ctma .dev/main128_44.so.xz .dev/ctma128.so.xz
+        source tools/device_env.sh
+        for v in main128_44 ctma128; do
+          L=$(device_lib .dev/$v.so.xz ${v:0:4})
+          KVATTN_LIBRARY=$L timeout 90 python3 -m bench.kernel_gaps "W1 32/8 b1 1k p16 short" "W1 32/8 b1 4k p16 short" \
+            "W1 32/8 b1 1k contig short" > "$OUT/gaps_$v.txt" 2>&1
+          echo "== kernel_gaps $v rc=$?"; grep "kvattn" "$OUT/gaps_$v.txt"
+        done
+        T=$(device_lib .dev/ctmatl128.so.xz ctl)
+        KVATTN_LIBRARY=$T timeout 60 python3 -m bench.decode_timeline --filter "W1 b1 1k,W1 b1 4k" > "$OUT/tl_ctma.txt" 2>&1
+        echo "== timeline rc=$?"; grep -E "^==|first issue|first full|prod addr|last consumed|inbox|written|span" "$OUT/tl_ctma.txt" | head -40
+        ;;
       59)  # session 44: two questions before writing more. (a) TMA against cp.async for a short decode's
            # share: bench/ingest.cu at 64 KB a CTA (b1 1k: one 16 KB stage a warp) and 256 KB (b1 4k), every
            # copy kind, 64 / 128 CTAs (binaries built here: .probe/ingest64, .probe/ingest256). (b) the

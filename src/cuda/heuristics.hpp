@@ -169,6 +169,7 @@ struct AttentionPlan {
   int consumer_warps = 4;  // (4; 8 for fp8 caches with one row group)
   // The sm_90 decode kernel's cluster form (decode_sm90.hpp): C CTAs a unit, no combine; 0: not used.
   int cluster_ctas = 0;
+  bool cluster_tma = false;       // ... its swizzled kernel, K / V by TMA (DecodeClusterShape::kTmaMinStages)
   size_t o_partial_offset = 0;    // (splits, total_q, hq, dv) fp32; balanced: (2, G, R, dv)
   size_t lse_partial_offset = 0;  // (splits, total_q, hq) fp32; balanced: (2, G, R)
   size_t unit_pieces_offset = 0;  // balanced: (batch, kv heads, 2) int32

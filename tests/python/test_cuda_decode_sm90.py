@@ -258,7 +258,7 @@ _DISPATCH_SCRIPT = r"""
 import os, numpy as np, torch, kvattn
 sq = int(os.environ.get("SQ", "1"))
 q = torch.randn(2, sq, 8, 128, device="cuda", dtype=torch.bfloat16)
-k = torch.randn(2, 300, 2, 128, device="cuda", dtype=torch.bfloat16)
+k = torch.randn(2, int(os.environ.get("CAP", "300")), 2, 128, device="cuda", dtype=torch.bfloat16)
 v = torch.randn_like(k)
 if os.environ.get("KV") == "fp8":
     k, v = k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)
@@ -289,6 +289,23 @@ torch.cuda.synchronize()
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None), "cluster kernel, 16 CTAs"),
     (dict(KVATTN_DECODE_SM90=None, KV="fp8", KVATTN_DECODE_CLUSTER=None), "cluster kernel, 16 CTAs"),
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER="8"), "cluster kernel, 8 CTAs"),
+    # 16-bit caches: K / V by TMA when every ring holds 4 stages (an 8,192-slot cache over 16 CTAs: 512 keys a
+    # CTA; the capacity bound lifted), not at 4,096 slots (2 a ring) or 300, nor with KVATTN_DECODE_TMA=0 or
+    # fp8 caches; "force" at any length, "copy" without the maps
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_TMA=None, CAP="8192",
+          KVATTN_DECODE_CLUSTER_MAX_KEYS="8192"), "cluster kernel, 16 CTAs a unit, K/V by TMA"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_TMA=None, CAP="4096"),
+     "cluster kernel, 16 CTAs a unit, K/V by cp.async"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_TMA=None),
+     "cluster kernel, 16 CTAs a unit, K/V by cp.async"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_TMA="0", CAP="8192",
+          KVATTN_DECODE_CLUSTER_MAX_KEYS="8192"), "cluster kernel, 16 CTAs a unit, K/V by cp.async"),
+    (dict(KVATTN_DECODE_SM90=None, KV="fp8", KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_TMA=None, CAP="8192",
+          KVATTN_DECODE_CLUSTER_MAX_KEYS="8192"), "cluster kernel, 16 CTAs a unit, K/V by cp.async"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_TMA="force"),
+     "cluster kernel, 16 CTAs a unit, K/V by TMA"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_TMA="copy"),
+     "cluster kernel, 16 CTAs a unit, K/V by cp.async"),
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, DET="1"), "kernel, 8 producer warps"),
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, SQ="8"), "kernel, 8 producer warps"),
     (dict(KVATTN_DECODE_SM90="0", KVATTN_DECODE_CLUSTER=None), None),
@@ -409,15 +426,32 @@ def test_cluster_layouts_edges(layout, page, group, kv_fp8):
 
 
 @pytest.mark.usefixtures("_cluster_on")
+@pytest.mark.parametrize("group", [1, 2])
+@pytest.mark.parametrize("layout,page", [("contiguous", 0), ("paged", 16), ("paged", 64), ("packed", 0)])
+def test_cluster_stages_by_cp_async(layout, page, group, monkeypatch):
+    """KVATTN_DECODE_TMA=copy: the swizzled kernel's stages that would come by TMA come by cp.async into the
+    same places (its path for stages at a sequence's edges and where the tensor-map encoder declines)."""
+    monkeypatch.setenv("KVATTN_DECODE_TMA", "copy")
+    case = Case(dtype="bf16", d=128, hq=8, hk=2, seqlens=_CLUSTER_GROUPS[group], sq=1, layout=layout,
+                page_size=max(page, 1), num_splits=0, seed=page + 13 * group + 1)
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.usefixtures("_cluster_on")
 @pytest.mark.parametrize("features", _FEATURES + [
     dict(sq=4, new=(4,) * 5, causal=True, rotary="interleaved", dtype="fp16"),  # 16 packed rows
     dict(sq=2, q_lens=(2, 0, 1, 2, 2), causal=True),  # varlen q, an empty one
     dict(layout="ragged", page_size=16),
     dict(hnd=True, page_size=32),
 ])
-@pytest.mark.parametrize("kv_fp8", [False, True])
+@pytest.mark.parametrize("kv_fp8,tma", [(False, None), (True, None), (False, "force")])
 @pytest.mark.parametrize("hk", [2, 1])  # 10 units (8 CTAs a unit), 5 (16)
-def test_cluster_features(features, kv_fp8, hk):
+def test_cluster_features(features, kv_fp8, tma, hk, monkeypatch):
+    """Every feature on the cluster form; tma="force": on the swizzled TMA kernel (its rule takes caches of
+    >= 512 keys a CTA: these 1,300-key caches over 8 or 16 CTAs stay on the padded one), where leftpad,
+    page 32 in HND order and ragged lengths put some stages on cp.async."""
+    if tma is not None:
+        monkeypatch.setenv("KVATTN_DECODE_TMA", tma)
     kw = dict(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=4 * hk, hk=hk, seqlens=(700, 1, 0, 333, 1300), sq=1,
               layout="paged", page_size=16, num_splits=0, seed=len(features) + 3 * hk)
     kw.update(features)

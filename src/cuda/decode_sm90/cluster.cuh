@@ -8,7 +8,9 @@
 // copies (a cp.async.mbarrier.arrive a lane on the slot's full mbarrier; the consumer's lanes arrive on its
 // empty one): the consumers compute with the persistent kernel's stage math (consumer.cuh) and never issue
 // a copy, and two warps share each scheduler (bench/NOTES.md, session 42: one warp a scheduler left the
-// 4k case's ~14 us to the warps' own instruction latency).
+// 4k case's ~14 us to the warps' own instruction latency). 16-bit caches: the stages are swizzled
+// (DecodeCfg::kv_offset) and a stage of whole runs of 16 slots comes by TMA (issue_stage), so that a
+// producer hands the copy engine 8 boxes instead of issuing 32 copies a lane (bench/NOTES.md, session 44).
 //   grid (C, kv heads, batch), cluster (C, 1, 1): blockIdx.x is the CTA's rank in its cluster.
 #pragma once
 
@@ -23,14 +25,18 @@ namespace kvattn::cuda::sm90 {
 // W1 b1 1k-4k -3 to -6% rolled by 1 or by 4 against fully unrolled).
 constexpr int kClusterCopyUnroll = 4;
 
-// This warp's copies of one stage (CTA-wide stage s of the piece) into `dst`: lane k owns keys j * 32 + k
-// (entry: their page-table entries), past the piece's keys its last key, a bad page id a row of zeros; one
-// warp instruction covers whole rows. Returns false when one of this lane's entries is out of range (the
+// This warp's copies of one stage (CTA-wide stage s of the piece) into `dst`, completing on `full` (one
+// arrival a lane): lane k owns keys j * 32 + k (entry: their page-table entries), past the piece's keys its
+// last key, a bad page id a row of zeros; one warp instruction covers whole rows. Swizzled stages (16-bit
+// caches) whose keys are all the piece's and lie in runs of 16 consecutive slots of a page go by TMA
+// instead (maps, where tma says so): lane 0 issues the stage's 8 boxes (2 runs x 2 panels, K and V) with the
+// bytes to expect, the other lanes arrive. Returns false when one of this lane's entries is out of range (the
 // error recorded).
 template <class Cfg>
-__device__ __forceinline__ bool issue_stage(const AttnParams& p, const PieceKeys& pk, int kv_head, int s,
+__device__ __forceinline__ bool issue_stage(const AttnParams& p, const DecodeKvMaps& maps, bool tma,
+                                            const PieceKeys& pk, int kv_head, int s,
                                             const int32_t (&entry)[Cfg::kKeysPerLane], uint32_t dst,
-                                            uint64_t policy) {
+                                            uint64_t* full, uint64_t policy) {
   using TKV = typename Cfg::TKV;
   constexpr int kLanesPerRow = Cfg::kRowBytes / 16;
   constexpr int kRowsPerCopy = 32 / kLanesPerRow;
@@ -40,24 +46,54 @@ __device__ __forceinline__ bool issue_stage(const AttnParams& p, const PieceKeys
   const Sequence& seq = pk.seq;
   bool ok = true;
   int64_t k_off[Cfg::kKeysPerLane], v_off[Cfg::kKeysPerLane];
+  SlotAddress at[Cfg::kKeysPerLane];
 #pragma unroll
   for (int j = 0; j < Cfg::kKeysPerLane; ++j) {
     const int32_t kp = min(pk.kp_begin + s * Cfg::kStageKeys + j * 32 + lane, pk.kp_end - 1);
     const int64_t slot = seq.leftpad + kp;
-    const SlotAddress at = slot_address_at(p.seq, seq, slot, entry[j]);
-    if (at.page < 0) {
+    at[j] = slot_address_at(p.seq, seq, slot, entry[j]);
+    if (at[j].page < 0) {
       ok = false;
       record_page_error(p.seq, seq, p.errors, slot / p.seq.page_size, entry[j]);
     }
-    k_off[j] = at.page < 0 ? -1
-                           : at.page * p.k_cache.page_stride + at.in_page * p.k_cache.slot_stride +
-                                 static_cast<int64_t>(kv_head) * p.k_cache.head_stride;
-    v_off[j] = at.page < 0 ? -1
-                           : at.page * p.v_cache.page_stride + at.in_page * p.v_cache.slot_stride +
-                                 static_cast<int64_t>(kv_head) * p.v_cache.head_stride;
+    k_off[j] = at[j].page < 0 ? -1
+                              : at[j].page * p.k_cache.page_stride + at[j].in_page * p.k_cache.slot_stride +
+                                    static_cast<int64_t>(kv_head) * p.k_cache.head_stride;
+    v_off[j] = at[j].page < 0 ? -1
+                              : at[j].page * p.v_cache.page_stride + at[j].in_page * p.v_cache.slot_stride +
+                                    static_cast<int64_t>(kv_head) * p.v_cache.head_stride;
   }
-  const uint32_t k_dst = dst + row_in_copy * Cfg::kRowStride + chunk * 16;
-  const uint32_t v_dst = k_dst + Cfg::kStageKeys * Cfg::kRowStride;
+  if constexpr (Cfg::kSwizzled) {
+    static_assert(Cfg::kKeysPerLane == 1 && Cfg::kStageKeys == 32, "a stage: one key a lane, 2 runs of 16");
+    // A page's runs start at slot multiples of 16 (the maps are made for page sizes that are multiples of
+    // 16); contiguous and packed caches: any slot.
+    const bool paged = p.seq.page_table != nullptr && p.seq.cu_seqlens_k == nullptr;
+    const bool whole = pk.kp_begin + (s + 1) * Cfg::kStageKeys <= pk.kp_end;
+    if (__all_sync(0xffffffffu, tma && whole && at[0].page >= 0 &&
+                                    (!paged || lane % 16 != 0 || at[0].in_page % 16 == 0))) {
+      const int page[2] = {__shfl_sync(0xffffffffu, at[0].page, 0), __shfl_sync(0xffffffffu, at[0].page, 16)};
+      const int in_page[2] = {__shfl_sync(0xffffffffu, at[0].in_page, 0),
+                              __shfl_sync(0xffffffffu, at[0].in_page, 16)};
+      if (lane == 0) {
+        mbar_arrive_expect_tx(full, Cfg::kTxBytes);
+#pragma unroll
+        for (int run = 0; run < 2; ++run) {
+#pragma unroll
+          for (int panel = 0; panel < 2; ++panel) {
+            const uint32_t box = dst + Cfg::kv_offset(16 * run, 8 * panel);  // (1024-byte aligned)
+            tma_load_4d_hint(box, &maps.k, full, 64 * panel, in_page[run], kv_head, page[run], policy);
+            tma_load_4d_hint(box + Cfg::kKBytes, &maps.v, full, 64 * panel, in_page[run], kv_head, page[run],
+                             policy);
+          }
+        }
+      } else {
+        mbar_arrive(full);
+      }
+      return ok;
+    }
+  }
+  const uint32_t k_dst = dst;
+  const uint32_t v_dst = dst + Cfg::kKBytes;
   const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache.ptr) + chunk * 16;
   const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache.ptr) + chunk * 16;
   const unsigned char* zero = g_zero_row + chunk * 16;
@@ -70,16 +106,17 @@ __device__ __forceinline__ bool issue_stage(const AttnParams& p, const PieceKeys
       const int owner = cc * kRowsPerCopy + row_in_copy;
       const int64_t ko = __shfl_sync(0xffffffffu, k_off[j], owner);
       const int64_t vo = __shfl_sync(0xffffffffu, v_off[j], owner);
-      const uint32_t row_bytes = c * kRowsPerCopy * Cfg::kRowStride;
+      const uint32_t at_bytes = Cfg::kv_offset(c * kRowsPerCopy + row_in_copy, chunk);
       if constexpr (Cfg::kCopyViaL1) {
-        cp_async_16_l1(k_dst + row_bytes, ko < 0 ? zero : k_base + ko * sizeof(TKV));
-        cp_async_16_l1(v_dst + row_bytes, vo < 0 ? zero : v_base + vo * sizeof(TKV));
+        cp_async_16_l1(k_dst + at_bytes, ko < 0 ? zero : k_base + ko * sizeof(TKV));
+        cp_async_16_l1(v_dst + at_bytes, vo < 0 ? zero : v_base + vo * sizeof(TKV));
       } else {
-        cp_async_16_hint(k_dst + row_bytes, ko < 0 ? zero : k_base + ko * sizeof(TKV), policy);
-        cp_async_16_hint(v_dst + row_bytes, vo < 0 ? zero : v_base + vo * sizeof(TKV), policy);
+        cp_async_16_hint(k_dst + at_bytes, ko < 0 ? zero : k_base + ko * sizeof(TKV), policy);
+        cp_async_16_hint(v_dst + at_bytes, vo < 0 ? zero : v_base + vo * sizeof(TKV), policy);
       }
     }
   }
+  cp_async_mbar_arrive(full);  // this lane's copies of the stage, once landed
   return ok;
 }
 
@@ -98,7 +135,7 @@ __device__ __forceinline__ void stage_entries(const AttnParams& p, const PieceKe
 
 template <class Cfg>
 __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
-    decode_cluster_kernel(const __grid_constant__ AttnParams p) {
+    decode_cluster_kernel(const __grid_constant__ AttnParams p, const __grid_constant__ DecodeKvMaps maps) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using T = typename Cfg::T;
   constexpr int kW = DecodeClusterShape::kWarps, kDepth = DecodeClusterShape::kDepth;
@@ -120,6 +157,11 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, group = lane / 4, quad = lane % 4;
   const int rank = blockIdx.x, ctas = gridDim.x, kv_head = blockIdx.y, i = blockIdx.z;
   KVATTN_TL(tl_enter());
+  if (Cfg::kSwizzled && maps.tma != 0 &&
+      tid == 32 * kW) {  // the descriptors on their way before the first box
+    tma_prefetch_map(&maps.k);
+    tma_prefetch_map(&maps.v);
+  }
   if (tid == 0) {  // one phase: the other C - 1 ranks' bytes (no thread arrives on it but this one, now)
     mbar_init(inbox_full, 1);
     mbar_arrive_expect_tx(inbox_full, Shape::inbox_tx_bytes(ctas));
@@ -174,6 +216,7 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
 #pragma unroll
     for (int k = 0; k < 2 * kDepth; ++k) stage_entries<Cfg>(p, pk, r + kW * k, entry[k]);
     KVATTN_TL(if (warp == kW && lane == 0 && entry[0][0] != -2) tl_stamp(kTlProdAddr));
+    const bool tma = Cfg::kSwizzled && maps.tma != 0;
     for (int k = 0; k < n; ++k) {
       const int s = r + kW * k;
       int32_t e[Cfg::kKeysPerLane] = {};
@@ -189,9 +232,8 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
         stage_entries<Cfg>(p, pk, s, e);
       }
       if (k >= kDepth) mbar_wait(&empty[k % kDepth], ((k / kDepth) & 1) ^ 1);  // the slot's last stage read
-      ok &=
-          issue_stage<Cfg>(p, pk, kv_head, s, e, smem_addr(slots + (k % kDepth) * Cfg::kStageBytes), policy);
-      cp_async_mbar_arrive(&full[k % kDepth]);  // this lane's copies of the stage, once landed
+      ok &= issue_stage<Cfg>(p, maps, tma, pk, kv_head, s, e,
+                             smem_addr(slots + (k % kDepth) * Cfg::kStageBytes), &full[k % kDepth], policy);
       KVATTN_TL(if (warp == kW && lane == 0) {
         if (k == 0) tl_stamp(kTlFirstIssue);
         if (k == n - 1) tl_stamp_piece(0, kTlpLastIssued);
@@ -245,7 +287,7 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
       MmaScoreTile<kNTilesS> score_tile{s_acc, rows_of_thread, kp0 + 2 * quad};
       apply_score_mods<true>(p, pk.kp_end, inside, score_tile);
       stage_softmax<Cfg>(s_acc, scale.factor, upper, row_max, row_sum, o_acc);
-      stage_pv<Cfg>(o_acc, s_acc, s_k + Cfg::kStageKeys * Cfg::kRowStride);
+      stage_pv<Cfg>(o_acc, s_acc, s_k + Cfg::kKBytes);
       mbar_arrive(&empty[k % kDepth]);  // every lane: its reads of the stage are done
       KVATTN_TL(if (tid == 0 && k == n - 1) tl_stamp_piece(0, kTlpLastConsumed));
     }

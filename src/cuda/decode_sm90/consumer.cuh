@@ -239,14 +239,30 @@ __device__ __forceinline__ void stage_scores(float (&s_acc)[Cfg::kNTilesS][4],
         }
       }
     }
+  } else if constexpr (Cfg::kSwizzled) {
+    // Cfg::kv_offset's layout, its lane-dependent part once: the lane's row (np * 16 + r) has row mod 8 =
+    // lane mod 8, and chunk 2 kk + (lane / 8 mod 2) of it sits at panel kk / 4, (2 kk mod 8) xor x.
+    const uint32_t row = smem_addr(s_k) + ((lane & 7) + ((lane >> 4) << 3)) * 128;
+    const uint32_t x = (((lane >> 3) & 1) ^ (lane & 7)) << 4;
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk) {
+      const uint32_t at = row + (kk / 4) * (Cfg::kStageKeys * 128) + ((((2 * kk) % 8) << 4) ^ x);
+#pragma unroll
+      for (int np = 0; np < kNTilesS / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4(b, at + np * 16 * 128);
+        mma_m16n8k16<TM>(s_acc[2 * np], q_frag[kk], b[0], b[1]);
+        mma_m16n8k16<TM>(s_acc[2 * np + 1], q_frag[kk], b[2], b[3]);
+      }
+    }
   } else {
 #pragma unroll
     for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk) {
 #pragma unroll
       for (int np = 0; np < kNTilesS / 2; ++np) {
         uint32_t b[4];
-        ldmatrix_x4(b, smem_addr(s_k + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * Cfg::kRowStride +
-                                 (kk * 16 + ((lane >> 3) & 1) * 8) * 2));
+        ldmatrix_x4(b, smem_addr(s_k + Cfg::kv_offset(np * 16 + (lane & 7) + ((lane >> 4) << 3),
+                                                      kk * 2 + ((lane >> 3) & 1))));
         mma_m16n8k16<TM>(s_acc[2 * np], q_frag[kk], b[0], b[1]);
         mma_m16n8k16<TM>(s_acc[2 * np + 1], q_frag[kk], b[2], b[3]);
       }
@@ -350,13 +366,23 @@ __device__ __forceinline__ void stage_pv(float (&o_acc)[Cfg::kNTilesO][4],
           }
         }
       }
+    } else if constexpr (Cfg::kSwizzled) {
+      // (as stage_scores: key row kk * 16 + r, r mod 8 = lane mod 8; chunk 2 np + lane / 16)
+      const uint32_t row = smem_addr(s_v) + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * 128;
+      const uint32_t x = ((lane >> 4) ^ (lane & 7)) << 4;
+#pragma unroll
+      for (int np = 0; np < Cfg::kNTilesO / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, row + (np / 4) * (Cfg::kStageKeys * 128) + ((((2 * np) % 8) << 4) ^ x));
+        mma_m16n8k16<TM>(o_acc[2 * np], a, b[0], b[1]);
+        mma_m16n8k16<TM>(o_acc[2 * np + 1], a, b[2], b[3]);
+      }
     } else {
 #pragma unroll
       for (int np = 0; np < Cfg::kNTilesO / 2; ++np) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b,
-                          smem_addr(s_v + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * Cfg::kRowStride +
-                                    (np * 16 + (lane >> 4) * 8) * 2));
+        ldmatrix_x4_trans(b, smem_addr(s_v + Cfg::kv_offset(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                            np * 2 + (lane >> 4))));
         mma_m16n8k16<TM>(o_acc[2 * np], a, b[0], b[1]);
         mma_m16n8k16<TM>(o_acc[2 * np + 1], a, b[2], b[3]);
       }
@@ -587,7 +613,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const BalancedStart
       MmaScoreTile<kNTilesS> score_tile{s_acc, rows_of_thread, kp0 + 2 * quad};
       apply_score_mods<true>(p, pk.kp_end, inside, score_tile);
       stage_softmax<Cfg>(s_acc, scale.factor, upper, row_max, row_sum, o_acc);
-      stage_pv<Cfg>(o_acc, s_acc, s_k + Cfg::kStageKeys * Cfg::kRowStride);
+      stage_pv<Cfg>(o_acc, s_acc, s_k + Cfg::kKBytes);
       mbar_arrive(&empty[slot]);  // every lane: its reads of the stage are done
       KVATTN_TL(if (lane == 0 && s == pk.stages - 1) tl_stamp_piece(piece_index, kTlpLastConsumed));
 #pragma unroll

@@ -8,6 +8,7 @@
 // the portable rows.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -62,8 +63,10 @@ struct DecodeSm90Shape {
     return fp8 && !half_stages(fp8, consumer_warps) ? 64 : 32;
   }
   static constexpr int row_stride(bool fp8) { return kHeadDim * (fp8 ? 1 : 2) + 16; }  // bytes, padded
-  static constexpr size_t stage_bytes(bool fp8, int consumer_warps = kConsumerWarps) {
-    return size_t(stage_keys(fp8, consumer_warps)) * row_stride(fp8) * 2;
+  // swizzled (the cluster form's 16-bit caches, K / V by TMA): a stage's K, then its V, each as two panels
+  // of 64 channels, rows of 128 bytes in the TMA unit's 128-byte swizzle, no pad (DecodeCfg::kv_offset).
+  static constexpr size_t stage_bytes(bool fp8, int consumer_warps = kConsumerWarps, bool swizzled = false) {
+    return size_t(stage_keys(fp8, consumer_warps)) * (swizzled ? kHeadDim * 2 : row_stride(fp8)) * 2;
   }
   static constexpr size_t smem_bytes(bool fp8, int producer_warps, int groups = 1,
                                      int consumer_warps = kConsumerWarps) {
@@ -103,19 +106,38 @@ struct DecodeClusterShape {
   static constexpr uint32_t inbox_tx_bytes(int ctas) {
     return uint32_t(ctas - 1) * (uint32_t(S::kGroupRows) * S::kHeadDim / ctas * 4 + S::kGroupRows * 8 + 4);
   }
-  static constexpr size_t smem_bytes(bool fp8) {
-    return size_t(kWarps) * kDepth * S::stage_bytes(fp8)  // the rings (the merge states after them)
-           + kInboxRegion                                 // the inbox (Q and max |q| before)
-           + 8 * (1 + 2 * kWarps * kDepth);               // its mbarrier, the rings' full and empty ones
+  // Two kernels for 16-bit caches: the persistent kernel's padded rows by cp.async, and swizzled stages
+  // with whole runs of 16 slots by TMA (the rest by cp.async into the same places), which the plan picks
+  // where every ring holds at least kTmaMinStages stages, more than its depth: the slots refill
+  // (plan.cluster_tma; bench/NOTES.md, session 44); fp8 caches: padded only.
+  static constexpr int kTmaMinStages = kDepth + 1;
+  static constexpr size_t stage_bytes(bool fp8, bool swizzled) {
+    return S::stage_bytes(fp8, kWarps, swizzled);
   }
-  static_assert(kWarps * DecodeSm90Shape::kStateFloats * 4 <=
-                    kWarps * kDepth * DecodeSm90Shape::stage_bytes(false),
-                "the warps' merge states fit the rings they alias");
+  static constexpr size_t smem_bytes(bool fp8, bool swizzled = false) {
+    return size_t(kWarps) * kDepth * stage_bytes(fp8, swizzled)  // the rings (the merge states after them)
+           + kInboxRegion                                        // the inbox (Q and max |q| before)
+           + 8 * (1 + 2 * kWarps * kDepth);  // its mbarrier, the rings' full and empty ones
+  }
   // A rank's C-th of the channels: whole 16-byte stores from the senders, 8 threads a row on the receiver.
   static_assert(S::kHeadDim / kMaxCtas % 8 == 0, "a rank's C-th of a row splits over its 8 threads");
   static_assert(S::kGroupRows * S::kHeadDim / kMinCtas * (kMinCtas - 1) <= kInboxMl,
                 "the slots of C = 8 fit the O part laid out for C = 16");
 };
+
+// The cluster form's K and V caches as TMA tensor maps (launch.cu, cluster_kv_maps): (channel, slot in page,
+// kv head, page) over TmaGeometry's pages (prefill_sm90/config.hpp), boxes of 64 channels x 16 slots in
+// the 128-byte swizzle (the swizzled kernel's); tma == 0: none, every stage by cp.async.
+struct DecodeKvMaps {
+  CUtensorMap k;  // (a 64-byte aligned type)
+  CUtensorMap v;
+  int32_t tma;
+};
+
+static_assert(DecodeClusterShape::kWarps * DecodeSm90Shape::kStateFloats * 4 <=
+                  DecodeClusterShape::kWarps * DecodeClusterShape::kDepth *
+                      DecodeClusterShape::stage_bytes(false, true),
+              "the warps' merge states fit the rings they alias");
 
 // The bytes the wait counts are the bytes the layout holds (a mismatch would hang the wait, not fail).
 static_assert(DecodeClusterShape::inbox_tx_bytes(DecodeClusterShape::kMaxCtas) ==

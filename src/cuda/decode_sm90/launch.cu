@@ -10,20 +10,26 @@
 #include "cuda/attention/launch.hpp"
 #include "cuda/common/cache_rows.hpp"
 #include "cuda/common/host.hpp"
+#include "cuda/common/tensor_map.hpp"
 #include "cuda/decode_sm90/cluster.cuh"
 #include "cuda/decode_sm90/decode_sm90.hpp"
 #include "cuda/decode_sm90/kernel.cuh"
+#include "cuda/prefill_sm90/config.hpp"  // TmaGeometry
 
 namespace kvattn::cuda {
 namespace {
 
 using DecodeKernel = void (*)(AttnParams);
+using ClusterKernel = void (*)(AttnParams, DecodeKvMaps);
 
 // A kernel variant and the devices it has opted into its shared memory on (set_max_dynamic_smem_once).
-struct DecodeVariant {
-  DecodeKernel kernel = nullptr;
+template <class Kernel>
+struct Variant {
+  Kernel kernel = nullptr;
   std::atomic<uint64_t>* opted_in = nullptr;
 };
+using DecodeVariant = Variant<DecodeKernel>;
+using ClusterVariant = Variant<ClusterKernel>;
 
 // groups: 16-row groups of a unit (DecodeCfg::kGroups); two only with 8 producer warps (the plan's rule).
 // consumer_warps 8: fp8 caches, one group, 4 producer warps (decode_warps).
@@ -86,25 +92,31 @@ DecodeVariant pick_kernel(DType compute, DType kv, int producer_warps, int group
 
 // The cluster form's kernel (cluster.cuh) for (compute dtype, cache dtype) and the devices it has opted
 // into its shared memory and its cluster size on; kernel nullptr when this build has none.
-template <typename T, typename TKV, bool kFp8F16 = true>
-DecodeVariant cluster_kernel_of() {
+template <typename T, typename TKV, bool kFp8F16 = true, bool kSwizzled = false>
+ClusterVariant cluster_kernel_of() {
   static std::atomic<uint64_t> opted_in{0};
-  return {sm90::decode_cluster_kernel<sm90::DecodeCfg<T, TKV, 4, kFp8F16, 1, 4>>, &opted_in};
+  return {sm90::decode_cluster_kernel<sm90::DecodeCfg<T, TKV, 4, kFp8F16, 1, 4, kSwizzled>>, &opted_in};
 }
-DecodeVariant pick_cluster_kernel(DType compute, DType kv) {
+// swizzled: the 16-bit caches' TMA kernel (DecodeClusterShape).
+ClusterVariant pick_cluster_kernel(DType compute, DType kv, bool swizzled = false) {
   if (!dtype_built(compute) || !head_dim_built(DecodeSm90Shape::kHeadDim)) return {};
   const bool fp8 = kv == DType::fp8_e4m3;
   if (!fp8 && kv != compute) return {};
   if constexpr (dtype_built(DType::bf16)) {
     if (compute == DType::bf16) {
-      if (!fp8) return cluster_kernel_of<__nv_bfloat16, __nv_bfloat16>();
+      if (!fp8) {
+        return swizzled ? cluster_kernel_of<__nv_bfloat16, __nv_bfloat16, true, true>()
+                        : cluster_kernel_of<__nv_bfloat16, __nv_bfloat16>();
+      }
       return fp8_in_bf16() ? cluster_kernel_of<__nv_bfloat16, __nv_fp8_e4m3, false>()
                            : cluster_kernel_of<__nv_bfloat16, __nv_fp8_e4m3, true>();
     }
   }
   if constexpr (dtype_built(DType::f16)) {
     if (compute == DType::f16) {
-      return fp8 ? cluster_kernel_of<half, __nv_fp8_e4m3>() : cluster_kernel_of<half, half>();
+      if (!fp8)
+        return swizzled ? cluster_kernel_of<half, half, true, true>() : cluster_kernel_of<half, half>();
+      return cluster_kernel_of<half, __nv_fp8_e4m3>();
     }
   }
   return {};
@@ -112,7 +124,7 @@ DecodeVariant pick_cluster_kernel(DType compute, DType kv) {
 
 // The cluster kernel's shared memory and its non-portable cluster size (16), set once per (kernel,
 // device) as set_max_dynamic_smem_once does.
-kvattn_status cluster_opt_in(const DecodeVariant& v, int device, size_t smem) {
+kvattn_status cluster_opt_in(const ClusterVariant& v, int device, size_t smem) {
   const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
   if (bit != 0 && (v.opted_in->load(std::memory_order_acquire) & bit) != 0) return KVATTN_OK;
   const void* kernel = reinterpret_cast<const void*>(v.kernel);
@@ -259,7 +271,8 @@ static int decode_cluster_max_ctas() {
 }
 // Clusters of `ctas` CTAs of the kernel resident at once on device_id (cached per device < 64; 0 when the
 // query fails).
-static int max_active_clusters(const DecodeVariant& v, int device_id, int ctas, bool fp8) {
+// (Asked of the padded kernel: the swizzled one's shared memory is smaller, so as many of it fit.)
+static int max_active_clusters(const ClusterVariant& v, int device_id, int ctas, bool fp8) {
   static std::atomic<int> cache[64][2][2] = {};  // [device][fp8][ctas == 16], value + 1
   const bool cacheable = device_id >= 0 && device_id < 64;
   std::atomic<int>* slot = cacheable ? &cache[device_id][fp8][ctas == 16] : nullptr;
@@ -292,6 +305,29 @@ static int max_active_clusters(const DecodeVariant& v, int device_id, int ctas, 
 static int64_t decode_cluster_max_keys() {
   return env_tiles("KVATTN_DECODE_CLUSTER_MAX_KEYS", 4096, 0);
 }
+// The swizzled TMA kernel for 16-bit caches whose every ring holds at least kTmaMinStages stages at the
+// cache's capacity (static shapes) and whose layout the maps take (cluster_kv_maps: paged with a page size
+// a multiple of 16, contiguous, packed). W1 b1 4k (8 CTAs a unit, 4 stages a ring, the slots refill): H200
+// p16 15.2 -> 13.2 us, contiguous 14.6 -> 13.6-13.8; H100 15.4 -> 13.9-14.0, 15.0-15.1 -> 14.3-14.4. With
+// 1 or 2 stages a ring (1k, 2k: no refill) TMA's first boxes land later than cp.async's copies: 1k +3 to
+// +6%, 2k contiguous +4 to +8% (bench/NOTES.md, session 44). KVATTN_DECODE_TMA (tests, A/B): "0" never;
+// "force" whatever the stages; "copy" as force, without the maps (every stage by cp.async into the swizzled
+// places).
+static const char* decode_tma_env() {
+  return std::getenv("KVATTN_DECODE_TMA");
+}
+static bool cluster_tma(const FwdProblem& p, int ctas) {
+  using C = DecodeClusterShape;
+  if (p.kv_dtype == DType::fp8_e4m3 || ctas <= 0) return false;
+  const char* env = decode_tma_env();
+  if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+  if (env != nullptr && (std::strcmp(env, "force") == 0 || std::strcmp(env, "copy") == 0)) return true;
+  const bool packed = p.cu_seqlens_k != nullptr, paged = p.page_table != nullptr && !packed;
+  if (paged && p.page_size % 16 != 0) return false;
+  const int64_t keys_a_cta = max_sequence_keys(p) / ctas;
+  return keys_a_cta >= int64_t{C::kTmaMinStages} * C::kWarps * DecodeSm90Shape::stage_keys(false);
+}
+
 static int decode_cluster_ctas(const FwdProblem& p, const AttentionPlan& plan, int64_t sms) {
   const int max_ctas = decode_cluster_max_ctas();
   if (max_ctas == 0 || p.deterministic || p.sm_margin > 0 || !plan.balanced ||
@@ -299,7 +335,7 @@ static int decode_cluster_ctas(const FwdProblem& p, const AttentionPlan& plan, i
     return 0;
   }
   const DType compute = p.q_dtype == DType::fp8_e4m3 ? DType::bf16 : p.q_dtype;
-  const DecodeVariant v = pick_cluster_kernel(compute, p.kv_dtype);
+  const ClusterVariant v = pick_cluster_kernel(compute, p.kv_dtype);
   if (v.kernel == nullptr) return 0;
   const int64_t units = static_cast<int64_t>(p.batch) * p.num_kv_heads;
   const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
@@ -359,7 +395,8 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
     // Whole units: no partials, no combine, so none of the balanced schedule's workspace planned above.
     plan.balanced = false;
     plan.workspace_bytes = plan.o_partial_offset = plan.lse_partial_offset = plan.unit_pieces_offset = 0;
-    plan.smem_bytes = DecodeClusterShape::smem_bytes(p.kv_dtype == DType::fp8_e4m3);
+    plan.cluster_tma = cluster_tma(p, plan.cluster_ctas);
+    plan.smem_bytes = DecodeClusterShape::smem_bytes(p.kv_dtype == DType::fp8_e4m3, plan.cluster_tma);
     plan.static_smem_bytes = 0;
     return plan;
   }
@@ -372,10 +409,39 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
   return plan;
 }
 
+// The cluster form's K / V tensor maps (16-bit caches: its swizzled stages), boxes of 16 slots: paged
+// caches whose page size is a multiple of 16, contiguous and packed caches of at least 16 slots (a stage's
+// runs start anywhere there); tma = 0 for the padded kernel, or where the encoder declines (tensor_map.hpp:
+// the swizzled kernel then copies every stage by cp.async).
+static DecodeKvMaps cluster_kv_maps(const AttnParams& params, const AttentionPlan& plan, DType kv_dtype) {
+  DecodeKvMaps maps{};
+  const SeqParams& sp = params.seq;
+  if (!plan.cluster_tma || kv_dtype == DType::fp8_e4m3) return maps;
+  if (const char* env = decode_tma_env(); env != nullptr && std::strcmp(env, "copy") == 0) return maps;
+  constexpr int kBoxSlots = 16;
+  const bool packed = sp.cu_seqlens_k != nullptr, paged = sp.page_table != nullptr && !packed;
+  if (paged && (sp.page_size <= 0 || sp.page_size % kBoxSlots != 0)) return maps;
+  const sm90::TmaGeometry g = sm90::tma_geometry(packed, paged, sp.num_pages, sp.page_size, kBoxSlots);
+  constexpr int64_t kMaxCoord = 0x7fffffff;  // coordinates are signed 32-bit
+  if (params.head_dim != DecodeSm90Shape::kHeadDim || params.head_dim_v != DecodeSm90Shape::kHeadDim ||
+      g.slots < kBoxSlots || g.slots > kMaxCoord || g.pages < 1 || g.pages > kMaxCoord ||
+      params.num_kv_heads < 1) {
+    return maps;
+  }
+  const CUtensorMapDataType dtype =
+      kv_dtype == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const auto make = [&](const CacheTensor& c, CUtensorMap* map) {
+    return encode_cache_map(map, c, dtype, 2, DecodeSm90Shape::kHeadDim, g.slots, g.pages,
+                            params.num_kv_heads, packed, 64, kBoxSlots);
+  };
+  maps.tma = make(params.k_cache, &maps.k) && make(params.v_cache, &maps.v) ? 1 : 0;
+  return maps;
+}
+
 // The cluster form: grid (C, kv heads, batch) in clusters of C along x.
 static kvattn_status launch_decode_cluster(const AttnParams& params, const AttentionPlan& plan,
                                            DType compute_dtype, DType kv_dtype, cudaStream_t stream) {
-  const DecodeVariant v = pick_cluster_kernel(compute_dtype, kv_dtype);
+  const ClusterVariant v = pick_cluster_kernel(compute_dtype, kv_dtype, plan.cluster_tma);
   if (v.kernel == nullptr)
     return fail(KVATTN_ERROR_UNSUPPORTED, "decode_sm90: no cluster kernel for this dtype pair");
   static const bool debug_dispatch = std::getenv("KVATTN_DEBUG_DISPATCH") != nullptr;  // read once
@@ -383,11 +449,15 @@ static kvattn_status launch_decode_cluster(const AttnParams& params, const Atten
   if (const cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {
     return cuda_fail(err, "decode_cluster_kernel device");
   }
+  const DecodeKvMaps maps = cluster_kv_maps(params, plan, kv_dtype);
   if (debug_dispatch) {
     const bool fp8 = kv_dtype == DType::fp8_e4m3;
     std::fprintf(
-        stderr, "kvattn: decode_sm90 cluster kernel, %d CTAs a unit (clusters of 16 / 8 resident: %d / %d)\n",
-        plan.cluster_ctas, max_active_clusters(v, device, 16, fp8), max_active_clusters(v, device, 8, fp8));
+        stderr,
+        "kvattn: decode_sm90 cluster kernel, %d CTAs a unit, K/V by %s (clusters of 16 / 8 resident: "
+        "%d / %d)\n",
+        plan.cluster_ctas, maps.tma ? "TMA" : "cp.async", max_active_clusters(v, device, 16, fp8),
+        max_active_clusters(v, device, 8, fp8));
   }
   if (const kvattn_status st = cluster_opt_in(v, device, plan.smem_bytes); st != KVATTN_OK) return st;
   cudaLaunchConfig_t config = {};
@@ -404,7 +474,7 @@ static kvattn_status launch_decode_cluster(const AttnParams& params, const Atten
   attributes[1].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attributes;
   config.numAttrs = plan.early_launch ? 2 : 1;
-  const cudaError_t err = cudaLaunchKernelEx(&config, v.kernel, params);
+  const cudaError_t err = cudaLaunchKernelEx(&config, v.kernel, params, maps);
   if (err != cudaSuccess) return cuda_fail(err, "launching decode_cluster_kernel");
   return check_launch("decode_cluster_kernel");
 }

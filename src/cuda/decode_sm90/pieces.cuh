@@ -15,8 +15,10 @@ namespace kvattn::cuda::sm90 {
 // instruction a pair (e4m3x2 -> f16x2, exact), Q is scaled by a power of two into f16's range (its max
 // magnitude lands in [2^14, 2^15)) and the scores scaled back, P is f16; else (the first measured path)
 // K and V go on to bf16 (3 more instructions a pair).
+// kSwizzled: the stages in the swizzled layout (DecodeSm90Shape::stage_bytes; the cluster form's 16-bit
+// caches), else rows padded to kRowStride.
 template <typename T_, typename TKV_, int kProducerWarps_, bool kFp8F16_ = true, int kGroups_ = 1,
-          int kConsumerWarps_ = DecodeSm90Shape::kConsumerWarps>
+          int kConsumerWarps_ = DecodeSm90Shape::kConsumerWarps, bool kSwizzled_ = false>
 struct DecodeCfg : DecodeSm90Shape {
   static constexpr int kProducerWarps = kProducerWarps_;  // stage s is filled by producer warp s mod this
   static constexpr int kConsumerWarps = kConsumerWarps_;  // 4, or 8 (fp8 caches, one group, 4 producers)
@@ -44,8 +46,22 @@ struct DecodeCfg : DecodeSm90Shape {
   static constexpr int kStageKeys = stage_keys(kFp8, kConsumerWarps);
   static constexpr int kKeysPerLane = kStageKeys / 32;
   static constexpr int kRowBytes = kHeadDim * static_cast<int>(sizeof(TKV));  // one cache row of a head
-  static constexpr int kRowStride = row_stride(kFp8);
-  static constexpr int kStageBytes = static_cast<int>(stage_bytes(kFp8, kConsumerWarps));
+  static constexpr bool kSwizzled = kSwizzled_;
+  static_assert(!kSwizzled || (!kFp8 && kRowBytes == 256), "swizzled stages: 16-bit rows of two panels");
+  static constexpr int kRowStride = row_stride(kFp8);  // (padded rows)
+  static constexpr int kStageBytes = static_cast<int>(stage_bytes(kFp8, kConsumerWarps, kSwizzled));
+  static constexpr int kKBytes = kStageBytes / 2;  // a stage's K rows; its V rows follow
+  // Where 16-byte chunk `chunk` of a stage's K (or V) row `row` lies, from the stage's K (or V) base.
+  // Swizzled: panel chunk / 8 (64 channels: kStageKeys rows of 128 bytes), the chunk at (chunk mod 8) xor
+  // (row mod 8) of its row, as a 128-byte-swizzled TMA box writes it (the panels 1024-byte aligned); the
+  // eight rows an ldmatrix reads then sit in eight different bank groups, as the pad does for padded rows.
+  static __device__ __forceinline__ int kv_offset(int row, int chunk) {
+    if constexpr (kSwizzled) {
+      return (chunk >> 3) * (kStageKeys * 128) + row * 128 + (((chunk ^ row) & 7) << 4);
+    } else {
+      return row * kRowStride + chunk * 16;
+    }
+  }
   static constexpr uint32_t kTxBytes = 2u * kStageKeys * kRowBytes;  // K + V rows of a stage
   static constexpr int kNTilesS = kStageKeys / 8;                    // 8-key column tiles of S
   static constexpr int kNTilesO = kHeadDim / 8;                      // 8-column tiles of O

@@ -18,6 +18,7 @@ template <class Cfg>
 __device__ __forceinline__ void produce(const AttnParams& p, const BalancedStart& st, unsigned char* ring,
                                         uint64_t* full, uint64_t* empty) {
   using TKV = typename Cfg::TKV;
+  static_assert(!Cfg::kSwizzled, "the persistent kernel's stages: padded rows");
   constexpr int kLanesPerRow = Cfg::kRowBytes / 16;  // 16-byte chunks of a row
   constexpr int kRowsPerCopy = 32 / kLanesPerRow;    // rows one warp-wide cp.async covers
   constexpr int kCopies = Cfg::kStageKeys / kRowsPerCopy;

@@ -1,7 +1,8 @@
 // The sm_90 synchronization and copy instructions of the Hopper decode kernel, as inline PTX: mbarriers
 // (arrive, expect-tx, parity wait), the 16-byte cp.async copies and their arrival on one, the named
-// barrier of the consumer warps, and the cluster form's (mapa, st.async onto a remote mbarrier, the split
-// cluster barrier, a cluster-scope wait). Compiled for sm_90 and newer only (the callers guard them).
+// barrier of the consumer warps, the TMA tensor copy, and the cluster form's (mapa, st.async onto a remote
+// mbarrier, the split cluster barrier, a cluster-scope wait). Compiled for sm_90 and newer only (the callers
+// guard them).
 #pragma once
 
 #include <cstdint>
@@ -117,6 +118,22 @@ __device__ __forceinline__ void cp_async_16_hint(uint32_t dst, const void* src, 
 // includes it: .noinc).
 __device__ __forceinline__ void cp_async_mbar_arrive(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// TMA: the box of a 4-D tensor map at coordinates (c0 innermost .. c3) into shared memory at dst, with an
+// L2 eviction policy; the mbarrier's transaction count drops by the box's bytes when they have landed.
+// `map`: the generic address of a __grid_constant__ CUtensorMap.
+__device__ __forceinline__ void tma_load_4d_hint(uint32_t dst, const void* map, uint64_t* bar, int c0, int c1,
+                                                 int c2, int c3, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, "
+      "{%3, %4, %5, %6}], [%2], %7;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+      "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
 __device__ __forceinline__ uint64_t evict_first_policy() {

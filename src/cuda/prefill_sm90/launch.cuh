@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "cuda/common/host.hpp"
+#include "cuda/common/tensor_map.hpp"
 #include "cuda/prefill_sm90/kernel.cuh"
 #include "cuda/prefill_sm90/launch.hpp"
 
@@ -36,23 +37,6 @@ bool prefill_kernel_loaded() {
     return sm90a_binary_loaded(
         reinterpret_cast<const void*>(prefill_kernel<PrefillCfgOf<T, TKV, kHeadDim, true>>));
   }
-}
-
-// The driver's tensor-map encoder through the runtime (the library does not link libcuda); nullptr when
-// the driver lacks it.
-inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  return encode;
 }
 
 // K/V by TMA (kernel.cuh, produce_tma) where the cache allows it, else the cp.async producer (any layout and
@@ -84,32 +68,12 @@ bool make_kv_maps(const AttnParams& params, PrefillArgs& a) {
       g.slots > kMaxCoord || g.pages < 1 || g.pages > kMaxCoord || params.num_kv_heads < 1) {
     return false;
   }
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (encode == nullptr) return false;
+  const CUtensorMapDataType dtype = std::is_same_v<TKV, __nv_fp8_e4m3> ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                    : std::is_same_v<TKV, half>        ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                                       : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
   const auto make = [&](const CacheTensor& c, int channels, CUtensorMap* map) {
-    // A packed cache is one page: its page stride is never applied (the span of the token rows).
-    const int64_t strides_elems[3] = {c.slot_stride, c.head_stride,
-                                      packed ? g.slots * c.slot_stride : c.page_stride};
-    cuuint64_t strides[3];
-    for (int i = 0; i < 3; ++i) {
-      const int64_t s = strides_elems[i];
-      if (s < 0 || s >= (int64_t{1} << 40) / static_cast<int64_t>(sizeof(TKV))) return false;
-      strides[i] = static_cast<cuuint64_t>(s) * sizeof(TKV);
-      if (strides[i] % 16 != 0) return false;
-    }
-    if (reinterpret_cast<uintptr_t>(c.ptr) % 16 != 0) return false;
-    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(channels), static_cast<cuuint64_t>(g.slots),
-                                static_cast<cuuint64_t>(params.num_kv_heads),
-                                static_cast<cuuint64_t>(g.pages)};
-    const cuuint32_t box[4] = {kBoxChannels, static_cast<cuuint32_t>(g.box), 1, 1};
-    const cuuint32_t unit[4] = {1, 1, 1, 1};
-    // FLOAT_OOB_FILL_NONE: elements outside the tensor are zeros (not NaN), which P V needs past a row's end.
-    const CUtensorMapDataType dtype = std::is_same_v<TKV, __nv_fp8_e4m3> ? CU_TENSOR_MAP_DATA_TYPE_UINT8
-                                      : std::is_same_v<TKV, half>        ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                                         : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-    return encode(map, dtype, 4, c.ptr, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    return encode_cache_map(map, c, dtype, static_cast<int>(sizeof(TKV)), channels, g.slots, g.pages,
+                            params.num_kv_heads, packed, kBoxChannels, g.box);
   };
   return make(params.k_cache, Cfg::kHeadDim, &a.k_map) && make(params.v_cache, Cfg::kHeadDimV, &a.v_map);
 }
