@@ -20,12 +20,14 @@ LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:
 
 show() {
   cat << 'END'
-Session 43 ran 50-58 on H100s (no H200 came): 51 (cprod), 52 (ilate), 53-54 (the rolled loops) landed as
-main's cluster form (W1 b1 1k / 2k / 4k -16 / -20 / -30%); nbar / nbar2 (the mbarrier inits off the start,
-55-57) and kvsplit (58) lost. Next, in order of value (bench/NOTES.md, "Where to go next", session 43): the full run with
-the peers on an H200 (NOTES' recipe: calls A1, A2, B, C; rebuild build-ci first); then the short decode's
-copies by TMA and its merge (not written); 37 (at main), 33, 31-32, 12, 5. Entries 50-58 are the record of
-session 43's calls (their libraries: .dev/main128_44 = main at session 43's end).
+Session 44 ran 59-63 (H100s, and an H200 for 62, 59 and the full run with the peers): branch ctma landed
+(the cluster form's K / V by TMA where its rings refill: W1 b1 4k p16 -9 to -13%). Next, in order of value
+(bench/NOTES.md, "Where to go next", session 44): 64 (main's checks with the rule at 4 stages a ring, W1
+short against session 43's main: build main128_45 first); then the split combine's tail after the
+persistent kernel (not written). Entries 59-63 are the record of session 44's calls; 50-58 of session 43's.
+64. run(command="bash tools/calls.sh run 64", carry=[".dev/main128_44.so.xz", ".dev/main128_45.so.xz", ".whl"], timeout_s=300)   [tree at main]
+   main after ctma: the cluster tests (the dispatch test's TMA cases at 8,192 / 4,096 slots), racecheck,
+   memcheck, then W1 short A (session 43's main) B (main): 4k -9 to -13% expected, 1k / 2k level.
 50. run(command="bash tools/calls.sh run 50", carry=[".dev/maintl128.so.xz", ".dev/main128_42.so.xz", ".whl"], timeout_s=400)   [tree at main]
    (run in session 43, NOTES s43) session 42's question: where the cluster form's b1 4k time goes, since it is not the memory
    (bench/ingest.cu, NOTES s42): timelines of main paged / contiguous, cold / warm, and ncu's
