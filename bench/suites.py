@@ -127,6 +127,10 @@ def w1():
     for L in (1 * K, 2 * K, 4 * K):
         for page in (0, 16):
             cases.append(Case("W1", f"W1 32/8 b1 {_tok(L)} {_layout_tag(page)} short", 32, 8, 1, L, page=page))
+    # The cluster form's fp8 kernel (checked, untimed before session 44): no speedup target, since a
+    # latency-bound call does not halve with its bytes.
+    cases.append(Case("W1", "W1 32/8 b1 4k p16 short fp8kv", 32, 8, 1, 4 * K, page=16, kv="fp8",
+                      baseline="W1 32/8 b1 4k p16 short"))
     return cases
 
 
