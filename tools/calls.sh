@@ -118,6 +118,25 @@ cluster_ab() {
   grep -m1 -A3 "Race reported" "$OUT/$1/racecheck.log" | cut -c1-200
 }
 
+# W1 short in two rounds of three variants (a: library A; b and c: library B with the variables ENV_B /
+# ENV_C) and tools/gpu_ab.py's table: w1_short_abc A B "ENV_B" "ENV_C"
+w1_short_abc() {
+  source tools/device_env.sh
+  local a b round v lib env_v dirs=()
+  a=$(device_lib "$1" abc_a); b=$(device_lib "$2" abc_b)
+  for round in 1 2; do
+    for v in a b c; do
+      lib=$a env_v=()
+      [ $v = b ] && { lib=$b; read -r -a env_v <<< "$3"; }
+      [ $v = c ] && { lib=$b; read -r -a env_v <<< "$4"; }
+      env "${env_v[@]}" KVATTN_LIBRARY=$lib timeout -k 5 120 python3 -m bench.run --suite W1 --filter short \
+        --max-minutes 1.5 --out "$OUT/${v}_$round" > "$OUT/${v}_$round.log" 2>&1
+      echo "$v round $round rc=$?"; dirs+=("$OUT/${v}_$round")
+    done
+  done
+  python3 tools/gpu_ab.py "${dirs[@]}" 2>&1 | tail -9
+}
+
 case "${1:-show}" in
   libs) echo "$LIBS" ;;
   show) show ;;
@@ -145,35 +164,14 @@ case "${1:-show}" in
            # (+3.5-8% against main) with every copy by cp.async: a fixed cost of ctma2 outside the TMA copies.
            # KVATTN_DECODE_TMA=0 (no maps: no TMA, no descriptor prefetch; the swizzled stages remain) tells
            # the prefetch / maps from the layout. W1 short, A = main, B = ctma2 TMA=0, C = ctma2, two rounds.
-        source tools/device_env.sh
-        A=$(device_lib .dev/main128_44.so.xz m44); B=$(device_lib .dev/ctma2_128.so.xz ct2)
-        dirs=()
-        for round in 1 2; do
-          for v in a b c; do
-            lib=$A; env_v=(); [ $v != a ] && lib=$B; [ $v = b ] && env_v=(KVATTN_DECODE_TMA=0)
-            env "${env_v[@]}" KVATTN_LIBRARY=$lib timeout -k 5 120 python3 -m bench.run --suite W1 --filter short \
-              --max-minutes 1.5 --out "$OUT/${v}_$round" > "$OUT/${v}_$round.log" 2>&1
-            echo "$v round $round rc=$?"; dirs+=("$OUT/${v}_$round")
-          done
-        done
-        python3 tools/gpu_ab.py "${dirs[@]}" 2>&1 | tail -9
+        w1_short_abc .dev/main128_44.so.xz .dev/ctma2_128.so.xz "KVATTN_DECODE_TMA=0" ""
         ;;
       61)  # session 44: call 60 found ctma 4k p16 -8.5% but 1k / 2k +3 to +8% (the first box lands 2.5 us after
            # its issue). ctma2: the tensor maps prefetched at the kernel's entry (they were ~1 us before the
            # first box); and KVATTN_DECODE_TMA=2 (TMA only for rings of >= 2 stages: 1k / 2k by cp.async).
            # W1 short, A = main, B = ctma2, C = ctma2 + KVATTN_DECODE_TMA=2, two rounds; then kernel_gaps.
-        source tools/device_env.sh
-        A=$(device_lib .dev/main128_44.so.xz m44); B=$(device_lib .dev/ctma2_128.so.xz ct2)
-        dirs=()
-        for round in 1 2; do
-          for v in a b c; do
-            lib=$A; env_v=(); [ $v != a ] && lib=$B; [ $v = c ] && env_v=(KVATTN_DECODE_TMA=2)
-            env "${env_v[@]}" KVATTN_LIBRARY=$lib timeout -k 5 120 python3 -m bench.run --suite W1 --filter short \
-              --max-minutes 1.5 --out "$OUT/${v}_$round" > "$OUT/${v}_$round.log" 2>&1
-            echo "$v round $round rc=$?"; dirs+=("$OUT/${v}_$round")
-          done
-        done
-        python3 tools/gpu_ab.py "${dirs[@]}" 2>&1 | tail -12
+        w1_short_abc .dev/main128_44.so.xz .dev/ctma2_128.so.xz "" "KVATTN_DECODE_TMA=2"
+        B=$(device_lib .dev/ctma2_128.so.xz ct2)
         for v in b c; do
           env_v=(); [ $v = c ] && env_v=(KVATTN_DECODE_TMA=2)
           env "${env_v[@]}" KVATTN_LIBRARY=$B timeout 90 python3 -m bench.kernel_gaps "W1 32/8 b1 1k p16 short" \

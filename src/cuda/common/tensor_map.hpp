@@ -60,4 +60,27 @@ inline bool encode_cache_map(CUtensorMap* map, const CacheTensor& c, CUtensorMap
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// The K and V caches' maps of one kernel: (channels, slots, heads, pages) with their elements' type, boxes
+// of (box_channels, box_slots). encode_kv_maps declines (false) where the box is taller than a page, a
+// coordinate would leave int32, or either encode declines.
+struct KvMapShape {
+  CUtensorMapDataType dtype;
+  int elem_bytes;
+  int64_t slots, pages;
+  int heads;
+  bool packed;
+  int box_channels, box_slots;
+};
+inline bool encode_kv_maps(const CacheTensor& k, int k_channels, const CacheTensor& v, int v_channels,
+                           const KvMapShape& s, CUtensorMap* k_map, CUtensorMap* v_map) {
+  constexpr int64_t kMaxCoord = 0x7fffffff;  // coordinates are signed 32-bit
+  if (s.slots < s.box_slots || s.slots > kMaxCoord || s.pages < 1 || s.pages > kMaxCoord || s.heads < 1)
+    return false;
+  const auto make = [&](const CacheTensor& c, int channels, CUtensorMap* map) {
+    return encode_cache_map(map, c, s.dtype, s.elem_bytes, channels, s.slots, s.pages, s.heads, s.packed,
+                            s.box_channels, s.box_slots);
+  };
+  return make(k, k_channels, k_map) && make(v, v_channels, v_map);
+}
+
 }  // namespace kvattn::cuda

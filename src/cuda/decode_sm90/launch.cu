@@ -316,6 +316,10 @@ static int64_t decode_cluster_max_keys() {
 static const char* decode_tma_env() {
   return std::getenv("KVATTN_DECODE_TMA");
 }
+// The layouts the cluster form's maps take (cluster_kv_maps): a page's 16-slot runs at multiples of 16.
+static bool cluster_tma_layout(bool paged, int64_t page_size) {
+  return !paged || (page_size > 0 && page_size % 16 == 0);
+}
 static bool cluster_tma(const FwdProblem& p, int ctas) {
   using C = DecodeClusterShape;
   if (p.kv_dtype == DType::fp8_e4m3 || ctas <= 0) return false;
@@ -323,7 +327,7 @@ static bool cluster_tma(const FwdProblem& p, int ctas) {
   if (env != nullptr && std::strcmp(env, "0") == 0) return false;
   if (env != nullptr && (std::strcmp(env, "force") == 0 || std::strcmp(env, "copy") == 0)) return true;
   const bool packed = p.cu_seqlens_k != nullptr, paged = p.page_table != nullptr && !packed;
-  if (paged && p.page_size % 16 != 0) return false;
+  if (!cluster_tma_layout(paged, p.page_size)) return false;
   const int64_t keys_a_cta = max_sequence_keys(p) / ctas;
   return keys_a_cta >= int64_t{C::kTmaMinStages} * C::kWarps * DecodeSm90Shape::stage_keys(false);
 }
@@ -420,21 +424,14 @@ static DecodeKvMaps cluster_kv_maps(const AttnParams& params, const AttentionPla
   if (const char* env = decode_tma_env(); env != nullptr && std::strcmp(env, "copy") == 0) return maps;
   constexpr int kBoxSlots = 16;
   const bool packed = sp.cu_seqlens_k != nullptr, paged = sp.page_table != nullptr && !packed;
-  if (paged && (sp.page_size <= 0 || sp.page_size % kBoxSlots != 0)) return maps;
-  const sm90::TmaGeometry g = sm90::tma_geometry(packed, paged, sp.num_pages, sp.page_size, kBoxSlots);
-  constexpr int64_t kMaxCoord = 0x7fffffff;  // coordinates are signed 32-bit
-  if (params.head_dim != DecodeSm90Shape::kHeadDim || params.head_dim_v != DecodeSm90Shape::kHeadDim ||
-      g.slots < kBoxSlots || g.slots > kMaxCoord || g.pages < 1 || g.pages > kMaxCoord ||
-      params.num_kv_heads < 1) {
+  constexpr int kD = DecodeSm90Shape::kHeadDim;
+  if (!cluster_tma_layout(paged, sp.page_size) || params.head_dim != kD || params.head_dim_v != kD)
     return maps;
-  }
+  const sm90::TmaGeometry g = sm90::tma_geometry(packed, paged, sp.num_pages, sp.page_size, kBoxSlots);
   const CUtensorMapDataType dtype =
       kv_dtype == DType::f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const auto make = [&](const CacheTensor& c, CUtensorMap* map) {
-    return encode_cache_map(map, c, dtype, 2, DecodeSm90Shape::kHeadDim, g.slots, g.pages,
-                            params.num_kv_heads, packed, 64, kBoxSlots);
-  };
-  maps.tma = make(params.k_cache, &maps.k) && make(params.v_cache, &maps.v) ? 1 : 0;
+  const KvMapShape shape{dtype, 2, g.slots, g.pages, params.num_kv_heads, packed, 64, kBoxSlots};
+  maps.tma = encode_kv_maps(params.k_cache, kD, params.v_cache, kD, shape, &maps.k, &maps.v) ? 1 : 0;
   return maps;
 }
 

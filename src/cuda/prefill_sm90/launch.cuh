@@ -62,20 +62,16 @@ bool make_kv_maps(const AttnParams& params, PrefillArgs& a) {
                 (Cfg::kBlockN % sp.page_size != 0 && sp.page_size % Cfg::kBlockN != 0))) {
     return false;
   }
+  if (params.head_dim != Cfg::kHeadDim || params.head_dim_v != Cfg::kHeadDimV) return false;
   const TmaGeometry g = tma_geometry(packed, paged, sp.num_pages, sp.page_size, Cfg::kBlockN);
-  constexpr int64_t kMaxCoord = 0x7fffffff;  // coordinates are signed 32-bit
-  if (params.head_dim != Cfg::kHeadDim || params.head_dim_v != Cfg::kHeadDimV || g.slots < g.box ||
-      g.slots > kMaxCoord || g.pages < 1 || g.pages > kMaxCoord || params.num_kv_heads < 1) {
-    return false;
-  }
   const CUtensorMapDataType dtype = std::is_same_v<TKV, __nv_fp8_e4m3> ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                     : std::is_same_v<TKV, half>        ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                                        : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  const auto make = [&](const CacheTensor& c, int channels, CUtensorMap* map) {
-    return encode_cache_map(map, c, dtype, static_cast<int>(sizeof(TKV)), channels, g.slots, g.pages,
-                            params.num_kv_heads, packed, kBoxChannels, g.box);
-  };
-  return make(params.k_cache, Cfg::kHeadDim, &a.k_map) && make(params.v_cache, Cfg::kHeadDimV, &a.v_map);
+  const KvMapShape shape{
+      dtype, static_cast<int>(sizeof(TKV)), g.slots, g.pages, params.num_kv_heads, packed, kBoxChannels,
+      g.box};
+  return encode_kv_maps(params.k_cache, Cfg::kHeadDim, params.v_cache, Cfg::kHeadDimV, shape, &a.k_map,
+                        &a.v_map);
 }
 
 // The persistent kernel's unit order (cta.cuh unit_rows): sections of (sequence, kv head) pairs whose K/V
