@@ -150,6 +150,16 @@ case "${1:-show}" in
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
         ;;
+      67)  # session 45: the cluster form (no scan, no combine kernel, TMA refills since ctma) at b1 32k / 128k,
+           # where the persistent kernel pays ~12 us of start, ~4 of end spread and ~4 of combine (call 59).
+           # Session 39 found the cluster form slower there (b1 32k 61 -> 79 us) before it had producer
+           # warps and TMA. A: main, B: main with KVATTN_DECODE_CLUSTER_MAX_KEYS=262144, one library.
+        OUT=$OUT/clong KVATTN_AB_CHECK=0 KVATTN_AB_A=.dev/main128_45.so.xz KVATTN_AB_B=.dev/main128_45.so.xz \
+          KVATTN_AB_ENV_B="KVATTN_DECODE_CLUSTER_MAX_KEYS=262144" KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=2 \
+          KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="=W1 32/8 b1 32k contig|=W1 32/8 b1 32k p16|=W1 32/8 b1 32k p1|=W1 32/8 b1 128k p16|=W1 64/8 b1 32k p16|=W1 32/8 b1 128k p16 fp8kv|=W1 32/8 b1 32k p16+scat+lpad" \
+          bash tools/prefill_ab.sh > "$OUT/ab_clong.txt" 2>&1
+        grep -E "^\[|^W1|^worst" "$OUT/ab_clong.txt"
+        ;;
       64)  # session 44 (not run: its device time was spent): main after ctma landed with the rule at 4 stages a
            # ring (call 63 timed the rule at 2: 2k contiguous +6.5% on the TMA kernel, so 2k now takes the
            # padded one). Checks of the dispatch test's new cases, then W1 short A (session 43's main) B (main).

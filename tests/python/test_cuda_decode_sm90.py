@@ -256,16 +256,24 @@ def test_scan_rounds(batch, switch, monkeypatch):
 
 _DISPATCH_SCRIPT = r"""
 import os, numpy as np, torch, kvattn
-sq = int(os.environ.get("SQ", "1"))
-q = torch.randn(2, sq, 8, 128, device="cuda", dtype=torch.bfloat16)
-k = torch.randn(2, int(os.environ.get("CAP", "300")), 2, 128, device="cuda", dtype=torch.bfloat16)
+sq, hk, cap = int(os.environ.get("SQ", "1")), int(os.environ.get("HK", "2")), int(os.environ.get("CAP", "300"))
+page = int(os.environ.get("PAGE", "0"))
+q = torch.randn(2, sq, 4 * hk, 128, device="cuda", dtype=torch.bfloat16)
+k = torch.randn(2 * cap // page, page, hk, 128, device="cuda", dtype=torch.bfloat16) if page else \
+    torch.randn(2, cap, hk, 128, device="cuda", dtype=torch.bfloat16)
 v = torch.randn_like(k)
 if os.environ.get("KV") == "fp8":
     k, v = k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)
+kw = dict(page_table=torch.arange(2 * cap // page, dtype=torch.int32, device="cuda").view(2, -1)) if page else {}
+if os.environ.get("LPAD") == "1":
+    kw["cache_leftpad"] = torch.tensor([5, 0], dtype=torch.int32, device="cuda")
 kvattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=torch.tensor([300, 77], dtype=torch.int32, device="cuda"),
-                               deterministic=os.environ.get("DET") == "1")
+                               deterministic=os.environ.get("DET") == "1", **kw)
 torch.cuda.synchronize()
 """
+
+
+_LONG_SMS = (128, 146)  # SM counts on which 128 CTAs are >= 7/8 and <= all of them (H100 / H200 SXM: 132)
 
 
 @pytest.mark.parametrize("switch,expected", [
@@ -313,6 +321,26 @@ torch.cuda.synchronize()
      "kernel, 8 producer warps"),  # the cache holds 300 keys a sequence: over the bound
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_CLUSTER_MAX_KEYS="300"),
      "cluster kernel, 16 CTAs"),
+    # Past the capacity bound (16,384 slots > 4,096): the cluster form where its TMA kernel can take the
+    # stages and its clusters fill >= 7/8 of the SMs (b 2 x 4 kv heads x 16 CTAs = 128: _LONG_SMS), else the
+    # persistent kernel: 64 CTAs (2 kv heads), an fp8 cache, page 8, a paged leftpad, or when switched off
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, HK="4", CAP="16384"),
+     "cluster kernel, 16 CTAs a unit, K/V by TMA"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, HK="4", CAP="16384", PAGE="16"),
+     "cluster kernel, 16 CTAs a unit, K/V by TMA"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, HK="4", CAP="16384", LPAD="1"),
+     "cluster kernel, 16 CTAs a unit, K/V by TMA"),  # contiguous: a leftpad keeps whole runs
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, HK="4", CAP="16384", PAGE="16", LPAD="1"),
+     "kernel, 8 producer warps"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, HK="4", CAP="16384", PAGE="8"),
+     "kernel, 8 producer warps"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, HK="4", CAP="16384", KV="fp8"),
+     "kernel, 4 producer warps"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, HK="2", CAP="16384"), "kernel, 8 producer warps"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, HK="4", CAP="16384", KVATTN_DECODE_TMA="0"),
+     "kernel, 8 producer warps"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, HK="4", CAP="16384",
+          KVATTN_DECODE_CLUSTER_LONG="0"), "kernel, 8 producer warps"),
     (dict(KVATTN_DECODE_SM90=None, SQ="8"), "8 producer warps"),  # 32 packed rows: two row groups
     (dict(KVATTN_DECODE_SM90=None, SQ="8", KVATTN_SM90_SPLIT_ROWS=None), None),  # the default: split kernel
     (dict(KVATTN_DECODE_SM90=None, KV="fp8", SQ="8", KVATTN_SM90_SPLIT_ROWS=None,
@@ -328,6 +356,9 @@ def test_dispatch_on_sm90(switch, expected):
     kernel."""
     if not _sm90():
         pytest.skip("the Hopper decode kernel runs on sm_90 only")
+    sms = sys.modules["torch"].cuda.get_device_properties(0).multi_processor_count
+    if switch.get("CAP") == "16384" and not _LONG_SMS[0] <= sms <= _LONG_SMS[1]:
+        pytest.skip(f"the long-sequence rule's cases assume {_LONG_SMS} SMs (128 CTAs fill >= 7/8), not {sms}")
     env = dict(os.environ, KVATTN_DEBUG_DISPATCH="1", KVATTN_FORCE_PORTABLE="0")
     for k, v in switch.items():
         if v is None:
@@ -470,6 +501,24 @@ def test_cluster_fp8_cache(dtype, fp8_math, monkeypatch):
     case = Case(dtype=dtype, kv_fp8=True, d=128, hq=8, hk=2, seqlens=(2500, 3, 600, 64), sq=1, layout="paged",
                 page_size=16, batch_idx="scattered", num_splits=0, seed=5)
     run_and_compare(case, DEVICE)
+
+
+# Long sequences on the cluster form by its default rule (past the 4,096-slot capacity bound: TMA-eligible
+# layouts whose clusters fill >= 7/8 of the SMs; batch 1 over 8 kv heads or 2 over 4: 128 CTAs a call), with
+# a skewed second sequence, scattered batch indices, a contiguous leftpad, varlen K; NaN in unused slots.
+@pytest.mark.parametrize("layout,page,seqlens,hk,extra", [
+    ("contiguous", 0, (20000,), 8, {}),
+    ("paged", 16, (20000,), 8, dict(hq=32)),
+    ("paged", 64, (9000, 5), 4, dict(batch_idx="scattered")),
+    ("contiguous", 0, (9037, 304), 4, dict(leftpad=(37, 3))),
+    ("packed", 0, (12000, 40), 4, dict(causal=True)),
+])
+def test_cluster_long_sequences(layout, page, seqlens, hk, extra, monkeypatch):
+    monkeypatch.delenv("KVATTN_DECODE_CLUSTER", raising=False)
+    kw = dict(dtype="bf16", d=128, hq=hk, hk=hk, seqlens=seqlens, sq=1, layout=layout, page_size=max(page, 1),
+              num_splits=0, extra_slots=500, seed=len(seqlens) + page)
+    kw.update(extra)
+    run_and_compare(Case(**kw), DEVICE)
 
 
 @pytest.mark.usefixtures("_cluster_on")
