@@ -512,7 +512,7 @@ def test_cluster_fp8_cache(dtype, fp8_math, monkeypatch):
     ("paged", 64, (9000, 5), 4, dict(batch_idx="scattered")),
     ("contiguous", 0, (9037, 304), 4, dict(leftpad=(37, 3))),
     ("packed", 0, (12000, 40), 4, dict(causal=True)),
-])
+], ids=["b1_contig", "b1_p16", "b2_p64_scat", "b2_contig_lpad", "b2_packed_causal"])
 def test_cluster_long_sequences(layout, page, seqlens, hk, extra, monkeypatch):
     monkeypatch.delenv("KVATTN_DECODE_CLUSTER", raising=False)
     kw = dict(dtype="bf16", d=128, hq=hk, hk=hk, seqlens=seqlens, sq=1, layout=layout, page_size=max(page, 1),
