@@ -150,6 +150,26 @@ case "${1:-show}" in
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
         ;;
+      70)  # session 45: clong3 = clong2 for batch 1 only (a long sequence among short ones would stream on its
+           # own clusters' SMs). Checks (dispatch, the long cases now batch 1, cluster, graphs; sanitizers on
+           # two long cases), one A/B round of b1 32k p16, then W1 / W4 b1 with FlashInfer for A (main) and B.
+        F="=W1 32/8 b1 32k contig|=W1 32/8 b1 32k p16|=W1 32/8 b1 32k p64|=W1 32/8 b1 32k contig+scat|=W1 32/8 b1 32k contig+lpad|=W1 32/8 b1 32k p16+scat+lpad|=W1 64/8 b1 32k p16|=W1 32/8 b1 128k contig|=W1 32/8 b1 128k p16|=W1 32/8 b1 128k p64|=W1 32/8 b1 128k p16 fp8kv|=W4 32/8 b1 32k q1 p16|=W4 32/8 b1 32k q2 p16|=W4 32/8 b1 32k q4 p16|=W1 32/8 b4 32k p16"
+        OUT=/tmp/ab70 KVATTN_AB_A=.dev/main128_45.so.xz KVATTN_AB_B=.dev/clong3_128.so.xz KVATTN_AB_DIMS=128 \
+          KVATTN_AB_ROUNDS=1 KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py \
+          KVATTN_AB_K="cluster or dispatch or graph" KVATTN_AB_SMOKE_K="cluster_long_sequences" \
+          KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=150 KVATTN_AB_SAN_TIMEOUT=90 \
+          KVATTN_AB_RACE_K="cluster_long_sequences and b1_p64_scat" KVATTN_AB_MEM_K="cluster_long_sequences and b1_contig_lpad" \
+          KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="=W1 32/8 b1 32k p16" bash tools/prefill_ab.sh > "$OUT/ab_clong3.txt" 2>&1
+        grep -E "^\[|^W1|^worst" "$OUT/ab_clong3.txt"; grep -E "^(FAILED|ERROR)" /tmp/ab70/tests.log | cut -c1-300 | head
+        grep -B2 -A12 "^E " /tmp/ab70/tests.log | head -60 > "$OUT/test_errors.txt"
+        for v in a b; do
+          lib=.dev/main128_45.so.xz; [ $v = b ] && lib=.dev/clong3_128.so.xz
+          OUT=/tmp/peers70_$v KVATTN_LIBRARY=$lib KVATTN_TORCH_OP=0 KVATTN_BENCH_FILTER="$F" \
+            KVATTN_BENCH_ARGS="--peers flashinfer --flex none" KVATTN_BENCH_MINUTES=3 KVATTN_BENCH_TIMEOUT=240 \
+            bash tools/gpu_bench.sh W1,W4 > "$OUT/peers_$v.txt" 2>&1
+          echo "== peers $v rc=$?"; cp /tmp/peers70_$v/bench_W1_W4.tgz "$OUT/peers_$v.tgz"; grep -E "^W[14]:" "$OUT/peers_$v.txt"
+        done
+        ;;
       69)  # session 45: call 68 found clong's rule (clusters >= 7/8 of the SMs) never taken on the H100: it holds
            # 7 clusters of 16, so batch 1 over 8 kv heads takes C = 8 (64 CTAs), which call 67 timed. clong2:
            # the rule at >= 7/16. Call 68's steps, the logs kept small (the tool returns 8 files).

@@ -258,23 +258,24 @@ def test_scan_rounds(batch, switch, monkeypatch):
 _DISPATCH_SCRIPT = r"""
 import os, numpy as np, torch, kvattn
 sq, hk, cap = int(os.environ.get("SQ", "1")), int(os.environ.get("HK", "2")), int(os.environ.get("CAP", "300"))
-page = int(os.environ.get("PAGE", "0"))
-q = torch.randn(2, sq, 4 * hk, 128, device="cuda", dtype=torch.bfloat16)
-k = torch.randn(2 * cap // page, page, hk, 128, device="cuda", dtype=torch.bfloat16) if page else \
-    torch.randn(2, cap, hk, 128, device="cuda", dtype=torch.bfloat16)
+b, page = int(os.environ.get("B", "2")), int(os.environ.get("PAGE", "0"))
+q = torch.randn(b, sq, 4 * hk, 128, device="cuda", dtype=torch.bfloat16)
+k = torch.randn(b * cap // page, page, hk, 128, device="cuda", dtype=torch.bfloat16) if page else \
+    torch.randn(b, cap, hk, 128, device="cuda", dtype=torch.bfloat16)
 v = torch.randn_like(k)
 if os.environ.get("KV") == "fp8":
     k, v = k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)
-kw = dict(page_table=torch.arange(2 * cap // page, dtype=torch.int32, device="cuda").view(2, -1)) if page else {}
+kw = dict(page_table=torch.arange(b * cap // page, dtype=torch.int32, device="cuda").view(b, -1)) if page else {}
 if os.environ.get("LPAD") == "1":
-    kw["cache_leftpad"] = torch.tensor([5, 0], dtype=torch.int32, device="cuda")
-kvattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=torch.tensor([300, 77], dtype=torch.int32, device="cuda"),
+    kw["cache_leftpad"] = torch.tensor([5, 0][:b], dtype=torch.int32, device="cuda")
+kvattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=torch.tensor([300, 77][:b], dtype=torch.int32, device="cuda"),
                                deterministic=os.environ.get("DET") == "1", **kw)
 torch.cuda.synchronize()
 """
 
 
-_LONG_SMS = (74, 146)  # SMs on which 64 CTAs are >= 7/16 of them and 32 fewer (H100 / H200 SXM: 132)
+_LONG_SMS = (74, 146)  # SMs of which 64 CTAs (8 kv heads, C >= 8) are >= 7/16 and 32 (2 kv heads) fewer (H100 /
+# H200 SXM: 132, 7 clusters of 16 resident)
 
 
 @pytest.mark.parametrize("switch,expected", [
@@ -319,30 +320,23 @@ _LONG_SMS = (74, 146)  # SMs on which 64 CTAs are >= 7/16 of them and 32 fewer (
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, SQ="8"), "kernel, 8 producer warps"),
     (dict(KVATTN_DECODE_SM90="0", KVATTN_DECODE_CLUSTER=None), None),
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_CLUSTER_MAX_KEYS="299"),
-     "kernel, 8 producer warps"),  # the cache holds 300 keys a sequence: over the bound
+     "kernel, 8 producer warps"),  # the cache holds 300 keys a sequence: over the bound (batch 2: not long)
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_CLUSTER_MAX_KEYS="300"),
      "cluster kernel, 16 CTAs"),
-    # Past the capacity bound (16,384 slots > 4,096): the cluster form where its TMA kernel can take the
-    # stages and its clusters fill >= 7/16 of the SMs (b 2 x 4 kv heads: 8 units of 16 or 8 CTAs, as the
-    # device holds clusters of 16: _LONG_SMS), else the persistent kernel: 32 CTAs (1 kv head), an fp8 cache,
-    # page 8, a paged leftpad, or when switched off
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, HK="4", CAP="16384"),
-     "cluster kernel, * CTAs a unit, K/V by TMA"),
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, HK="4", CAP="16384", PAGE="16"),
-     "cluster kernel, * CTAs a unit, K/V by TMA"),
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, HK="4", CAP="16384", LPAD="1"),
-     "cluster kernel, * CTAs a unit, K/V by TMA"),  # contiguous: a leftpad keeps whole runs
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, HK="4", CAP="16384", PAGE="16", LPAD="1"),
-     "kernel, 8 producer warps"),
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, HK="4", CAP="16384", PAGE="8"),
-     "kernel, 8 producer warps"),
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, HK="4", CAP="16384", KV="fp8"),
-     "kernel, 4 producer warps"),
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, HK="1", CAP="16384"), "kernel, 8 producer warps"),
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, HK="4", CAP="16384", KVATTN_DECODE_TMA="0"),
-     "kernel, 8 producer warps"),
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, HK="4", CAP="16384",
-          KVATTN_DECODE_CLUSTER_LONG="0"), "kernel, 8 producer warps"),
+    # Past the capacity bound (16,384 slots > 4,096): the cluster form for batch 1 where its TMA kernel can
+    # take the stages and its clusters fill >= 7/16 of the SMs (8 kv heads: 8 units of 16 or 8 CTAs, as the
+    # device holds clusters of 16: _LONG_SMS), else the persistent kernel: 32 CTAs (2 kv heads), batch 2, an
+    # fp8 cache, page 8, a paged leftpad, or when switched off
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="1", HK="8"), "cluster kernel, * CTAs a unit, K/V by TMA"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="1", HK="8", PAGE="16"), "cluster kernel, * CTAs a unit, K/V by TMA"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="1", HK="8", LPAD="1"), "cluster kernel, * CTAs a unit, K/V by TMA"),  # contiguous: whole runs
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="1", HK="8", PAGE="16", LPAD="1"), "kernel, 8 producer warps"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="1", HK="8", PAGE="8"), "kernel, 8 producer warps"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="1", HK="8", KV="fp8"), "kernel, 4 producer warps"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="1", HK="2"), "kernel, 8 producer warps"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="2", HK="4"), "kernel, 8 producer warps"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="1", HK="8", KVATTN_DECODE_TMA="0"), "kernel, 8 producer warps"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="1", HK="8", KVATTN_DECODE_CLUSTER_LONG="0"), "kernel, 8 producer warps"),
     (dict(KVATTN_DECODE_SM90=None, SQ="8"), "8 producer warps"),  # 32 packed rows: two row groups
     (dict(KVATTN_DECODE_SM90=None, SQ="8", KVATTN_SM90_SPLIT_ROWS=None), None),  # the default: split kernel
     (dict(KVATTN_DECODE_SM90=None, KV="fp8", SQ="8", KVATTN_SM90_SPLIT_ROWS=None,
@@ -360,7 +354,7 @@ def test_dispatch_on_sm90(switch, expected):
         pytest.skip("the Hopper decode kernel runs on sm_90 only")
     sms = sys.modules["torch"].cuda.get_device_properties(0).multi_processor_count
     if switch.get("CAP") == "16384" and not _LONG_SMS[0] <= sms <= _LONG_SMS[1]:
-        pytest.skip(f"the long-sequence rule's cases assume {_LONG_SMS} SMs (128 CTAs fill >= 7/8), not {sms}")
+        pytest.skip(f"the long-sequence rule's cases assume {_LONG_SMS} SMs, not {sms}")
     env = dict(os.environ, KVATTN_DEBUG_DISPATCH="1", KVATTN_FORCE_PORTABLE="0")
     for k, v in switch.items():
         if v is None:
@@ -507,20 +501,20 @@ def test_cluster_fp8_cache(dtype, fp8_math, monkeypatch):
     run_and_compare(case, DEVICE)
 
 
-# Long sequences on the cluster form by its default rule (past the 4,096-slot capacity bound: TMA-eligible
-# layouts whose clusters fill >= 7/8 of the SMs; batch 1 over 8 kv heads or 2 over 4: 128 CTAs a call), with
-# a skewed second sequence, scattered batch indices, a contiguous leftpad, varlen K; NaN in unused slots.
+# Long sequences on the cluster form by its default rule (past the 4,096-slot capacity bound, batch 1:
+# TMA-eligible layouts whose clusters fill >= 7/16 of the SMs; 8 kv heads: 64 or 128 CTAs), with scattered
+# batch indices, a contiguous leftpad, varlen K, causal; NaN in unused slots.
 @pytest.mark.parametrize("layout,page,seqlens,hk,extra", [
     ("contiguous", 0, (20000,), 8, {}),
     ("paged", 16, (20000,), 8, dict(hq=32)),
-    ("paged", 64, (9000, 5), 4, dict(batch_idx="scattered")),
-    ("contiguous", 0, (9037, 304), 4, dict(leftpad=(37, 3))),
-    ("packed", 0, (12000, 40), 4, dict(causal=True)),
-], ids=["b1_contig", "b1_p16", "b2_p64_scat", "b2_contig_lpad", "b2_packed_causal"])
+    ("paged", 64, (9000,), 8, dict(batch_idx="scattered")),
+    ("contiguous", 0, (9037,), 8, dict(leftpad=(37,), hq=16)),
+    ("packed", 0, (12000,), 8, dict(causal=True)),
+], ids=["b1_contig", "b1_p16", "b1_p64_scat", "b1_contig_lpad", "b1_packed_causal"])
 def test_cluster_long_sequences(layout, page, seqlens, hk, extra, monkeypatch):
     monkeypatch.delenv("KVATTN_DECODE_CLUSTER", raising=False)
     kw = dict(dtype="bf16", d=128, hq=hk, hk=hk, seqlens=seqlens, sq=1, layout=layout, page_size=max(page, 1),
-              num_splits=0, extra_slots=500, seed=len(seqlens) + page)
+              num_splits=0, extra_slots=500, seed=len(layout) + page + 3 * len(extra))
     kw.update(extra)
     run_and_compare(Case(**kw), DEVICE)
 

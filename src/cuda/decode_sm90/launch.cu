@@ -337,20 +337,23 @@ static bool cluster_tma(const FwdProblem& p, int ctas) {
   return keys_a_cta >= int64_t{C::kTmaMinStages} * C::kWarps * DecodeSm90Shape::stage_keys(false);
 }
 
-// Past the capacity bound (long sequences) the cluster form streams only where its TMA kernel can take the
-// stages (cluster_tma_eligible; it does from 4 stages a ring, below that the padded kernel's cp.async still
-// beats the persistent kernel's start) and its clusters fill >= 7/16 of the SMs. H100 (132 SMs, 7 clusters
-// of 16 resident: batch 1 over 8 kv heads takes C = 8, 64 CTAs): W1 32/8 b1 32k p16 / contiguous 60.8 /
-// 60.6 -> 53.2 / 51.4 us, 64/8 62.7 -> 51.9, b1 128k p16 192 -> 184 (no scan, no combine kernel; bench/
-// NOTES.md, session 45). By cp.async it streams long sequences slower than the persistent kernel (page 1
-// +14%, a paged leftpad off the 16-slot grid +45%, the fp8 cluster kernel +33%). A leftpad is a value, so
-// a paged cache with one stays on the persistent kernel (static shapes: graph-safe).
-// KVATTN_DECODE_CLUSTER_LONG=0: never (A/B).
+// Past the capacity bound (long sequences) the cluster form streams only for batch 1 (its units then have
+// one length; over a batch, one long sequence among short ones would stream on its own clusters' SMs
+// while the persistent kernel's balanced schedule spreads it over all of them), where its TMA kernel can
+// take the stages (cluster_tma_eligible; it does from 4 stages a ring, below that the padded kernel's
+// cp.async still beats the persistent kernel's start) and its clusters fill >= 7/16 of the SMs. H100 (132
+// SMs, 7 clusters of 16 resident: 8 kv heads take C = 8, 64 CTAs): W1 32/8 b1 32k p16 / contiguous 62.6
+// / 61.9 -> 54.5 / 52.0 us, p64 62.3 -> 52.0, 64/8 63.2 -> 53.3, b1 128k p16 / contiguous 197.6 / 194.3 ->
+// 190.0 / 183.5, W4 b1 32k q4 64.7 -> 53.4 (no scan, no combine kernel; bench/NOTES.md, session 45). By
+// cp.async it streams long sequences slower than the persistent kernel (page 1 +14%, a paged leftpad off
+// the 16-slot grid +45%, the fp8 cluster kernel +33%). A leftpad is a value, so a paged cache with one
+// stays on the persistent kernel (static shapes: graph-safe). KVATTN_DECODE_CLUSTER_LONG=0: never (A/B).
 static bool cluster_streams_long(const FwdProblem& p, int64_t cluster_ctas, int64_t sms) {
   const char* e = std::getenv("KVATTN_DECODE_CLUSTER_LONG");
   if (e != nullptr && std::strcmp(e, "0") == 0) return false;
   const bool packed = p.cu_seqlens_k != nullptr, paged = p.page_table != nullptr && !packed;
-  return cluster_ctas * 16 >= sms * 7 && !(paged && p.cache_leftpad != nullptr) && cluster_tma_eligible(p);
+  return p.batch == 1 && cluster_ctas * 16 >= sms * 7 && !(paged && p.cache_leftpad != nullptr) &&
+         cluster_tma_eligible(p);
 }
 
 static int decode_cluster_ctas(const FwdProblem& p, const AttentionPlan& plan, int64_t sms) {
