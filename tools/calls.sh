@@ -169,6 +169,9 @@ case "${1:-show}" in
             bash tools/gpu_bench.sh W1,W4 > "$OUT/peers_$v.txt" 2>&1
           echo "== peers $v rc=$?"; cp /tmp/peers70_$v/bench_W1_W4.tgz "$OUT/peers_$v.tgz"; grep -E "^W[14]:" "$OUT/peers_$v.txt"
         done
+        # The cluster form's rate per CTA (is 64 CTAs enough on a card with more bandwidth?)
+        KVATTN_LIBRARY=/tmp/kvattn_lib/b.so PYTHONPATH=python:/tmp/site:. timeout 90 python3 -m bench.cluster_rate \
+          > "$OUT/cluster_rate.txt" 2>&1; echo "== cluster_rate rc=$?"; cut -c1-200 "$OUT/cluster_rate.txt"
         ;;
       69)  # session 45: call 68 found clong's rule (clusters >= 7/8 of the SMs) never taken on the H100: it holds
            # 7 clusters of 16, so batch 1 over 8 kv heads takes C = 8 (64 CTAs), which call 67 timed. clong2:
