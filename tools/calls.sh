@@ -154,6 +154,10 @@ case "${1:-show}" in
            # own clusters' SMs). Checks (dispatch, the long cases now batch 1, cluster, graphs; sanitizers on
            # two long cases), one A/B round of b1 32k p16, then W1 / W4 b1 with FlashInfer for A (main) and B.
         F="=W1 32/8 b1 32k contig|=W1 32/8 b1 32k p16|=W1 32/8 b1 32k p64|=W1 32/8 b1 32k contig+scat|=W1 32/8 b1 32k contig+lpad|=W1 32/8 b1 32k p16+scat+lpad|=W1 64/8 b1 32k p16|=W1 32/8 b1 128k contig|=W1 32/8 b1 128k p16|=W1 32/8 b1 128k p64|=W1 32/8 b1 128k p16 fp8kv|=W4 32/8 b1 32k q1 p16|=W4 32/8 b1 32k q2 p16|=W4 32/8 b1 32k q4 p16|=W1 32/8 b4 32k p16"
+        # First the cluster form's rate per CTA (is 64 CTAs enough on a card with more bandwidth?)
+        source tools/device_env.sh; lib=$(device_lib .dev/clong3_128.so.xz cr)
+        KVATTN_LIBRARY=$lib PYTHONPATH=python:. timeout 100 python3 -m bench.cluster_rate \
+          > "$OUT/cluster_rate.txt" 2>&1; echo "== cluster_rate rc=$?"; cut -c1-200 "$OUT/cluster_rate.txt"
         OUT=/tmp/ab70 KVATTN_AB_A=.dev/main128_45.so.xz KVATTN_AB_B=.dev/clong3_128.so.xz KVATTN_AB_DIMS=128 \
           KVATTN_AB_ROUNDS=1 KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py \
           KVATTN_AB_K="cluster or dispatch or graph" KVATTN_AB_SMOKE_K="cluster_long_sequences" \
@@ -169,9 +173,6 @@ case "${1:-show}" in
             bash tools/gpu_bench.sh W1,W4 > "$OUT/peers_$v.txt" 2>&1
           echo "== peers $v rc=$?"; cp /tmp/peers70_$v/bench_W1_W4.tgz "$OUT/peers_$v.tgz"; grep -E "^W[14]:" "$OUT/peers_$v.txt"
         done
-        # The cluster form's rate per CTA (is 64 CTAs enough on a card with more bandwidth?)
-        KVATTN_LIBRARY=/tmp/kvattn_lib/b.so PYTHONPATH=python:/tmp/site:. timeout 90 python3 -m bench.cluster_rate \
-          > "$OUT/cluster_rate.txt" 2>&1; echo "== cluster_rate rc=$?"; cut -c1-200 "$OUT/cluster_rate.txt"
         ;;
       69)  # session 45: call 68 found clong's rule (clusters >= 7/8 of the SMs) never taken on the H100: it holds
            # 7 clusters of 16, so batch 1 over 8 kv heads takes C = 8 (64 CTAs), which call 67 timed. clong2:
