@@ -153,9 +153,9 @@ case "${1:-show}" in
       71)  # session 45: call 70 lean (its machine did not come; 430 s of device time left): the rate per CTA, the
            # dispatch and long-sequence checks, W1 / W4 b1 with FlashInfer on clong3 only.
         source tools/device_env.sh; lib=$(device_lib .dev/clong3_128.so.xz cr)
-        KVATTN_LIBRARY=$lib PYTHONPATH=python:. timeout 100 python3 -m bench.cluster_rate \
+        KVATTN_LIBRARY=$lib timeout 100 python3 -m bench.cluster_rate \
           > "$OUT/cluster_rate.txt" 2>&1; echo "== cluster_rate rc=$?"; cut -c1-200 "$OUT/cluster_rate.txt"
-        KVATTN_LIBRARY=$lib PYTHONPATH=python:. KVATTN_TEST_HEAD_DIMS=128 timeout 100 python3 -m pytest -q -p no:cacheprovider \
+        KVATTN_LIBRARY=$lib KVATTN_TEST_HEAD_DIMS=128 timeout 100 python3 -m pytest -q -p no:cacheprovider \
           tests/python/test_cuda_decode_sm90.py -k "dispatch or cluster_long" > "$OUT/tests.txt" 2>&1
         echo "== tests rc=$? $(tail -1 "$OUT/tests.txt")"; grep -E "^(FAILED|ERROR)" "$OUT/tests.txt" | cut -c1-300 | head
         F="=W1 32/8 b1 32k contig|=W1 32/8 b1 32k p16|=W1 32/8 b1 32k p64|=W1 64/8 b1 32k p16|=W1 32/8 b1 128k contig|=W1 32/8 b1 128k p16|=W4 32/8 b1 32k q4 p16"
