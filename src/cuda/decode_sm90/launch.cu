@@ -341,22 +341,30 @@ static bool cluster_tma(const FwdProblem& p, int ctas) {
 // one length; over a batch, one long sequence among short ones would stream on its own clusters' SMs
 // while the persistent kernel's balanced schedule spreads it over all of them), where its TMA kernel can
 // take the stages (cluster_tma_eligible; it does from 4 stages a ring, below that the padded kernel's
-// cp.async still beats the persistent kernel's start) and its clusters fill >= 7/16 of the SMs. H100 (132
-// SMs, 7 clusters of 16 resident: 8 kv heads take C = 8, 64 CTAs): W1 32/8 b1 32k p16 / contiguous 62.6
-// / 61.9 -> 54.5 / 52.0 us, p64 62.3 -> 52.0, 64/8 63.2 -> 53.3, b1 128k p16 / contiguous 197.6 / 194.3 ->
-// 190.0 / 183.5, W4 b1 32k q4 64.7 -> 53.4 (no scan, no combine kernel; bench/NOTES.md, session 45). By
-// cp.async it streams long sequences slower than the persistent kernel (page 1 +14%, a paged leftpad off
-// the 16-slot grid +45%, the fp8 cluster kernel +33%). A leftpad is a value, so a paged cache with one
-// stays on the persistent kernel (static shapes: graph-safe). KVATTN_DECODE_CLUSTER_LONG=0: never (A/B).
-static bool cluster_streams_long(const FwdProblem& p, int64_t cluster_ctas, int64_t sms) {
+// cp.async still beats the persistent kernel's start), and where its CTAs at the rate one streams
+// (kClusterCtaBytesPerUs) reach 85% of the device's DRAM bandwidth: it has fewer CTAs than SMs (an H100 or
+// H200 holds 7 clusters of 16: 8 kv heads take C = 8, 64 CTAs). H100 (3.35 TB/s; 64 x 46 GB/s = 2.94):
+// W1 32/8 b1 32k p16 / contiguous 62.6 / 61.9 -> 54.5 / 52.0 us, p64 62.3 -> 52.0, 64/8 63.2 -> 53.3, b1
+// 128k p16 / contiguous 197.6 / 194.3 -> 190.0 / 183.5, W4 b1 32k q4 64.7 -> 53.4 (no scan, no combine
+// kernel; bench/NOTES.md, session 45). The H200 (4.8 TB/s) keeps the persistent kernel: at 46 GB/s a CTA
+// its b1 128k would take ~183 us against the persistent kernel's 143-146 (session 44's run). By cp.async
+// the cluster form streams long sequences slower still (page 1 +14%, a paged leftpad off the 16-slot grid
+// +45%, the fp8 cluster kernel +33%, H100). A leftpad is a value, so a paged cache with one stays on the
+// persistent kernel (static shapes: graph-safe). KVATTN_DECODE_CLUSTER_LONG: 0 never, 1 without the
+// bandwidth rule (tests, A/B).
+constexpr int64_t kClusterCtaBytesPerUs = 46000;  // H100, b1 128k p16: 537 MB in 183.5 us over 64 CTAs
+static bool cluster_streams_long(const FwdProblem& p, int64_t cluster_ctas, int64_t dram_bytes_per_us) {
   const char* e = std::getenv("KVATTN_DECODE_CLUSTER_LONG");
   if (e != nullptr && std::strcmp(e, "0") == 0) return false;
   const bool packed = p.cu_seqlens_k != nullptr, paged = p.page_table != nullptr && !packed;
-  return p.batch == 1 && cluster_ctas * 16 >= sms * 7 && !(paged && p.cache_leftpad != nullptr) &&
-         cluster_tma_eligible(p);
+  const bool forced = e != nullptr && std::strcmp(e, "1") == 0;
+  const bool fast_enough = forced || (dram_bytes_per_us > 0 &&
+                                      cluster_ctas * kClusterCtaBytesPerUs * 20 >= dram_bytes_per_us * 17);
+  return p.batch == 1 && fast_enough && !(paged && p.cache_leftpad != nullptr) && cluster_tma_eligible(p);
 }
 
-static int decode_cluster_ctas(const FwdProblem& p, const AttentionPlan& plan, int64_t sms) {
+static int decode_cluster_ctas(const FwdProblem& p, const AttentionPlan& plan, int64_t sms,
+                               int64_t dram_bytes_per_us) {
   const int max_ctas = decode_cluster_max_ctas();
   if (max_ctas == 0 || p.deterministic || p.sm_margin > 0 || !plan.balanced ||
       plan.rows_per_unit > DecodeSm90Shape::kGroupRows) {
@@ -370,7 +378,7 @@ static int decode_cluster_ctas(const FwdProblem& p, const AttentionPlan& plan, i
              long_keys = max_sequence_keys(p) > decode_cluster_max_keys();
   for (int ctas = max_ctas; ctas >= DecodeClusterShape::kMinCtas; ctas /= 2) {
     if (units * ctas <= sms && units <= max_active_clusters(v, p.device_id, ctas, fp8)) {
-      return !long_keys || cluster_streams_long(p, units * ctas, sms) ? ctas : 0;
+      return !long_keys || cluster_streams_long(p, units * ctas, dram_bytes_per_us) ? ctas : 0;
     }
   }
   return 0;
@@ -422,7 +430,7 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
     plan.chunk_keys = d.chunk_keys;
     plan_partials(plan, p, static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits, true);
   }
-  if ((plan.cluster_ctas = decode_cluster_ctas(p, plan, sms)) > 0) {
+  if ((plan.cluster_ctas = decode_cluster_ctas(p, plan, sms, device.dram_bytes_per_us)) > 0) {
     // Whole units: no partials, no combine, so none of the balanced schedule's workspace planned above.
     plan.balanced = false;
     plan.workspace_bytes = plan.o_partial_offset = plan.lse_partial_offset = plan.unit_pieces_offset = 0;
