@@ -150,19 +150,25 @@ case "${1:-show}" in
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
         ;;
-      71)  # session 45: call 70 lean (its machine did not come; 430 s of device time left): the rate per CTA, the
-           # dispatch and long-sequence checks, W1 / W4 b1 with FlashInfer on clong3 only.
-        source tools/device_env.sh; lib=$(device_lib .dev/clong3_128.so.xz cr)
+      71)  # session 45: call 70 lean (its machine did not come; ~300 s of device time left) on clong4 (the rule
+           # weighs the card's DRAM bandwidth: H100 takes the cluster form for b1 long, H200 keeps the
+           # persistent kernel): the rate per CTA, the dispatch and long-sequence checks, W1 / W4 b1 with
+           # FlashInfer (on an H200 also with KVATTN_DECODE_CLUSTER_LONG=1: the cluster form there).
+        source tools/device_env.sh; lib=$(device_lib .dev/clong4_128.so.xz cr)
         KVATTN_LIBRARY=$lib timeout 100 python3 -m bench.cluster_rate \
           > "$OUT/cluster_rate.txt" 2>&1; echo "== cluster_rate rc=$?"; cut -c1-200 "$OUT/cluster_rate.txt"
         KVATTN_LIBRARY=$lib KVATTN_TEST_HEAD_DIMS=128 timeout 100 python3 -m pytest -q -p no:cacheprovider \
           tests/python/test_cuda_decode_sm90.py -k "dispatch or cluster_long" > "$OUT/tests.txt" 2>&1
         echo "== tests rc=$? $(tail -1 "$OUT/tests.txt")"; grep -E "^(FAILED|ERROR)" "$OUT/tests.txt" | cut -c1-300 | head
         F="=W1 32/8 b1 32k contig|=W1 32/8 b1 32k p16|=W1 32/8 b1 32k p64|=W1 64/8 b1 32k p16|=W1 32/8 b1 128k contig|=W1 32/8 b1 128k p16|=W4 32/8 b1 32k q4 p16"
-        OUT=/tmp/peers71 KVATTN_LIBRARY=.dev/clong3_128.so.xz KVATTN_TORCH_OP=0 KVATTN_BENCH_FILTER="$F" \
-          KVATTN_BENCH_ARGS="--peers flashinfer --flex none" KVATTN_BENCH_MINUTES=2 KVATTN_BENCH_TIMEOUT=150 \
-          bash tools/gpu_bench.sh W1,W4 > "$OUT/peers.txt" 2>&1
-        echo "== peers rc=$?"; cp /tmp/peers71/bench_W1_W4.tgz "$OUT/peers.tgz"; grep -E "^W[14]:" "$OUT/peers.txt"
+        modes="default"; nvidia-smi -L | grep -q H200 && modes="default long"
+        for m in $modes; do
+          env_m=(); [ $m = long ] && env_m=(KVATTN_DECODE_CLUSTER_LONG=1)
+          env "${env_m[@]}" OUT=/tmp/peers71_$m KVATTN_LIBRARY=.dev/clong4_128.so.xz KVATTN_TORCH_OP=0 KVATTN_BENCH_FILTER="$F" \
+            KVATTN_BENCH_ARGS="--peers flashinfer --flex none" KVATTN_BENCH_MINUTES=2 KVATTN_BENCH_TIMEOUT=150 \
+            bash tools/gpu_bench.sh W1,W4 > "$OUT/peers_$m.txt" 2>&1
+          echo "== peers $m rc=$?"; cp /tmp/peers71_$m/bench_W1_W4.tgz "$OUT/peers_$m.tgz"; grep -E "^W[14]:" "$OUT/peers_$m.txt"
+        done
         ;;
       70)  # session 45: clong3 = clong2 for batch 1 only (a long sequence among short ones would stream on its
            # own clusters' SMs). Checks (dispatch, the long cases now batch 1, cluster, graphs; sanitizers on
