@@ -20,14 +20,18 @@ LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:
 
 show() {
   cat << 'END'
-Session 44 ran 59-63 (H100s, and an H200 for 62, 59 and the full run with the peers): branch ctma landed
-(the cluster form's K / V by TMA where its rings refill: W1 b1 4k p16 -9 to -13%). Next, in order of value
-(bench/NOTES.md, "Where to go next", session 44): 64 (main's checks with the rule at 4 stages a ring, W1
-short against session 43's main: build main128_45 first); then the split combine's tail after the
-persistent kernel (not written). Entries 59-63 are the record of session 44's calls; 50-58 of session 43's.
+Session 45 ran 64-69 (H100s only): branch clong landed (the cluster form for batch 1 past the capacity
+bound where the card's DRAM bandwidth allows: H100 W1 b1 32k -13 to -17%); ptma (65, 66) lost, not merged.
+Next, in order of value (bench/NOTES.md, "Where to go next", session 45): 71, best on an H200 (it decides
+whether the H200 takes the cluster form too); 70 is 71 before the bandwidth rule (superseded, not run).
+Entries 64-70 are the record of session 45's calls; 59-63 of session 44's.
+71. run(command="bash tools/calls.sh run 71", carry=[".dev/clong4_128.so.xz", ".whl", ".peerkit/MANIFEST.json", ".peerkit/fi.tar.xz"], timeout_s=300)   [tree at main]
+   bench.cluster_rate (the cluster form's rate per CTA at 64 / 32 CTAs, the persistent kernel beside it),
+   the dispatch and long-sequence checks (clong4's, not yet GPU-run), W1 / W4 b1 with FlashInfer (an H200
+   also with KVATTN_DECODE_CLUSTER_LONG=1). .dev/clong4_128 = main's library sources after the merge.
 64. run(command="bash tools/calls.sh run 64", carry=[".dev/main128_44.so.xz", ".dev/main128_45.so.xz", ".whl"], timeout_s=300)   [tree at main]
-   main after ctma: the cluster tests (the dispatch test's TMA cases at 8,192 / 4,096 slots), racecheck,
-   memcheck, then W1 short A (session 43's main) B (main): 4k -9 to -13% expected, 1k / 2k level.
+   (run in session 45, NOTES s45) main after ctma: the cluster tests (the dispatch test's TMA cases at
+   8,192 / 4,096 slots), racecheck, memcheck, then W1 short A (session 43's main) B (main).
 50. run(command="bash tools/calls.sh run 50", carry=[".dev/maintl128.so.xz", ".dev/main128_42.so.xz", ".whl"], timeout_s=400)   [tree at main]
    (run in session 43, NOTES s43) session 42's question: where the cluster form's b1 4k time goes, since it is not the memory
    (bench/ingest.cu, NOTES s42): timelines of main paged / contiguous, cold / warm, and ncu's
@@ -170,7 +174,7 @@ case "${1:-show}" in
           echo "== peers $m rc=$?"; cp /tmp/peers71_$m/bench_W1_W4.tgz "$OUT/peers_$m.tgz"; grep -E "^W[14]:" "$OUT/peers_$m.txt"
         done
         ;;
-      70)  # session 45: clong3 = clong2 for batch 1 only (a long sequence among short ones would stream on its
+      70)  # session 45 (not run: no machine came; superseded by 71): clong3 = clong2 for batch 1 only (a long sequence among short ones would stream on its
            # own clusters' SMs). Checks (dispatch, the long cases now batch 1, cluster, graphs; sanitizers on
            # two long cases), one A/B round of b1 32k p16, then W1 / W4 b1 with FlashInfer for A (main) and B.
         F="=W1 32/8 b1 32k contig|=W1 32/8 b1 32k p16|=W1 32/8 b1 32k p64|=W1 32/8 b1 32k contig+scat|=W1 32/8 b1 32k contig+lpad|=W1 32/8 b1 32k p16+scat+lpad|=W1 64/8 b1 32k p16|=W1 32/8 b1 128k contig|=W1 32/8 b1 128k p16|=W1 32/8 b1 128k p64|=W1 32/8 b1 128k p16 fp8kv|=W4 32/8 b1 32k q1 p16|=W4 32/8 b1 32k q2 p16|=W4 32/8 b1 32k q4 p16|=W1 32/8 b4 32k p16"
