@@ -274,6 +274,11 @@ torch.cuda.synchronize()
 """
 
 
+# The long-sequence cluster rule's cases: batch 1 over 8 kv heads, a 16,384-slot cache (over the bound).
+_LONG = dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="1", HK="8")
+_FORCED = dict(KVATTN_DECODE_CLUSTER_LONG="1")  # without the card's bandwidth test
+
+
 @pytest.mark.parametrize("switch,expected", [
     (dict(KVATTN_DECODE_SM90="4"), "4 producer warps"),
     (dict(KVATTN_DECODE_SM90="2"), "2 producer warps"),
@@ -323,17 +328,17 @@ torch.cuda.synchronize()
     # take the stages and its CTAs stream fast enough for the card's DRAM (by card: BY_CARD; =1 skips that
     # rule), else the persistent kernel: a paged leftpad, page 8, an fp8 cache, batch 2, TMA off, 32 CTAs
     # (2 kv heads: too few on any Hopper card), or when switched off
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="1", HK="8"), "BY_CARD"),
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="1", HK="8", KVATTN_DECODE_CLUSTER_LONG="1"), "cluster kernel, * CTAs a unit, K/V by TMA"),
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="1", HK="8", PAGE="16", KVATTN_DECODE_CLUSTER_LONG="1"), "cluster kernel, * CTAs a unit, K/V by TMA"),
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="1", HK="8", LPAD="1", KVATTN_DECODE_CLUSTER_LONG="1"), "cluster kernel, * CTAs a unit, K/V by TMA"),  # contiguous
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="1", HK="8", PAGE="16", LPAD="1", KVATTN_DECODE_CLUSTER_LONG="1"), "kernel, 8 producer warps"),
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="1", HK="8", PAGE="8", KVATTN_DECODE_CLUSTER_LONG="1"), "kernel, 8 producer warps"),
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="1", HK="8", KV="fp8", KVATTN_DECODE_CLUSTER_LONG="1"), "kernel, 4 producer warps"),
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="2", HK="4", KVATTN_DECODE_CLUSTER_LONG="1"), "kernel, 8 producer warps"),
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="1", HK="8", KVATTN_DECODE_TMA="0", KVATTN_DECODE_CLUSTER_LONG="1"), "kernel, 8 producer warps"),
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="1", HK="2"), "kernel, 8 producer warps"),
-    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="1", HK="8", KVATTN_DECODE_CLUSTER_LONG="0"), "kernel, 8 producer warps"),
+    (dict(_LONG), "BY_CARD"),
+    (dict(_LONG, **_FORCED), "cluster kernel, * CTAs a unit, K/V by TMA"),
+    (dict(_LONG, PAGE="16", **_FORCED), "cluster kernel, * CTAs a unit, K/V by TMA"),
+    (dict(_LONG, LPAD="1", **_FORCED), "cluster kernel, * CTAs a unit, K/V by TMA"),  # contiguous
+    (dict(_LONG, PAGE="16", LPAD="1", **_FORCED), "kernel, 8 producer warps"),
+    (dict(_LONG, PAGE="8", **_FORCED), "kernel, 8 producer warps"),
+    (dict(_LONG, KV="fp8", **_FORCED), "kernel, 4 producer warps"),
+    (dict(_LONG, B="2", HK="4", **_FORCED), "kernel, 8 producer warps"),
+    (dict(_LONG, KVATTN_DECODE_TMA="0", **_FORCED), "kernel, 8 producer warps"),
+    (dict(_LONG, B="1", HK="2"), "kernel, 8 producer warps"),
+    (dict(_LONG, KVATTN_DECODE_CLUSTER_LONG="0"), "kernel, 8 producer warps"),
     (dict(KVATTN_DECODE_SM90=None, SQ="8"), "8 producer warps"),  # 32 packed rows: two row groups
     (dict(KVATTN_DECODE_SM90=None, SQ="8", KVATTN_SM90_SPLIT_ROWS=None), None),  # the default: split kernel
     (dict(KVATTN_DECODE_SM90=None, KV="fp8", SQ="8", KVATTN_SM90_SPLIT_ROWS=None,
