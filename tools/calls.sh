@@ -20,14 +20,18 @@ LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:
 
 show() {
   cat << 'END'
-Session 44 ran 59-63 (H100s, and an H200 for 62, 59 and the full run with the peers): branch ctma landed
-(the cluster form's K / V by TMA where its rings refill: W1 b1 4k p16 -9 to -13%). Next, in order of value
-(bench/NOTES.md, "Where to go next", session 44): 64 (main's checks with the rule at 4 stages a ring, W1
-short against session 43's main: build main128_45 first); then the split combine's tail after the
-persistent kernel (not written). Entries 59-63 are the record of session 44's calls; 50-58 of session 43's.
+Session 45 ran 64-69 (H100s only): branch clong landed (the cluster form for batch 1 past the capacity
+bound where the card's DRAM bandwidth allows: H100 W1 b1 32k -13 to -17%); ptma (65, 66) lost, not merged.
+Next, in order of value (bench/NOTES.md, "Where to go next", session 45): 71, best on an H200 (it decides
+whether the H200 takes the cluster form too); 70 is 71 before the bandwidth rule (superseded, not run).
+Entries 64-70 are the record of session 45's calls; 59-63 of session 44's.
+71. run(command="bash tools/calls.sh run 71", carry=[".dev/clong4_128.so.xz", ".whl", ".peerkit/MANIFEST.json", ".peerkit/fi.tar.xz"], timeout_s=300)   [tree at main]
+   bench.cluster_rate (the cluster form's rate per CTA at 64 / 32 CTAs, the persistent kernel beside it),
+   the dispatch and long-sequence checks (clong4's, not yet GPU-run), W1 / W4 b1 with FlashInfer (an H200
+   also with KVATTN_DECODE_CLUSTER_LONG=1). .dev/clong4_128 = main's library sources after the merge.
 64. run(command="bash tools/calls.sh run 64", carry=[".dev/main128_44.so.xz", ".dev/main128_45.so.xz", ".whl"], timeout_s=300)   [tree at main]
-   main after ctma: the cluster tests (the dispatch test's TMA cases at 8,192 / 4,096 slots), racecheck,
-   memcheck, then W1 short A (session 43's main) B (main): 4k -9 to -13% expected, 1k / 2k level.
+   (run in session 45, NOTES s45) main after ctma: the cluster tests (the dispatch test's TMA cases at
+   8,192 / 4,096 slots), racecheck, memcheck, then W1 short A (session 43's main) B (main).
 50. run(command="bash tools/calls.sh run 50", carry=[".dev/maintl128.so.xz", ".dev/main128_42.so.xz", ".whl"], timeout_s=400)   [tree at main]
    (run in session 43, NOTES s43) session 42's question: where the cluster form's b1 4k time goes, since it is not the memory
    (bench/ingest.cu, NOTES s42): timelines of main paged / contiguous, cold / warm, and ncu's
@@ -149,6 +153,95 @@ case "${1:-show}" in
           KVATTN_AB_ENV_B="KVATTN_FORCE_PORTABLE=0" KVATTN_AB_SUITES=W3 KVATTN_AB_ROUNDS=2 \
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
+        ;;
+      71)  # session 45: call 70 lean (its machine did not come; ~300 s of device time left) on clong4 (the rule
+           # weighs the card's DRAM bandwidth: H100 takes the cluster form for b1 long, H200 keeps the
+           # persistent kernel): the rate per CTA, the dispatch and long-sequence checks, W1 / W4 b1 with
+           # FlashInfer (on an H200 also with KVATTN_DECODE_CLUSTER_LONG=1: the cluster form there).
+        source tools/device_env.sh; lib=$(device_lib .dev/clong4_128.so.xz cr)
+        KVATTN_LIBRARY=$lib timeout 100 python3 -m bench.cluster_rate \
+          > "$OUT/cluster_rate.txt" 2>&1; echo "== cluster_rate rc=$?"; cut -c1-200 "$OUT/cluster_rate.txt"
+        KVATTN_LIBRARY=$lib KVATTN_TEST_HEAD_DIMS=128 timeout 100 python3 -m pytest -q -p no:cacheprovider \
+          tests/python/test_cuda_decode_sm90.py -k "dispatch or cluster_long" > "$OUT/tests.txt" 2>&1
+        echo "== tests rc=$? $(tail -1 "$OUT/tests.txt")"; grep -E "^(FAILED|ERROR)" "$OUT/tests.txt" | cut -c1-300 | head
+        F="=W1 32/8 b1 32k contig|=W1 32/8 b1 32k p16|=W1 32/8 b1 32k p64|=W1 64/8 b1 32k p16|=W1 32/8 b1 128k contig|=W1 32/8 b1 128k p16|=W4 32/8 b1 32k q4 p16"
+        modes="default"; nvidia-smi -L | grep -q H200 && modes="default long"
+        for m in $modes; do
+          env_m=(); [ $m = long ] && env_m=(KVATTN_DECODE_CLUSTER_LONG=1)
+          env "${env_m[@]}" OUT=/tmp/peers71_$m KVATTN_LIBRARY=.dev/clong4_128.so.xz KVATTN_TORCH_OP=0 KVATTN_BENCH_FILTER="$F" \
+            KVATTN_BENCH_ARGS="--peers flashinfer --flex none" KVATTN_BENCH_MINUTES=2 KVATTN_BENCH_TIMEOUT=150 \
+            bash tools/gpu_bench.sh W1,W4 > "$OUT/peers_$m.txt" 2>&1
+          echo "== peers $m rc=$?"; cp /tmp/peers71_$m/bench_W1_W4.tgz "$OUT/peers_$m.tgz"; grep -E "^W[14]:" "$OUT/peers_$m.txt"
+        done
+        ;;
+      70)  # session 45 (not run: no machine came; superseded by 71): clong3 = clong2 for batch 1 only (a long sequence among short ones would stream on its
+           # own clusters' SMs). Checks (dispatch, the long cases now batch 1, cluster, graphs; sanitizers on
+           # two long cases), one A/B round of b1 32k p16, then W1 / W4 b1 with FlashInfer for A (main) and B.
+        F="=W1 32/8 b1 32k contig|=W1 32/8 b1 32k p16|=W1 32/8 b1 32k p64|=W1 32/8 b1 32k contig+scat|=W1 32/8 b1 32k contig+lpad|=W1 32/8 b1 32k p16+scat+lpad|=W1 64/8 b1 32k p16|=W1 32/8 b1 128k contig|=W1 32/8 b1 128k p16|=W1 32/8 b1 128k p64|=W1 32/8 b1 128k p16 fp8kv|=W4 32/8 b1 32k q1 p16|=W4 32/8 b1 32k q2 p16|=W4 32/8 b1 32k q4 p16|=W1 32/8 b4 32k p16"
+        # First the cluster form's rate per CTA (is 64 CTAs enough on a card with more bandwidth?)
+        source tools/device_env.sh; lib=$(device_lib .dev/clong3_128.so.xz cr)
+        KVATTN_LIBRARY=$lib PYTHONPATH=python:. timeout 100 python3 -m bench.cluster_rate \
+          > "$OUT/cluster_rate.txt" 2>&1; echo "== cluster_rate rc=$?"; cut -c1-200 "$OUT/cluster_rate.txt"
+        OUT=/tmp/ab70 KVATTN_AB_A=.dev/main128_45.so.xz KVATTN_AB_B=.dev/clong3_128.so.xz KVATTN_AB_DIMS=128 \
+          KVATTN_AB_ROUNDS=1 KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py \
+          KVATTN_AB_K="cluster or dispatch or graph" KVATTN_AB_SMOKE_K="cluster_long_sequences" \
+          KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=150 KVATTN_AB_SAN_TIMEOUT=90 \
+          KVATTN_AB_RACE_K="cluster_long_sequences and b1_p64_scat" KVATTN_AB_MEM_K="cluster_long_sequences and b1_contig_lpad" \
+          KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="=W1 32/8 b1 32k p16" bash tools/prefill_ab.sh > "$OUT/ab_clong3.txt" 2>&1
+        grep -E "^\[|^W1|^worst" "$OUT/ab_clong3.txt"; grep -E "^(FAILED|ERROR)" /tmp/ab70/tests.log | cut -c1-300 | head
+        grep -B2 -A12 "^E " /tmp/ab70/tests.log | head -60 > "$OUT/test_errors.txt"
+        for v in a b; do
+          lib=.dev/main128_45.so.xz; [ $v = b ] && lib=.dev/clong3_128.so.xz
+          OUT=/tmp/peers70_$v KVATTN_LIBRARY=$lib KVATTN_TORCH_OP=0 KVATTN_BENCH_FILTER="$F" \
+            KVATTN_BENCH_ARGS="--peers flashinfer --flex none" KVATTN_BENCH_MINUTES=3 KVATTN_BENCH_TIMEOUT=240 \
+            bash tools/gpu_bench.sh W1,W4 > "$OUT/peers_$v.txt" 2>&1
+          echo "== peers $v rc=$?"; cp /tmp/peers70_$v/bench_W1_W4.tgz "$OUT/peers_$v.tgz"; grep -E "^W[14]:" "$OUT/peers_$v.txt"
+        done
+        ;;
+      69)  # session 45: call 68 found clong's rule (clusters >= 7/8 of the SMs) never taken on the H100: it holds
+           # 7 clusters of 16, so batch 1 over 8 kv heads takes C = 8 (64 CTAs), which call 67 timed. clong2:
+           # the rule at >= 7/16. Call 68's steps, the logs kept small (the tool returns 8 files).
+        F="=W1 32/8 b1 32k contig|=W1 32/8 b1 32k p16|=W1 32/8 b1 32k p64|=W1 32/8 b1 32k contig+scat|=W1 32/8 b1 32k contig+lpad|=W1 32/8 b1 32k p16+scat+lpad|=W1 64/8 b1 32k p16|=W1 32/8 b1 128k contig|=W1 32/8 b1 128k p16|=W1 32/8 b1 128k p16 fp8kv|=W4 32/8 b1 32k q1 p16|=W4 32/8 b1 32k q2 p16|=W4 32/8 b1 32k q4 p16|=W1 32/8 b1 4k p16 short"
+        OUT=/tmp/ab69 KVATTN_AB_A=.dev/main128_45.so.xz KVATTN_AB_B=.dev/clong2_128.so.xz KVATTN_AB_DIMS=128 \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py \
+          KVATTN_AB_K="cluster or dispatch or graph" KVATTN_AB_SMOKE_K="cluster_long_sequences" \
+          KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=150 KVATTN_AB_SAN_TIMEOUT=90 \
+          KVATTN_AB_RACE_K="cluster_long_sequences and b2_p64_scat" KVATTN_AB_MEM_K="cluster_long_sequences and b2_contig_lpad" \
+          KVATTN_AB_SUITES=W1,W4 KVATTN_AB_FILTER="$F" bash tools/prefill_ab.sh > "$OUT/ab_clong2.txt" 2>&1
+        grep -E "^\[|^W1|^W4|^worst" "$OUT/ab_clong2.txt"; grep -E "^(FAILED|ERROR)" /tmp/ab69/tests.log | cut -c1-300 | head
+        grep -B2 -A12 "^E " /tmp/ab69/tests.log | head -60 > "$OUT/test_errors.txt"
+        OUT=/tmp/peers69 KVATTN_LIBRARY=.dev/clong2_128.so.xz KVATTN_TORCH_OP=0 KVATTN_BENCH_FILTER="$F" \
+          KVATTN_BENCH_ARGS="--peers flashinfer --flex none" KVATTN_BENCH_MINUTES=3 KVATTN_BENCH_TIMEOUT=240 \
+          bash tools/gpu_bench.sh W1,W4 > "$OUT/peers.txt" 2>&1
+        echo "== peers rc=$?"; cp /tmp/peers69/bench_W1_W4/results.md /tmp/peers69/bench_W1_W4/results.jsonl "$OUT/"
+        grep -E "^\| W[14]" "$OUT/results.md" | cut -c1-260
+        ;;
+      68)  # session 45: branch clong (the cluster form past the capacity bound where its TMA kernel can take the
+           # stages and its clusters fill >= 7/8 of the SMs; call 67). Checks (cluster, dispatch, long
+           # sequences, graphs; racecheck / memcheck on the long cases), W1 / W4 b1 A (main) B (clong), then
+           # the same cases with FlashInfer (the kit's fi part; FA4 not carried) on clong: the ratio in one run.
+        F="=W1 32/8 b1 32k contig|=W1 32/8 b1 32k p16|=W1 32/8 b1 32k p64|=W1 32/8 b1 32k contig+scat|=W1 32/8 b1 32k contig+lpad|=W1 32/8 b1 32k p16+scat+lpad|=W1 64/8 b1 32k p16|=W1 32/8 b1 128k contig|=W1 32/8 b1 128k p16|=W1 32/8 b1 128k p16 fp8kv|=W4 32/8 b1 32k q1 p16|=W4 32/8 b1 32k q2 p16|=W4 32/8 b1 32k q4 p16|=W1 32/8 b1 4k p16 short"
+        OUT=$OUT/clong KVATTN_AB_A=.dev/main128_45.so.xz KVATTN_AB_B=.dev/clong128.so.xz KVATTN_AB_DIMS=128 \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py \
+          KVATTN_AB_K="cluster or dispatch or graph" KVATTN_AB_SMOKE_K="cluster_long_sequences" \
+          KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=150 KVATTN_AB_SAN_TIMEOUT=90 \
+          KVATTN_AB_RACE_K="cluster_long_sequences and b2_p64_scat" KVATTN_AB_MEM_K="cluster_long_sequences and b2_contig_lpad" \
+          KVATTN_AB_SUITES=W1,W4 KVATTN_AB_FILTER="$F" bash tools/prefill_ab.sh > "$OUT/ab_clong.txt" 2>&1
+        grep -E "^\[|^W1|^W4|^worst" "$OUT/ab_clong.txt"; grep -E "^(FAILED|ERROR)" "$OUT/clong/tests.log" | cut -c1-300 | head
+        OUT=$OUT/peers KVATTN_LIBRARY=.dev/clong128.so.xz KVATTN_TORCH_OP=0 KVATTN_BENCH_FILTER="$F" \
+          KVATTN_BENCH_ARGS="--peers flashinfer --flex none" KVATTN_BENCH_MINUTES=3 KVATTN_BENCH_TIMEOUT=240 \
+          bash tools/gpu_bench.sh W1,W4 > "$OUT/peers.txt" 2>&1
+        echo "== peers rc=$?"; grep -E "^W1|^W4|ready" "$OUT/peers.txt" | cut -c1-220
+        ;;
+      67)  # session 45: the cluster form (no scan, no combine kernel, TMA refills since ctma) at b1 32k / 128k,
+           # where the persistent kernel pays ~12 us of start, ~4 of end spread and ~4 of combine (call 59).
+           # Session 39 found the cluster form slower there (b1 32k 61 -> 79 us) before it had producer
+           # warps and TMA. A: main, B: main with KVATTN_DECODE_CLUSTER_MAX_KEYS=262144, one library.
+        OUT=$OUT/clong KVATTN_AB_CHECK=0 KVATTN_AB_A=.dev/main128_45.so.xz KVATTN_AB_B=.dev/main128_45.so.xz \
+          KVATTN_AB_ENV_B="KVATTN_DECODE_CLUSTER_MAX_KEYS=262144" KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=2 \
+          KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="=W1 32/8 b1 32k contig|=W1 32/8 b1 32k p16|=W1 32/8 b1 32k p1|=W1 32/8 b1 128k p16|=W1 64/8 b1 32k p16|=W1 32/8 b1 128k p16 fp8kv|=W1 32/8 b1 32k p16+scat+lpad" \
+          bash tools/prefill_ab.sh > "$OUT/ab_clong.txt" 2>&1
+        grep -E "^\[|^W1|^worst" "$OUT/ab_clong.txt"
         ;;
       64)  # session 44 (not run: its device time was spent): main after ctma landed with the rule at 4 stages a
            # ring (call 63 timed the rule at 2: 2k contiguous +6.5% on the TMA kernel, so 2k now takes the

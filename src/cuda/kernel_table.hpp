@@ -33,6 +33,7 @@ struct DeviceShape {
   int sm_count = 0;
   int smem_per_sm = 0;
   int max_smem_per_block = 0;
+  int64_t dram_bytes_per_us = 0;  // peak DRAM bandwidth: memory clock x bus width x 2 (0: unknown)
 };
 
 struct AttentionKernel {

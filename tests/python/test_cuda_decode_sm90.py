@@ -7,6 +7,7 @@ the same cases run on the portable kernels (and still check the oracle). On sm_9
 too: the kernel runs by default and when asked for, unless KVATTN_FORCE_PORTABLE=1 or KVATTN_DECODE_SM90=0.
 """
 import os
+import re
 import subprocess
 import sys
 
@@ -256,16 +257,26 @@ def test_scan_rounds(batch, switch, monkeypatch):
 
 _DISPATCH_SCRIPT = r"""
 import os, numpy as np, torch, kvattn
-sq = int(os.environ.get("SQ", "1"))
-q = torch.randn(2, sq, 8, 128, device="cuda", dtype=torch.bfloat16)
-k = torch.randn(2, int(os.environ.get("CAP", "300")), 2, 128, device="cuda", dtype=torch.bfloat16)
+sq, hk, cap = int(os.environ.get("SQ", "1")), int(os.environ.get("HK", "2")), int(os.environ.get("CAP", "300"))
+b, page = int(os.environ.get("B", "2")), int(os.environ.get("PAGE", "0"))
+q = torch.randn(b, sq, 4 * hk, 128, device="cuda", dtype=torch.bfloat16)
+k = torch.randn(b * cap // page, page, hk, 128, device="cuda", dtype=torch.bfloat16) if page else \
+    torch.randn(b, cap, hk, 128, device="cuda", dtype=torch.bfloat16)
 v = torch.randn_like(k)
 if os.environ.get("KV") == "fp8":
     k, v = k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)
-kvattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=torch.tensor([300, 77], dtype=torch.int32, device="cuda"),
-                               deterministic=os.environ.get("DET") == "1")
+kw = dict(page_table=torch.arange(b * cap // page, dtype=torch.int32, device="cuda").view(b, -1)) if page else {}
+if os.environ.get("LPAD") == "1":
+    kw["cache_leftpad"] = torch.tensor([5, 0][:b], dtype=torch.int32, device="cuda")
+kvattn.flash_attn_with_kvcache(q, k, v, cache_seqlens=torch.tensor([300, 77][:b], dtype=torch.int32, device="cuda"),
+                               deterministic=os.environ.get("DET") == "1", **kw)
 torch.cuda.synchronize()
 """
+
+
+# The long-sequence cluster rule's cases: batch 1 over 8 kv heads, a 16,384-slot cache (over the bound).
+_LONG = dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, CAP="16384", B="1", HK="8")
+_FORCED = dict(KVATTN_DECODE_CLUSTER_LONG="1")  # without the card's bandwidth test
 
 
 @pytest.mark.parametrize("switch,expected", [
@@ -310,9 +321,24 @@ torch.cuda.synchronize()
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, SQ="8"), "kernel, 8 producer warps"),
     (dict(KVATTN_DECODE_SM90="0", KVATTN_DECODE_CLUSTER=None), None),
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_CLUSTER_MAX_KEYS="299"),
-     "kernel, 8 producer warps"),  # the cache holds 300 keys a sequence: over the bound
+     "kernel, 8 producer warps"),  # the cache holds 300 keys a sequence: over the bound (batch 2: not long)
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_CLUSTER_MAX_KEYS="300"),
      "cluster kernel, 16 CTAs"),
+    # Past the capacity bound (16,384 slots > 4,096): the cluster form for batch 1 where its TMA kernel can
+    # take the stages and its CTAs stream fast enough for the card's DRAM (by card: BY_CARD; =1 skips that
+    # rule), else the persistent kernel: a paged leftpad, page 8, an fp8 cache, batch 2, TMA off, 32 CTAs
+    # (2 kv heads: too few on any Hopper card), or when switched off
+    (dict(_LONG), "BY_CARD"),
+    (dict(_LONG, **_FORCED), "cluster kernel, * CTAs a unit, K/V by TMA"),
+    (dict(_LONG, PAGE="16", **_FORCED), "cluster kernel, * CTAs a unit, K/V by TMA"),
+    (dict(_LONG, LPAD="1", **_FORCED), "cluster kernel, * CTAs a unit, K/V by TMA"),  # contiguous
+    (dict(_LONG, PAGE="16", LPAD="1", **_FORCED), "kernel, 8 producer warps"),
+    (dict(_LONG, PAGE="8", **_FORCED), "kernel, 8 producer warps"),
+    (dict(_LONG, KV="fp8", **_FORCED), "kernel, 4 producer warps"),
+    (dict(_LONG, B="2", HK="4", **_FORCED), "kernel, 8 producer warps"),
+    (dict(_LONG, KVATTN_DECODE_TMA="0", **_FORCED), "kernel, 8 producer warps"),
+    (dict(_LONG, B="1", HK="2"), "kernel, 8 producer warps"),
+    (dict(_LONG, KVATTN_DECODE_CLUSTER_LONG="0"), "kernel, 8 producer warps"),
     (dict(KVATTN_DECODE_SM90=None, SQ="8"), "8 producer warps"),  # 32 packed rows: two row groups
     (dict(KVATTN_DECODE_SM90=None, SQ="8", KVATTN_SM90_SPLIT_ROWS=None), None),  # the default: split kernel
     (dict(KVATTN_DECODE_SM90=None, KV="fp8", SQ="8", KVATTN_SM90_SPLIT_ROWS=None,
@@ -328,6 +354,14 @@ def test_dispatch_on_sm90(switch, expected):
     kernel."""
     if not _sm90():
         pytest.skip("the Hopper decode kernel runs on sm_90 only")
+    if expected == "BY_CARD":  # the long-sequence cluster rule's bandwidth test (launch.cu)
+        name = sys.modules["torch"].cuda.get_device_name()
+        if "H100 80GB HBM3" in name:  # 3.35 TB/s: 64 CTAs at 46 GB/s reach 85%
+            expected = "cluster kernel, * CTAs a unit, K/V by TMA"
+        elif "H200" in name:  # 4.8 TB/s: they do not
+            expected = "kernel, 8 producer warps"
+        else:
+            pytest.skip(f"the rule's outcome on {name} is not written down here")
     env = dict(os.environ, KVATTN_DEBUG_DISPATCH="1", KVATTN_FORCE_PORTABLE="0")
     for k, v in switch.items():
         if v is None:
@@ -339,6 +373,8 @@ def test_dispatch_on_sm90(switch, expected):
     assert r.returncode == 0, r.stderr
     if expected is None:
         assert "decode_sm90" not in r.stderr, r.stderr
+    elif "*" in expected:  # any cluster size
+        assert re.search("decode_sm90 " + re.escape(expected).replace(r"\*", r"\d+"), r.stderr), r.stderr
     elif expected.startswith(("cluster", "kernel")):
         assert f"decode_sm90 {expected}" in r.stderr, r.stderr
     else:
@@ -470,6 +506,25 @@ def test_cluster_fp8_cache(dtype, fp8_math, monkeypatch):
     case = Case(dtype=dtype, kv_fp8=True, d=128, hq=8, hk=2, seqlens=(2500, 3, 600, 64), sq=1, layout="paged",
                 page_size=16, batch_idx="scattered", num_splits=0, seed=5)
     run_and_compare(case, DEVICE)
+
+
+# Long sequences on the cluster form (past the 4,096-slot capacity bound, batch 1, TMA-eligible layouts;
+# KVATTN_DECODE_CLUSTER_LONG=1: also where the card's bandwidth rule keeps the persistent kernel; 8 kv heads:
+# 64 or 128 CTAs), with scattered batch indices, a contiguous leftpad, varlen K, causal; NaN in unused slots.
+@pytest.mark.parametrize("layout,page,seqlens,hk,extra", [
+    ("contiguous", 0, (20000,), 8, {}),
+    ("paged", 16, (20000,), 8, dict(hq=32)),
+    ("paged", 64, (9000,), 8, dict(batch_idx="scattered")),
+    ("contiguous", 0, (9037,), 8, dict(leftpad=(37,), hq=16)),
+    ("packed", 0, (12000,), 8, dict(causal=True)),
+], ids=["b1_contig", "b1_p16", "b1_p64_scat", "b1_contig_lpad", "b1_packed_causal"])
+def test_cluster_long_sequences(layout, page, seqlens, hk, extra, monkeypatch):
+    monkeypatch.delenv("KVATTN_DECODE_CLUSTER", raising=False)
+    monkeypatch.setenv("KVATTN_DECODE_CLUSTER_LONG", "1")  # whatever the card's bandwidth
+    kw = dict(dtype="bf16", d=128, hq=hk, hk=hk, seqlens=seqlens, sq=1, layout=layout, page_size=max(page, 1),
+              num_splits=0, extra_slots=500, seed=len(layout) + page + 3 * len(extra))
+    kw.update(extra)
+    run_and_compare(Case(**kw), DEVICE)
 
 
 @pytest.mark.usefixtures("_cluster_on")

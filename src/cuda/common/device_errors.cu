@@ -110,6 +110,13 @@ kvattn_status query_device(int device_id, DeviceInfo* info) {
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_id);
   if (err != cudaSuccess) return cuda_fail(err, "reading the properties of device_id " + s(device_id));
   info->shape.arch = 10 * major + minor;
+  // Peak DRAM bandwidth for the plans that weigh it (left 0, unknown, where the driver does not say).
+  int clock_khz = 0, bus_bits = 0;
+  if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device_id) == cudaSuccess &&
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device_id) == cudaSuccess) {
+    info->shape.dram_bytes_per_us = static_cast<int64_t>(clock_khz) * bus_bits / 4000;  // x 2 (DDR) / 8 bits
+  }
+  cudaGetLastError();
   return device_error_record(&info->errors);
 }
 

@@ -255,12 +255,12 @@ static int64_t decode_sm90_det_chunk_keys() {
 // one wave of clusters: C = 16 CTAs a unit, else 8, when units x C <= the SMs and the device holds that many
 // clusters at once (cudaOccupancyMaxActiveClusters: a GPC holds whole clusters, so 16-CTA clusters of one
 // CTA an SM fit fewer than SMs / 16 on some parts), and when no sequence can hold more than
-// decode_cluster_max_keys() keys (the capacity: static, so graph-safe). It removes the persistent kernel's
-// start (the balanced scan, the walk) and its combine kernel, what batch 1 at 1k-4k pays; it streams long
-// sequences slower (H100, session 39: W1 32/8 b1 1k / 2k / 4k p16 18.4 / 20.0 / 23.2 -> 14.2 / 16.9 / 22.7
-// us, but b1 32k 61 -> 79 and 128k 194 -> 259: for batch 1 over 8 kv heads the cluster form has 64 or
-// 128 CTAs of 4 warps that both copied and computed, against the persistent kernel's 132 with 8 copy warps;
-// since session 42 a CTA has 4 consumer and 4 producer warps). Not in deterministic
+// decode_cluster_max_keys() keys (the capacity: static, so graph-safe) or cluster_streams_long says it
+// streams them faster. It removes the persistent kernel's start (the balanced scan, the walk) and its
+// combine kernel, what batch 1 at 1k-4k pays (H100, session 39: W1 32/8 b1 1k / 2k / 4k p16 18.4 / 20.0 /
+// 23.2 -> 14.2 / 16.9 / 22.7 us; then the cluster form streamed long sequences slower, b1 32k 61 -> 79,
+// with 4 warps a CTA that both copied and computed; since session 42 it has 4 consumer and 4 producer
+// warps a CTA, since session 44 K / V by TMA where the rings refill). Not in deterministic
 // mode (C depends on the batch) nor with sm_margin. KVATTN_DECODE_CLUSTER: 0 off, 8 at most 8 CTAs a unit;
 // KVATTN_DECODE_CLUSTER_MAX_KEYS: the capacity bound (read on every plan).
 static int decode_cluster_max_ctas() {
@@ -320,31 +320,66 @@ static const char* decode_tma_env() {
 static bool cluster_tma_layout(bool paged, int64_t page_size) {
   return !paged || (page_size > 0 && page_size % 16 == 0);
 }
+// A 16-bit cache whose layout the maps take, TMA not switched off.
+static bool cluster_tma_eligible(const FwdProblem& p) {
+  const char* env = decode_tma_env();
+  if (p.kv_dtype == DType::fp8_e4m3 || (env != nullptr && std::strcmp(env, "0") == 0)) return false;
+  const bool packed = p.cu_seqlens_k != nullptr, paged = p.page_table != nullptr && !packed;
+  return cluster_tma_layout(paged, p.page_size);
+}
 static bool cluster_tma(const FwdProblem& p, int ctas) {
   using C = DecodeClusterShape;
-  if (p.kv_dtype == DType::fp8_e4m3 || ctas <= 0) return false;
+  if (ctas <= 0 || p.kv_dtype == DType::fp8_e4m3) return false;
   const char* env = decode_tma_env();
-  if (env != nullptr && std::strcmp(env, "0") == 0) return false;
   if (env != nullptr && (std::strcmp(env, "force") == 0 || std::strcmp(env, "copy") == 0)) return true;
-  const bool packed = p.cu_seqlens_k != nullptr, paged = p.page_table != nullptr && !packed;
-  if (!cluster_tma_layout(paged, p.page_size)) return false;
+  if (!cluster_tma_eligible(p)) return false;
   const int64_t keys_a_cta = max_sequence_keys(p) / ctas;
   return keys_a_cta >= int64_t{C::kTmaMinStages} * C::kWarps * DecodeSm90Shape::stage_keys(false);
 }
 
-static int decode_cluster_ctas(const FwdProblem& p, const AttentionPlan& plan, int64_t sms) {
+// Past the capacity bound (long sequences) the cluster form streams only for batch 1 (its units then have
+// one length; over a batch, one long sequence among short ones would stream on its own clusters' SMs
+// while the persistent kernel's balanced schedule spreads it over all of them), where its TMA kernel can
+// take the stages (cluster_tma_eligible; it does from 4 stages a ring, below that the padded kernel's
+// cp.async still beats the persistent kernel's start), and where its CTAs at the rate one streams
+// (kClusterCtaBytesPerUs) reach 85% of the device's DRAM bandwidth: it has fewer CTAs than SMs (an H100 or
+// H200 holds 7 clusters of 16: 8 kv heads take C = 8, 64 CTAs). H100 (3.35 TB/s; 64 x 46 GB/s = 2.94):
+// W1 32/8 b1 32k p16 / contiguous 62.6 / 61.9 -> 54.5 / 52.0 us, p64 62.3 -> 52.0, 64/8 63.2 -> 53.3, b1
+// 128k p16 / contiguous 197.6 / 194.3 -> 190.0 / 183.5, W4 b1 32k q4 64.7 -> 53.4 (no scan, no combine
+// kernel; bench/NOTES.md, session 45). The H200 (4.8 TB/s) keeps the persistent kernel: at 46 GB/s a CTA
+// its b1 128k would take ~183 us against the persistent kernel's 143-146 (session 44's run). By cp.async
+// the cluster form streams long sequences slower still (page 1 +14%, a paged leftpad off the 16-slot grid
+// +45%, the fp8 cluster kernel +33%, H100). A leftpad is a value, so a paged cache with one stays on the
+// persistent kernel (static shapes: graph-safe). KVATTN_DECODE_CLUSTER_LONG: 0 never, 1 without the
+// bandwidth rule (tests, A/B).
+constexpr int64_t kClusterCtaBytesPerUs = 46000;  // H100, b1 128k p16: 537 MB in 183.5 us over 64 CTAs
+static bool cluster_streams_long(const FwdProblem& p, int64_t cluster_ctas, int64_t dram_bytes_per_us) {
+  const char* e = std::getenv("KVATTN_DECODE_CLUSTER_LONG");
+  if (e != nullptr && std::strcmp(e, "0") == 0) return false;
+  const bool packed = p.cu_seqlens_k != nullptr, paged = p.page_table != nullptr && !packed;
+  const bool forced = e != nullptr && std::strcmp(e, "1") == 0;
+  const bool fast_enough = forced || (dram_bytes_per_us > 0 &&
+                                      cluster_ctas * kClusterCtaBytesPerUs * 20 >= dram_bytes_per_us * 17);
+  return p.batch == 1 && fast_enough && !(paged && p.cache_leftpad != nullptr) && cluster_tma_eligible(p);
+}
+
+static int decode_cluster_ctas(const FwdProblem& p, const AttentionPlan& plan, int64_t sms,
+                               int64_t dram_bytes_per_us) {
   const int max_ctas = decode_cluster_max_ctas();
   if (max_ctas == 0 || p.deterministic || p.sm_margin > 0 || !plan.balanced ||
-      plan.rows_per_unit > DecodeSm90Shape::kGroupRows || max_sequence_keys(p) > decode_cluster_max_keys()) {
+      plan.rows_per_unit > DecodeSm90Shape::kGroupRows) {
     return 0;
   }
   const DType compute = p.q_dtype == DType::fp8_e4m3 ? DType::bf16 : p.q_dtype;
   const ClusterVariant v = pick_cluster_kernel(compute, p.kv_dtype);
   if (v.kernel == nullptr) return 0;
   const int64_t units = static_cast<int64_t>(p.batch) * p.num_kv_heads;
-  const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
+  const bool fp8 = p.kv_dtype == DType::fp8_e4m3,
+             long_keys = max_sequence_keys(p) > decode_cluster_max_keys();
   for (int ctas = max_ctas; ctas >= DecodeClusterShape::kMinCtas; ctas /= 2) {
-    if (units * ctas <= sms && units <= max_active_clusters(v, p.device_id, ctas, fp8)) return ctas;
+    if (units * ctas <= sms && units <= max_active_clusters(v, p.device_id, ctas, fp8)) {
+      return !long_keys || cluster_streams_long(p, units * ctas, dram_bytes_per_us) ? ctas : 0;
+    }
   }
   return 0;
 }
@@ -395,7 +430,7 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
     plan.chunk_keys = d.chunk_keys;
     plan_partials(plan, p, static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits, true);
   }
-  if ((plan.cluster_ctas = decode_cluster_ctas(p, plan, sms)) > 0) {
+  if ((plan.cluster_ctas = decode_cluster_ctas(p, plan, sms, device.dram_bytes_per_us)) > 0) {
     // Whole units: no partials, no combine, so none of the balanced schedule's workspace planned above.
     plan.balanced = false;
     plan.workspace_bytes = plan.o_partial_offset = plan.lse_partial_offset = plan.unit_pieces_offset = 0;

@@ -1,0 +1,50 @@
+"""The decode cluster form's streaming rate per CTA (GPU): batch 1 at 32k / 128k keys (page 16) over 2, 4 and 8
+kv heads, clusters of 16 or 8 CTAs a unit (KVATTN_DECODE_CLUSTER, the capacity bound lifted), and the
+persistent kernel on the same inputs. If the rate per CTA stays flat as the CTAs halve, the cluster form is
+limited per SM (a card with more bandwidth needs more CTAs); if the whole call's rate stays flat, by the
+memory. A diagnostic for bench/NOTES.md (session 45), not a suite.
+
+    PYTHONPATH=python:. python3 -m bench.cluster_rate
+"""
+import functools
+import json
+import os
+import sys
+
+from bench import timing as T
+from bench.short_decode import make_set
+
+HEADS = (8, 4, 2)
+KEYS = (32768, 131072)
+FORMS = (("persistent", "0"), ("C16", "16"), ("C8", "8"))  # KVATTN_DECODE_CLUSTER
+
+
+def main():
+    import torch
+    import kvattn
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(0)
+    os.environ["KVATTN_DECODE_CLUSTER_MAX_KEYS"] = str(1 << 30)
+    for keys in KEYS:
+        for hk in HEADS:
+            nbytes = 2 * keys * hk * 128 * 2
+            sets = [make_set(torch, 4 * hk, hk, 1, keys, 16, gen) for _ in range(T.n_sets_for(nbytes, 4 << 30))]
+            ref = kvattn.flash_attn_with_kvcache(**sets[0]).float()
+            for label, clusters in FORMS:
+                os.environ["KVATTN_DECODE_CLUSTER"] = clusters
+                fns = [functools.partial(kvattn.flash_attn_with_kvcache, **kw) for kw in sets]
+                err = float((kvattn.flash_attn_with_kvcache(**sets[0]).float() - ref).abs().max())
+                timing, _ = T.time_cuda(fns, torch)
+                us = timing["median_us"]
+                ctas = hk * int(clusters) if clusters != "0" else None
+                print(json.dumps(dict(keys=keys, hk=hk, form=label, ctas=ctas, us=round(us, 2),
+                                      tbps=round(nbytes / us / 1e6, 3),
+                                      gbps_a_cta=round(nbytes / us / 1e3 / ctas, 1) if ctas else None,
+                                      max_diff_vs_first=err)), flush=True)
+            del sets
+            torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
