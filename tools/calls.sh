@@ -23,8 +23,14 @@ show() {
 Session 45 ran 64-69 (H100s only): branch clong landed (the cluster form for batch 1 past the capacity
 bound where the card's DRAM bandwidth allows: H100 W1 b1 32k -13 to -17%); ptma (65, 66) lost, not merged.
 Next, in order of value (bench/NOTES.md, "Where to go next", session 45): 71, best on an H200 (it decides
-whether the H200 takes the cluster form too); 70 is 71 before the bandwidth rule (superseded, not run).
+whether the H200 takes the cluster form too), then 72 (branch codd: 112 CTAs for b1 over 8 kv heads); 70
+is 71 before the bandwidth rule (superseded, not run).
 Entries 64-70 are the record of session 45's calls; 59-63 of session 44's.
+72. run(command="bash tools/calls.sh run 72", carry=[".dev/codd128.so.xz", ".whl"], timeout_s=500)   [tree at codd]
+   branch codd (any cluster size in [8, 16], opt-in KVATTN_DECODE_CLUSTER_ANY_SIZE=1: 8 units take C = 14,
+   112 CTAs): checks at C = 9-15 (racecheck / memcheck at 14 / 13), A (off) B (on) over W1 short, b1 32k /
+   128k, W4 b1 with KVATTN_DECODE_CLUSTER_LONG=1 on both, then bench.cluster_rate. Run after 71 (or with it,
+   on an H200: 71 says what the H200 does today).
 71. run(command="bash tools/calls.sh run 71", carry=[".dev/clong4_128.so.xz", ".whl", ".peerkit/MANIFEST.json", ".peerkit/fi.tar.xz"], timeout_s=300)   [tree at main]
    bench.cluster_rate (the cluster form's rate per CTA at 64 / 32 CTAs, the persistent kernel beside it),
    the dispatch and long-sequence checks (clong4's, not yet GPU-run), W1 / W4 b1 with FlashInfer (an H200
