@@ -342,12 +342,12 @@ static bool cluster_tma(const FwdProblem& p, int ctas) {
 // while the persistent kernel's balanced schedule spreads it over all of them), where its TMA kernel can
 // take the stages (cluster_tma_eligible; it does from 4 stages a ring, below that the padded kernel's
 // cp.async still beats the persistent kernel's start), and where its CTAs at the rate one streams
-// (kClusterCtaBytesPerUs) reach 85% of the device's DRAM bandwidth: it has fewer CTAs than SMs (an H100 or
-// H200 holds 7 clusters of 16: 8 kv heads take C = 8, 64 CTAs). H100 (3.35 TB/s; 64 x 46 GB/s = 2.94):
-// W1 32/8 b1 32k p16 / contiguous 62.6 / 61.9 -> 54.5 / 52.0 us, p64 62.3 -> 52.0, 64/8 63.2 -> 53.3, b1
-// 128k p16 / contiguous 197.6 / 194.3 -> 190.0 / 183.5, W4 b1 32k q4 64.7 -> 53.4 (no scan, no combine
-// kernel; bench/NOTES.md, session 45). The H200 (4.8 TB/s) keeps the persistent kernel: at 46 GB/s a CTA
-// its b1 128k would take ~183 us against the persistent kernel's 143-146 (session 44's run). By cp.async
+// (kClusterCtaBytesPerUs) reach 85% of the device's DRAM bandwidth: it has fewer CTAs than SMs (an H100
+// holds 7 clusters of 16, the H200 presumably too: 8 kv heads take C = 8, 64 CTAs). H100 (3.35 TB/s; 64 x 46
+// GB/s = 2.94): W1 32/8 b1 32k p16 / contiguous 62.6 / 61.9 -> 54.5 / 52.0 us, p64 62.3 -> 52.0, 64/8 63.2
+// -> 53.3, b1 128k p16 / contiguous 197.6 / 194.3 -> 190.0 / 183.5, W4 b1 32k q4 64.7 -> 53.4 (no scan, no
+// combine kernel; bench/NOTES.md, session 45). The H200 (4.8 TB/s) keeps the persistent kernel: at 46 GB/s a
+// CTA its b1 128k would take ~183 us against the persistent kernel's 143-146 (session 44's run). By cp.async
 // the cluster form streams long sequences slower still (page 1 +14%, a paged leftpad off the 16-slot grid
 // +45%, the fp8 cluster kernel +33%, H100). A leftpad is a value, so a paged cache with one stays on the
 // persistent kernel (static shapes: graph-safe). KVATTN_DECODE_CLUSTER_LONG: 0 never, 1 without the
