@@ -115,8 +115,9 @@ kvattn_status query_device(int device_id, DeviceInfo* info) {
   if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, device_id) == cudaSuccess &&
       cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device_id) == cudaSuccess) {
     info->shape.dram_bytes_per_us = static_cast<int64_t>(clock_khz) * bus_bits / 4000;  // x 2 (DDR) / 8 bits
+  } else {
+    cudaGetLastError();  // (only the failed query's error: a caller's pending one is not ours to clear)
   }
-  cudaGetLastError();
   return device_error_record(&info->errors);
 }
 

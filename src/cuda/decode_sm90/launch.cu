@@ -320,12 +320,14 @@ static const char* decode_tma_env() {
 static bool cluster_tma_layout(bool paged, int64_t page_size) {
   return !paged || (page_size > 0 && page_size % 16 == 0);
 }
+static bool paged_cache(const FwdProblem& p) {
+  return p.page_table != nullptr && p.cu_seqlens_k == nullptr;
+}
 // A 16-bit cache whose layout the maps take, TMA not switched off.
 static bool cluster_tma_eligible(const FwdProblem& p) {
   const char* env = decode_tma_env();
   if (p.kv_dtype == DType::fp8_e4m3 || (env != nullptr && std::strcmp(env, "0") == 0)) return false;
-  const bool packed = p.cu_seqlens_k != nullptr, paged = p.page_table != nullptr && !packed;
-  return cluster_tma_layout(paged, p.page_size);
+  return cluster_tma_layout(paged_cache(p), p.page_size);
 }
 static bool cluster_tma(const FwdProblem& p, int ctas) {
   using C = DecodeClusterShape;
@@ -356,11 +358,11 @@ constexpr int64_t kClusterCtaBytesPerUs = 46000;  // H100, b1 128k p16: 537 MB i
 static bool cluster_streams_long(const FwdProblem& p, int64_t cluster_ctas, int64_t dram_bytes_per_us) {
   const char* e = std::getenv("KVATTN_DECODE_CLUSTER_LONG");
   if (e != nullptr && std::strcmp(e, "0") == 0) return false;
-  const bool packed = p.cu_seqlens_k != nullptr, paged = p.page_table != nullptr && !packed;
   const bool forced = e != nullptr && std::strcmp(e, "1") == 0;
   const bool fast_enough = forced || (dram_bytes_per_us > 0 &&
                                       cluster_ctas * kClusterCtaBytesPerUs * 20 >= dram_bytes_per_us * 17);
-  return p.batch == 1 && fast_enough && !(paged && p.cache_leftpad != nullptr) && cluster_tma_eligible(p);
+  return p.batch == 1 && fast_enough && !(paged_cache(p) && p.cache_leftpad != nullptr) &&
+         cluster_tma_eligible(p);
 }
 
 static int decode_cluster_ctas(const FwdProblem& p, const AttentionPlan& plan, int64_t sms,
