@@ -1,14 +1,16 @@
 """The decode cluster form's streaming rate per CTA (GPU): batch 1 at 32k / 128k keys (page 16) over 2, 4 and 8
-kv heads, clusters of 16 or 8 CTAs a unit (KVATTN_DECODE_CLUSTER, the capacity bound lifted), and the
+kv heads, clusters of 16, 14 or 8 CTAs a unit (KVATTN_DECODE_CLUSTER, the capacity bound lifted), and the
 persistent kernel on the same inputs. If the rate per CTA stays flat as the CTAs halve, the cluster form is
 limited per SM (a card with more bandwidth needs more CTAs); if the whole call's rate stays flat, by the
 memory. A diagnostic for bench/NOTES.md (session 45), not a suite.
 
     PYTHONPATH=python:. python3 -m bench.cluster_rate
 """
+import contextlib
 import functools
 import json
 import os
+import re
 import sys
 
 from bench import timing as T
@@ -16,15 +18,40 @@ from bench.short_decode import make_set
 
 HEADS = (8, 4, 2)
 KEYS = (32768, 131072)
-FORMS = (("persistent", "0"), ("C16", "16"), ("C8", "8"))  # KVATTN_DECODE_CLUSTER
+# KVATTN_DECODE_CLUSTER (with KVATTN_DECODE_CLUSTER_ANY_SIZE=1: C = 14 where the card holds the clusters; a
+# library without any-size reads "14" as 16)
+FORMS = (("persistent", "0"), ("C16", "16"), ("C14", "14"), ("C8", "8"))
+
+
+@contextlib.contextmanager
+def _stderr_into(path):
+    """fd 2 (where the library's KVATTN_DEBUG_DISPATCH lines go) into `path` meanwhile."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "w") as f:
+        os.dup2(f.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _ctas_a_unit(path):
+    """The cluster size the library printed last ("cluster kernel, N CTAs a unit"), or None."""
+    found = re.findall(r"cluster kernel, (\d+) CTAs a unit", open(path).read())
+    return int(found[-1]) if found else None
 
 
 def main():
+    os.environ["KVATTN_DEBUG_DISPATCH"] = "1"  # read once, at the library's first launch: C as it ran
     import torch
     import kvattn
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
     os.environ["KVATTN_DECODE_CLUSTER_MAX_KEYS"] = str(1 << 30)
+    os.environ["KVATTN_DECODE_CLUSTER_ANY_SIZE"] = "1"
     for keys in KEYS:
         for hk in HEADS:
             nbytes = 2 * keys * hk * 128 * 2
@@ -33,11 +60,14 @@ def main():
             for label, clusters in FORMS:
                 os.environ["KVATTN_DECODE_CLUSTER"] = clusters
                 fns = [functools.partial(kvattn.flash_attn_with_kvcache, **kw) for kw in sets]
-                err = float((kvattn.flash_attn_with_kvcache(**sets[0]).float() - ref).abs().max())
-                timing, _ = T.time_cuda(fns, torch)
+                log = f"/tmp/cluster_rate_{os.getpid()}.log"
+                with _stderr_into(log):
+                    err = float((kvattn.flash_attn_with_kvcache(**sets[0]).float() - ref).abs().max())
+                    timing, _ = T.time_cuda(fns, torch)
                 us = timing["median_us"]
-                ctas = hk * int(clusters) if clusters != "0" else None
-                print(json.dumps(dict(keys=keys, hk=hk, form=label, ctas=ctas, us=round(us, 2),
+                c = _ctas_a_unit(log) if clusters != "0" else None
+                ctas = hk * c if c else None
+                print(json.dumps(dict(keys=keys, hk=hk, form=label, c=c, ctas=ctas, us=round(us, 2),
                                       tbps=round(nbytes / us / 1e6, 3),
                                       gbps_a_cta=round(nbytes / us / 1e3 / ctas, 1) if ctas else None,
                                       max_diff_vs_first=err)), flush=True)

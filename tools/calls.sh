@@ -26,6 +26,12 @@ Next, in order of value (bench/NOTES.md, "Where to go next", session 45): 71, be
 whether the H200 takes the cluster form too), then 72 (branch codd: 112 CTAs for b1 over 8 kv heads); 70
 is 71 before the bandwidth rule (superseded, not run).
 Entries 64-70 are the record of session 45's calls; 59-63 of session 44's.
+Session 46 (the checkout came back without .dev/, .peerkit/ and branch codd: codd rewritten from its notes):
+73. run(command="bash tools/calls.sh run 73", carry=[".dev/main128_46.so.xz", ".dev/codd128.so.xz", ".whl"], timeout_s=600)   [tree at codd]
+   codd's checks (C = 9-15, racecheck at 14, memcheck at 9 / a bad page at 13), then A = main, B = codd with
+   KVATTN_DECODE_CLUSTER_ANY_SIZE=1 over W1 short, b1 32k / 128k, W4 b1 (each with its own rules).
+74. run(command="bash tools/calls.sh run 74", carry=[".dev/codd128.so.xz", ".whl", ".peerkit/MANIFEST.json", ".peerkit/fi.tar.xz"], timeout_s=420)   [tree at codd]
+   bench.cluster_rate (C = 16 / 14 / 8, persistent), then FlashInfer beside codd (switch on) on the same cases.
 72. run(command="bash tools/calls.sh run 72", carry=[".dev/codd128.so.xz", ".whl"], timeout_s=500)   [tree at codd]
    branch codd (any cluster size in [8, 16], opt-in KVATTN_DECODE_CLUSTER_ANY_SIZE=1: 8 units take C = 14,
    112 CTAs): checks at C = 9-15 (racecheck / memcheck at 14 / 13), A (off) B (on) over W1 short, b1 32k /
@@ -159,6 +165,40 @@ case "${1:-show}" in
           KVATTN_AB_ENV_B="KVATTN_FORCE_PORTABLE=0" KVATTN_AB_SUITES=W3 KVATTN_AB_ROUNDS=2 \
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
+        ;;
+      73)  # session 46: branch codd rewritten (session 45's was lost with its checkout): any cluster size in
+           # [8, 16] for 16-bit caches, opt-in KVATTN_DECODE_CLUSTER_ANY_SIZE=1. Checks of codd (the tests
+           # set the switch themselves), then A = main (its rules) against B = codd with the switch on (its
+           # rules: on an H200 b1 over 8 kv heads takes the cluster form through the bandwidth rule once C
+           # > 8 fits), W1 short and b1 long, W4 b1.
+        F="=W1 32/8 b1 32k contig|=W1 32/8 b1 32k p16|=W1 32/8 b1 32k p64|=W1 32/8 b1 32k contig+lpad|=W1 64/8 b1 32k p16|=W1 32/8 b1 128k contig|=W1 32/8 b1 128k p16|=W4 32/8 b1 32k q4 p16|=W1 32/8 b1 1k p16 short|=W1 32/8 b1 2k p16 short|=W1 32/8 b1 4k p16 short"
+        mkdir -p "$OUT"
+        OUT=/tmp/ab73 KVATTN_AB_A=.dev/main128_46.so.xz KVATTN_AB_B=.dev/codd128.so.xz KVATTN_AB_DIMS=128 \
+          KVATTN_AB_ENV_B="KVATTN_DECODE_CLUSTER_ANY_SIZE=1" KVATTN_AB_ROUNDS=2 \
+          KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py KVATTN_AB_K="cluster or dispatch or graph" \
+          KVATTN_AB_SMOKE_K="cluster_any_size and 13-paged-16-None" KVATTN_AB_SMOKE_TIMEOUT=90 \
+          KVATTN_AB_TEST_TIMEOUT=200 KVATTN_AB_SAN_TIMEOUT=80 \
+          KVATTN_AB_RACE_K="cluster_any_size and 14-paged-16-force" \
+          KVATTN_AB_MEM_K="cluster_any_size and 9-contiguous-0-force or cluster_bad_page and 13" \
+          KVATTN_AB_SUITES=W1,W4 KVATTN_AB_FILTER="$F" bash tools/prefill_ab.sh > "$OUT/ab_codd.txt" 2>&1
+        grep -E "^\[|^W1|^W4|^worst|^SM clock" "$OUT/ab_codd.txt" | cut -c1-200
+        grep -E "^(FAILED|ERROR)" /tmp/ab73/tests.log | cut -c1-300 | head
+        grep -B2 -A14 "^E " /tmp/ab73/tests.log | head -80 > "$OUT/test_errors.txt"
+        grep -h "cluster kernel" /tmp/ab73/*.log | sort | uniq -c | head > "$OUT/dispatch_lines.txt"
+        ;;
+      74)  # session 46: FlashInfer beside codd (the switch on) on W1 / W4 b1, and bench.cluster_rate (C = 16,
+           # 14, 8 and the persistent kernel: the rate a CTA).
+        source tools/device_env.sh; lib=$(device_lib .dev/codd128.so.xz cr)
+        KVATTN_LIBRARY=$lib timeout 120 python3 -m bench.cluster_rate > "$OUT/cluster_rate.txt" 2>&1
+        echo "== cluster_rate rc=$?"; cut -c1-220 "$OUT/cluster_rate.txt"
+        F="=W1 32/8 b1 32k contig|=W1 32/8 b1 32k p16|=W1 32/8 b1 32k p64|=W1 32/8 b1 32k contig+lpad|=W1 64/8 b1 32k p16|=W1 32/8 b1 128k contig|=W1 32/8 b1 128k p16|=W4 32/8 b1 32k q4 p16|=W1 32/8 b1 1k p16 short|=W1 32/8 b1 2k p16 short|=W1 32/8 b1 4k p16 short"
+        KVATTN_DECODE_CLUSTER_ANY_SIZE=1 OUT=/tmp/peers74 KVATTN_LIBRARY=.dev/codd128.so.xz KVATTN_TORCH_OP=0 \
+          KVATTN_BENCH_FILTER="$F" KVATTN_BENCH_ARGS="--peers flashinfer --flex none" KVATTN_BENCH_MINUTES=3 \
+          KVATTN_BENCH_TIMEOUT=240 bash tools/gpu_bench.sh W1,W4 > "$OUT/peers.txt" 2>&1
+        echo "== peers rc=$?"; ls /tmp/peers74
+        tar -xzf /tmp/peers74/bench_W1_W4.tgz -C /tmp/peers74 2> /dev/null
+        find /tmp/peers74 -name results.md -exec cp {} "$OUT/" \; ; find /tmp/peers74 -name results.jsonl -exec cp {} "$OUT/" \;
+        grep -E "^\| W[14]" "$OUT/results.md" | cut -c1-260
         ;;
       71)  # session 45: call 70 lean (its machine did not come; ~300 s of device time left) on clong4 (the rule
            # weighs the card's DRAM bandwidth: H100 takes the cluster form for b1 long, H200 keeps the

@@ -14,7 +14,8 @@
 # head dims, KVATTN_TEST_HEAD_DIMS), KVATTN_AB_CHECK (0: steps 1-3 skipped),
 # KVATTN_AB_K (a pytest -k expression for step 2), KVATTN_AB_TEST_TIMEOUT (200 s), KVATTN_AB_FILTER,
 # KVATTN_AB_SUITES (W6,W3), KVATTN_AB_ROUNDS (2), KVATTN_AB_ENV_B (variables set for B, its checks and its
-# timing, e.g. "KVATTN_SM90_PINGPONG=1"; then A and B may be the same library), KVATTN_AB_SMOKE_TIMEOUT (45 s;
+# timing, e.g. "KVATTN_SM90_PINGPONG=1"; then A and B may be the same library), KVATTN_AB_ENV_A (variables set
+# for A's timing), KVATTN_AB_SMOKE_TIMEOUT (45 s;
 # a full build at d 256 needs ~60), KVATTN_AB_SAN_TIMEOUT (45 s: racecheck's and memcheck's each). Output
 # under $OUT.
 # For another kernel (the decode kernel: KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py
@@ -66,9 +67,10 @@ filter=${KVATTN_AB_FILTER:-W6 prefill 16k 16x128|W3 32/8 b8 +512 over 4k p16|W3 
 dirs=()
 for round in $(seq 1 "${KVATTN_AB_ROUNDS:-2}"); do
   for v in a b; do
-    lib=$A env_b=()
-    if [ $v = b ]; then lib=$B; read -r -a env_b <<< "${KVATTN_AB_ENV_B:-}"; fi
-    env "${env_b[@]}" KVATTN_LIBRARY="$lib" timeout -k 5 120 python3 -m bench.run \
+    lib=$A env_v=()
+    read -r -a env_v <<< "${KVATTN_AB_ENV_A:-}"
+    if [ $v = b ]; then lib=$B; read -r -a env_v <<< "${KVATTN_AB_ENV_B:-}"; fi
+    env "${env_v[@]}" KVATTN_LIBRARY="$lib" timeout -k 5 120 python3 -m bench.run \
       --suite "${KVATTN_AB_SUITES:-W6,W3}" --filter "$filter" --no-peers --flex none --warmup-s 1 \
       --max-minutes 1.5 --out "$OUT/${v}_$round" > "$OUT/${v}_$round.log" 2>&1
     say "$v round $round rc=$?"

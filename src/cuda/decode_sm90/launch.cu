@@ -489,9 +489,10 @@ static kvattn_status launch_decode_cluster(const AttnParams& params, const Atten
     std::fprintf(
         stderr,
         "kvattn: decode_sm90 cluster kernel, %d CTAs a unit, K/V by %s (clusters of 16 / 8 resident: "
-        "%d / %d)\n",
+        "%d / %d, of %d: %d)\n",
         plan.cluster_ctas, maps.tma ? "TMA" : "cp.async", max_active_clusters(v, device, 16, fp8),
-        max_active_clusters(v, device, 8, fp8));
+        max_active_clusters(v, device, 8, fp8), plan.cluster_ctas,
+        max_active_clusters(v, device, plan.cluster_ctas, fp8));
   }
   if (const kvattn_status st = cluster_opt_in(v, device, plan.smem_bytes); st != KVATTN_OK) return st;
   cudaLaunchConfig_t config = {};
