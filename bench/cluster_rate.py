@@ -1,8 +1,9 @@
-"""The decode cluster form's streaming rate per CTA (GPU): batch 1 at 32k / 128k keys (page 16) over 2, 4 and 8
-kv heads, clusters of 16, 14 or 8 CTAs a unit (KVATTN_DECODE_CLUSTER, the capacity bound lifted), and the
-persistent kernel on the same inputs. If the rate per CTA stays flat as the CTAs halve, the cluster form is
-limited per SM (a card with more bandwidth needs more CTAs); if the whole call's rate stays flat, by the
-memory. A diagnostic for bench/NOTES.md (session 45), not a suite.
+"""The decode cluster form's streaming rate per CTA (GPU): batch 1 at 16k / 32k / 128k keys (page 16) over 8,
+4, 2 and 1 kv heads, clusters of 16 or 8 CTAs a unit (KVATTN_DECODE_CLUSTER, the capacity bound lifted), the
+persistent kernel on the same inputs, and what the plan's own rule picks ("default"; launch.cu,
+cluster_faster). If the rate per CTA stays flat as the CTAs halve, the cluster form is limited per SM (a card
+with more bandwidth needs more CTAs); if the whole call's rate stays flat, by the memory. A diagnostic for
+bench/NOTES.md (sessions 45-46), not a suite.
 
     PYTHONPATH=python:. python3 -m bench.cluster_rate
 """
@@ -16,11 +17,10 @@ import sys
 from bench import timing as T
 from bench.short_decode import make_set
 
-HEADS = (8, 4, 2)
-KEYS = (32768, 131072)
-# KVATTN_DECODE_CLUSTER (with KVATTN_DECODE_CLUSTER_ANY_SIZE=1: C = 14 where the card holds the clusters; a
-# library without any-size reads "14" as 16)
-FORMS = (("persistent", "0"), ("C16", "16"), ("C14", "14"), ("C8", "8"))
+HEADS = (8, 4, 2, 1)
+KEYS = (16384, 32768, 131072)
+# KVATTN_DECODE_CLUSTER with the capacity bound lifted; "default": neither set, the plan's own rule.
+FORMS = (("persistent", "0"), ("C16", "16"), ("C8", "8"), ("default", None))
 
 
 @contextlib.contextmanager
@@ -50,22 +50,25 @@ def main():
     import kvattn
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
-    os.environ["KVATTN_DECODE_CLUSTER_MAX_KEYS"] = str(1 << 30)
-    os.environ["KVATTN_DECODE_CLUSTER_ANY_SIZE"] = "1"
     for keys in KEYS:
         for hk in HEADS:
             nbytes = 2 * keys * hk * 128 * 2
             sets = [make_set(torch, 4 * hk, hk, 1, keys, 16, gen) for _ in range(T.n_sets_for(nbytes, 4 << 30))]
             ref = kvattn.flash_attn_with_kvcache(**sets[0]).float()
             for label, clusters in FORMS:
-                os.environ["KVATTN_DECODE_CLUSTER"] = clusters
+                for name, value in (("KVATTN_DECODE_CLUSTER", clusters),
+                                    ("KVATTN_DECODE_CLUSTER_MAX_KEYS", None if clusters is None else str(1 << 30))):
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
                 fns = [functools.partial(kvattn.flash_attn_with_kvcache, **kw) for kw in sets]
                 log = f"/tmp/cluster_rate_{os.getpid()}.log"
                 with _stderr_into(log):
                     err = float((kvattn.flash_attn_with_kvcache(**sets[0]).float() - ref).abs().max())
                     timing, _ = T.time_cuda(fns, torch)
                 us = timing["median_us"]
-                c = _ctas_a_unit(log) if clusters != "0" else None
+                c = _ctas_a_unit(log) if clusters != "0" else None  # (None: the persistent kernel ran)
                 ctas = hk * c if c else None
                 print(json.dumps(dict(keys=keys, hk=hk, form=label, c=c, ctas=ctas, us=round(us, 2),
                                       tbps=round(nbytes / us / 1e6, 3),

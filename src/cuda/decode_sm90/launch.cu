@@ -343,26 +343,39 @@ static bool cluster_tma(const FwdProblem& p, int ctas) {
 // one length; over a batch, one long sequence among short ones would stream on its own clusters' SMs
 // while the persistent kernel's balanced schedule spreads it over all of them), where its TMA kernel can
 // take the stages (cluster_tma_eligible; it does from 4 stages a ring, below that the padded kernel's
-// cp.async still beats the persistent kernel's start), and where its CTAs at the rate one streams
-// (kClusterCtaBytesPerUs) reach 85% of the device's DRAM bandwidth: it has fewer CTAs than SMs (an H100
-// holds 7 clusters of 16, the H200 presumably too: 8 kv heads take C = 8, 64 CTAs). H100 (3.35 TB/s; 64 x 46
-// GB/s = 2.94): W1 32/8 b1 32k p16 / contiguous 62.6 / 61.9 -> 54.5 / 52.0 us, p64 62.3 -> 52.0, 64/8 63.2
-// -> 53.3, b1 128k p16 / contiguous 197.6 / 194.3 -> 190.0 / 183.5, W4 b1 32k q4 64.7 -> 53.4 (no scan, no
-// combine kernel; bench/NOTES.md, session 45). The H200 (4.8 TB/s) keeps the persistent kernel: at 46 GB/s a
-// CTA its b1 128k would take ~183 us against the persistent kernel's 143-146 (session 44's run). By cp.async
-// the cluster form streams long sequences slower still (page 1 +14%, a paged leftpad off the 16-slot grid
-// +45%, the fp8 cluster kernel +33%, H100). A leftpad is a value, so a paged cache with one stays on the
-// persistent kernel (static shapes: graph-safe). KVATTN_DECODE_CLUSTER_LONG: 0 never, 1 without the
-// bandwidth rule (tests, A/B).
-constexpr int64_t kClusterCtaBytesPerUs = 46000;  // H100, b1 128k p16: 537 MB in 183.5 us over 64 CTAs
+// cp.async still beats the persistent kernel's start), and where a model of the two forms' times says it
+// is faster (cluster_faster). By cp.async the cluster form streams long sequences slower still (page 1
+// +14%, a paged leftpad off the 16-slot grid +45%, the fp8 cluster kernel +33%, H100). A leftpad is a
+// value, so a paged cache with one stays on the persistent kernel (static shapes: graph-safe).
+// KVATTN_DECODE_CLUSTER_LONG: 0 never, 1 without the model (tests, A/B).
+//
+// The model, from the H100's batch-1 streams (bench/cluster_rate.py; bench/NOTES.md, sessions 45-46): the
+// cluster form has fewer CTAs than SMs (an H100 holds 7 clusters of 16: 8 kv heads take C = 8, 64 CTAs),
+// each streaming up to ~55-64 GB/s while the memory is not the limit (16-32 CTAs), so its rate is CTAs x
+// kClusterCtaBytesPerUs; the persistent kernel streams at ~85% of the card's DRAM bandwidth
+// (`DeviceShape::dram_bytes_per_us`: memory clock x bus width) but pays ~19-30 us of start (the scan, the
+// walk) and combine that the cluster form does not (its own fixed cost 7-9 us): kFixedSavedUs, the low
+// end. The bytes are the cache's capacity (static: graph-safe), so a wide page table errs toward the
+// persistent kernel. H100 (3.35 TB/s): 64 CTAs (b1 over 8 or 4 kv heads) always; 32 (2 kv heads at C =
+// 16) up to ~50 MB (b1 x 32k over 2 kv heads: 42.6 -> 26.3 us). H200 (4.8 TB/s): 64 CTAs up to ~280 MB
+// (b1 x 32k over 8 kv heads, not 128k).
+constexpr int64_t kClusterCtaBytesPerUs = 55000;  // H100: 54-64 GB/s a CTA at 16-32 CTAs
+constexpr int64_t kFixedSavedUs = 11;             // H100 b1: 19-30 us (persistent) - 7-9 us (cluster)
+static bool cluster_faster(const FwdProblem& p, int64_t cluster_ctas, int64_t dram_bytes_per_us) {
+  if (dram_bytes_per_us <= 0) return false;
+  const double bytes = static_cast<double>(max_sequence_keys(p)) * p.num_kv_heads * p.batch *
+                       (p.head_dim + p.head_dim_v) * (p.kv_dtype == DType::fp8_e4m3 ? 1 : 2);
+  const double cluster_rate = static_cast<double>(cluster_ctas) * kClusterCtaBytesPerUs;
+  const double persistent_rate = 0.85 * static_cast<double>(dram_bytes_per_us);
+  return cluster_rate >= persistent_rate ||
+         bytes / cluster_rate <= bytes / persistent_rate + static_cast<double>(kFixedSavedUs);
+}
 static bool cluster_streams_long(const FwdProblem& p, int64_t cluster_ctas, int64_t dram_bytes_per_us) {
   const char* e = std::getenv("KVATTN_DECODE_CLUSTER_LONG");
   if (e != nullptr && std::strcmp(e, "0") == 0) return false;
   const bool forced = e != nullptr && std::strcmp(e, "1") == 0;
-  const bool fast_enough = forced || (dram_bytes_per_us > 0 &&
-                                      cluster_ctas * kClusterCtaBytesPerUs * 20 >= dram_bytes_per_us * 17);
-  return p.batch == 1 && fast_enough && !(paged_cache(p) && p.cache_leftpad != nullptr) &&
-         cluster_tma_eligible(p);
+  return p.batch == 1 && (forced || cluster_faster(p, cluster_ctas, dram_bytes_per_us)) &&
+         !(paged_cache(p) && p.cache_leftpad != nullptr) && cluster_tma_eligible(p);
 }
 
 static int decode_cluster_ctas(const FwdProblem& p, const AttentionPlan& plan, int64_t sms,
