@@ -26,7 +26,10 @@ Next, in order of value (bench/NOTES.md, "Where to go next", session 45): 71, be
 whether the H200 takes the cluster form too), then 72 (branch codd: 112 CTAs for b1 over 8 kv heads); 70
 is 71 before the bandwidth rule (superseded, not run).
 Entries 64-70 are the record of session 45's calls; 59-63 of session 44's.
-Session 46 (the checkout came back without .dev/, .peerkit/ and branch codd: codd rewritten from its notes):
+Session 46 (the checkout came back without .dev/, .peerkit/ and branch codd: codd rewritten from its notes;
+73 and the cluster_rate half of 74 ran on an H100: any size gave C = 9, slower; codd not merged):
+75. run(command="bash tools/calls.sh run 75", carry=[".dev/crule128.so.xz", ".whl", ".peerkit/MANIFEST.json", ".peerkit/fi.tar.xz"], timeout_s=500)   [tree at crule]
+   the rule as a model of both forms' times: checks, cluster_rate with the rule's pick, W1 / W4 b1 + FlashInfer.
 73. run(command="bash tools/calls.sh run 73", carry=[".dev/main128_46.so.xz", ".dev/codd128.so.xz", ".whl"], timeout_s=600)   [tree at codd]
    codd's checks (C = 9-15, racecheck at 14, memcheck at 9 / a bad page at 13), then A = main, B = codd with
    KVATTN_DECODE_CLUSTER_ANY_SIZE=1 over W1 short, b1 32k / 128k, W4 b1 (each with its own rules).
@@ -165,6 +168,23 @@ case "${1:-show}" in
           KVATTN_AB_ENV_B="KVATTN_FORCE_PORTABLE=0" KVATTN_AB_SUITES=W3 KVATTN_AB_ROUNDS=2 \
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
+        ;;
+      75)  # session 46: branch crule (the long-sequence rule as a model of both forms' times): the dispatch and
+           # long-sequence checks, bench.cluster_rate (persistent, C16, C8 and the rule's pick at 16k / 32k /
+           # 128k over 8-1 kv heads), W1 / W4 b1 with FlashInfer.
+        source tools/device_env.sh; lib=$(device_lib .dev/crule128.so.xz cr)
+        KVATTN_LIBRARY=$lib KVATTN_TEST_HEAD_DIMS=128 timeout 150 python3 -m pytest -q -p no:cacheprovider \
+          tests/python/test_cuda_decode_sm90.py -k "dispatch or cluster_long" > "$OUT/tests.txt" 2>&1
+        echo "== tests rc=$? $(tail -1 "$OUT/tests.txt")"; grep -E "^(FAILED|ERROR)" "$OUT/tests.txt" | cut -c1-300 | head
+        KVATTN_LIBRARY=$lib timeout 200 python3 -m bench.cluster_rate > "$OUT/cluster_rate.txt" 2>&1
+        echo "== cluster_rate rc=$?"; grep "^{" "$OUT/cluster_rate.txt" | cut -c1-150
+        F="=W1 32/8 b1 32k contig|=W1 32/8 b1 32k p16|=W1 32/8 b1 32k p64|=W1 64/8 b1 32k p16|=W1 32/8 b1 128k contig|=W1 32/8 b1 128k p16|=W4 32/8 b1 32k q4 p16|=W1 32/8 b1 4k p16 short"
+        OUT=/tmp/peers75 KVATTN_LIBRARY=.dev/crule128.so.xz KVATTN_TORCH_OP=0 KVATTN_BENCH_FILTER="$F" \
+          KVATTN_BENCH_ARGS="--peers flashinfer --flex none" KVATTN_BENCH_MINUTES=2 KVATTN_BENCH_TIMEOUT=180 \
+          bash tools/gpu_bench.sh W1,W4 > "$OUT/peers.txt" 2>&1
+        echo "== peers rc=$?"; tar -xzf /tmp/peers75/bench_W1_W4.tgz -C /tmp/peers75 2> /dev/null
+        find /tmp/peers75 -name results.md -exec cp {} "$OUT/" \; ; find /tmp/peers75 -name results.jsonl -exec cp {} "$OUT/" \;
+        grep -E "^\| W[14]" "$OUT/results.md" | cut -c1-260
         ;;
       73)  # session 46: branch codd rewritten (session 45's was lost with its checkout): any cluster size in
            # [8, 16] for 16-bit caches, opt-in KVATTN_DECODE_CLUSTER_ANY_SIZE=1. Checks of codd (the tests
