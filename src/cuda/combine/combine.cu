@@ -17,7 +17,8 @@ constexpr int kRowsPerBlock = 4;  // one warp a row
 // Rows (i, t, h) for t < max_seqlen_q; rows outside sequence i's q are not ours and stay untouched.
 // Launched early (PDL): everything that reads the call's inputs only (the sequence, the row's place) runs
 // before the wait, under the attention kernel; past it, one round trip for the unit's pieces (balanced)
-// and one for the partials (merge_row_warp issues the O loads with the LSE loads).
+// and one for the partials (merge_row_warp issues the O loads with the LSE loads; past 16 partials two a
+// block of 32). 116 registers (4 blocks an SM; 96 before the longer merge: forcing 5 spills).
 __global__ void __launch_bounds__(32 * kRowsPerBlock)
     split_combine_kernel(const __grid_constant__ AttnParams p, int head_dim_v, DType out_dtype) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;

@@ -46,18 +46,43 @@ __device__ inline void merge_row_warp(const PartialRow& in, int n, int dv, bool 
                                           : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
+  // Longer merges (<= 32 kWideBlocks partials, one float4 of <= 128 channels a lane): every LSE in
+  // registers from one round trip (lane t: splits t + 32 j), the weights computed from them, not reloaded,
+  // and 16 partials' O loaded at once: two round trips a block of 32. Loaded 8 O at a time, with the LSEs
+  // read again for the weights, a block cost ~6 dependent round trips: 132 partials (b1
+  // over one kv head: the balanced schedule's whole grid on one unit) ~25 us of the call (bench/NOTES.md,
+  // session 46).
+  constexpr int kWideBlocks = 8;
+  constexpr int kWideLoads =
+      16;  // O loads in flight a lane (32: 167 registers against 96, fewer warps an SM)
+  const bool wide = vec4 && !early && n <= 32 * kWideBlocks && dv <= 128;
+  float lse_r[kWideBlocks];
+  if (wide) {
+#pragma unroll
+    for (int j = 0; j < kWideBlocks; ++j) {
+      const int s = lane + 32 * j;
+      lse_r[j] = s < n ? *in.lse_of(s) : 0.f;
+    }
+  }
   // The row's state: each lane merges its partials (split s is the state (lse_s log2(e), 1)), then the
   // lanes merge theirs, then the sink. Any NaN partial makes the whole row NaN (an offending sequence
   // stays NaN through a split).
   RowState st;
   bool nan = false;
-  for (int s = lane; s < n; s += 32) {
-    const float lse_s = *in.lse_of(s);
+  auto take = [&](float lse_s) {
     if (isnan(lse_s)) {
       nan = true;
     } else {
       st.merge(lse_s * kLog2e, 1.f);
     }
+  };
+  if (wide) {
+#pragma unroll
+    for (int j = 0; j < kWideBlocks; ++j) {
+      if (lane + 32 * j < n) take(lse_r[j]);
+    }
+  } else {
+    for (int s = lane; s < n; s += 32) take(*in.lse_of(s));
   }
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) {
@@ -121,6 +146,37 @@ __device__ inline void merge_row_warp(const PartialRow& in, int n, int dv, bool 
       }
     }
     if (lane * 4 < dv) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) store_as(out, out_dtype, out_offset + lane * 4 + e, nan ? NAN : acc[e]);
+    }
+  } else if (wide) {
+    const bool active = lane * 4 < dv;
+    float acc[4] = {};
+#pragma unroll 1
+    for (int j = 0; j < kWideBlocks && 32 * j < n; ++j) {  // warp-uniform
+      float lse_j = lse_r[0];  // lse_r[j], selected (an indexed register array would live in local memory)
+#pragma unroll
+      for (int k = 1; k < kWideBlocks; ++k) lse_j = k == j ? lse_r[k] : lse_j;
+      const float w_mine = lane + 32 * j < n ? weight(lse_j) : 0.f;
+#pragma unroll 1
+      for (int half = 0; half < 32 && 32 * j + half < n; half += kWideLoads) {  // warp-uniform
+        float4 o[kWideLoads];
+#pragma unroll
+        for (int t = 0; t < kWideLoads; ++t) {  // every load of the batch before the first use
+          const int s = 32 * j + half + t;
+          o[t] = active && s < n ? *reinterpret_cast<const float4*>(in.o_of(s) + lane * 4)
+                                 : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int t = 0; t < kWideLoads; ++t) {
+          const float w = __shfl_sync(0xffffffffu, w_mine, half + t);
+          if (w > 0.f) {  // a zero-weight partial is selected away (its O may be anything)
+            acc[0] += w * o[t].x, acc[1] += w * o[t].y, acc[2] += w * o[t].z, acc[3] += w * o[t].w;
+          }
+        }
+      }
+    }
+    if (active) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) store_as(out, out_dtype, out_offset + lane * 4 + e, nan ? NAN : acc[e]);
     }
