@@ -224,3 +224,35 @@ def test_combine_non_finite_partials(device):
     assert lse[0] == np.inf
     assert np.isnan(out[1]).all() and np.isnan(lse[1])
     assert np.all(out[2] == 0) and lse[2] == -np.inf
+
+
+@H.on_devices
+@pytest.mark.parametrize("n", [17, 33, 132, 256, 257])
+@pytest.mark.parametrize("dv", [128, 64])
+def test_combine_many_splits(n, dv, device):
+    """Past 16 splits (the CUDA merge's LSEs in registers and O loaded 16 at a time, up to 256; past that the
+    loop form): empty splits (lse -inf, NaN out) at block edges weigh nothing, the sink counts once; a row
+    with one NaN lse is NaN, a row of +inf partials shares the weight."""
+    rng = np.random.default_rng(80 + n + dv)
+    b, h = 3, 4
+    empty = tuple(s for s in (0, 15, 16, 31, 32, n - 1) if s < n)
+    out_p, lse_p = _partials(rng, n, (b, h), dv, empty_splits=empty)
+    lse_p[:, 1, 2] = randn(rng, (n,), scale=3.0)
+    lse_p[n // 2, 1, 2] = np.nan  # row (1, 2): NaN
+    lse_p[:, 2, 1] = -np.inf
+    lse_p[[3, n - 2], 2, 1] = np.inf  # row (2, 1): the two +inf partials' mean
+    sinks = randn(rng, (h,))
+    with H.poisoned_outputs():
+        out, lse = kvattn.flash_attn_combine(H.to_device(out_p, device), H.to_device(lse_p, device),
+                                             sinks=H.to_device(sinks, device))
+    out, lse = H.to_numpy(out), H.to_numpy(lse)
+    assert np.isnan(out[1, 2]).all() and np.isnan(lse[1, 2])
+    np.testing.assert_allclose(out[2, 1], (H.f64(out_p[3, 2, 1]) + H.f64(out_p[n - 2, 2, 1])) / 2, rtol=1e-6,
+                               atol=1e-6)
+    finite = np.ones((b, h), bool)
+    finite[1, 2] = finite[2, 1] = False
+    lse_ok = lse_p.copy()
+    lse_ok[:, ~finite] = 0.0  # (rows checked above; the oracle sees finite values there)
+    want_out, want_lse = reference_combine(out_p, lse_ok, sinks=H.f64(sinks))
+    H.assert_close("out", out[finite], want_out[finite], H.TOL_OUT["fp32"])
+    H.assert_close("lse", lse[finite], want_lse[finite], H.TOL_LSE["fp32"])
