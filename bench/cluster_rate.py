@@ -5,7 +5,7 @@ cluster_faster). If the rate per CTA stays flat as the CTAs halve, the cluster f
 with more bandwidth needs more CTAs); if the whole call's rate stays flat, by the memory. A diagnostic for
 bench/NOTES.md (sessions 45-46), not a suite.
 
-    PYTHONPATH=python:. python3 -m bench.cluster_rate
+    PYTHONPATH=python:. python3 -m bench.cluster_rate [FORM ...]   # e.g. persistent default (all: every form)
 """
 import contextlib
 import functools
@@ -44,7 +44,8 @@ def _ctas_a_unit(path):
     return int(found[-1]) if found else None
 
 
-def main():
+def main(forms=()):
+    forms = [f for f in FORMS if not forms or f[0] in forms]
     os.environ["KVATTN_DEBUG_DISPATCH"] = "1"  # read once, at the library's first launch: C as it ran
     import torch
     import kvattn
@@ -55,7 +56,7 @@ def main():
             nbytes = 2 * keys * hk * 128 * 2
             sets = [make_set(torch, 4 * hk, hk, 1, keys, 16, gen) for _ in range(T.n_sets_for(nbytes, 4 << 30))]
             ref = kvattn.flash_attn_with_kvcache(**sets[0]).float()
-            for label, clusters in FORMS:
+            for label, clusters in forms:
                 for name, value in (("KVATTN_DECODE_CLUSTER", clusters),
                                     ("KVATTN_DECODE_CLUSTER_MAX_KEYS", None if clusters is None else str(1 << 30))):
                     if value is None:
@@ -80,4 +81,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -28,6 +28,8 @@ is 71 before the bandwidth rule (superseded, not run).
 Entries 64-70 are the record of session 45's calls; 59-63 of session 44's.
 Session 46 (the checkout came back without .dev/, .peerkit/ and branch codd: codd rewritten from its notes;
 73 and the cluster_rate half of 74 ran on an H100: any size gave C = 9, slower; codd not merged):
+76. run(command="bash tools/calls.sh run 76", carry=[".dev/crule128.so.xz", ".dev/cmerge128.so.xz", ".whl"], timeout_s=560)   [tree at cmerge]
+   the split combine's longer merge: checks, then A = crule, B = cmerge: b1 over 1-8 kv heads, W1 / W2 level.
 75. run(command="bash tools/calls.sh run 75", carry=[".dev/crule128.so.xz", ".whl", ".peerkit/MANIFEST.json", ".peerkit/fi.tar.xz"], timeout_s=500)   [tree at crule]
    the rule as a model of both forms' times: checks, cluster_rate with the rule's pick, W1 / W4 b1 + FlashInfer.
 73. run(command="bash tools/calls.sh run 73", carry=[".dev/main128_46.so.xz", ".dev/codd128.so.xz", ".whl"], timeout_s=600)   [tree at codd]
@@ -168,6 +170,24 @@ case "${1:-show}" in
           KVATTN_AB_ENV_B="KVATTN_FORCE_PORTABLE=0" KVATTN_AB_SUITES=W3 KVATTN_AB_ROUNDS=2 \
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
+        ;;
+      76)  # session 46: branch cmerge (crule + the split combine's longer merge): the combine and few-unit
+           # checks, then crule (A) against cmerge (B): the persistent kernel at b1 over 1-8 kv heads
+           # (cluster_rate, persistent and the rule's pick) and W1 / W2 cases whose combine is short (level).
+        source tools/device_env.sh; a=$(device_lib .dev/crule128.so.xz ca); b=$(device_lib .dev/cmerge128.so.xz cb)
+        KVATTN_LIBRARY=$b KVATTN_TEST_HEAD_DIMS=128 timeout 200 python3 -m pytest -q -p no:cacheprovider \
+          tests/python/test_append_combine.py "tests/python/test_cuda_decode_sm90.py" \
+          -k "not cpu and (combine or few_units or features or scan_rounds or skew or determin)" > "$OUT/tests.txt" 2>&1
+        echo "== tests rc=$? $(tail -1 "$OUT/tests.txt")"; grep -E "^(FAILED|ERROR)" "$OUT/tests.txt" | cut -c1-300 | head
+        for v in a b a b; do
+          lib=$a; [ $v = b ] && lib=$b
+          KVATTN_LIBRARY=$lib timeout 100 python3 -m bench.cluster_rate persistent default > /tmp/cr_$v.txt 2>&1
+          echo "== cluster_rate $v rc=$?"; grep "^{" /tmp/cr_$v.txt | cut -c1-120 | tee -a "$OUT/cluster_rate_$v.txt"
+        done
+        F="=W1 32/8 b4 32k p16|=W1 32/8 b16 128k p16|=W1 32/8 b16 128k p16 deterministic|=W1 32/8 b4 32k p16 deterministic|=W1 32/8 b1 128k p16 fp8kv|=W2 32/8 b128 zipf p16|=W2 32/8 b256 uniform p16|=W2 32/8 b128 zipf p16 deterministic"
+        OUT=/tmp/ab76 KVATTN_AB_CHECK=0 KVATTN_AB_A=.dev/crule128.so.xz KVATTN_AB_B=.dev/cmerge128.so.xz \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W1,W2 KVATTN_AB_FILTER="$F" bash tools/prefill_ab.sh > "$OUT/ab.txt" 2>&1
+        grep -E "^\[|^W1|^W2|^worst" "$OUT/ab.txt" | cut -c1-220
         ;;
       75)  # session 46: branch crule (the long-sequence rule as a model of both forms' times): the dispatch and
            # long-sequence checks, bench.cluster_rate (persistent, C16, C8 and the rule's pick at 16k / 32k /
