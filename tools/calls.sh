@@ -27,7 +27,8 @@ whether the H200 takes the cluster form too), then 72 (branch codd: 112 CTAs for
 is 71 before the bandwidth rule (superseded, not run).
 Entries 64-70 are the record of session 45's calls; 59-63 of session 44's.
 Session 46 (the checkout came back without .dev/, .peerkit/ and branch codd: codd rewritten from its notes;
-73 and the cluster_rate half of 74 ran on an H100: any size gave C = 9, slower; codd not merged):
+73 and the cluster_rate half of 74 ran on an H100: any size gave C = 9, slower; codd not merged; 75 and 76
+ran on an H100: crule and cmerge landed). Next: 75 on an H200 with main's library (NOTES, session 46).
 76. run(command="bash tools/calls.sh run 76", carry=[".dev/crule128.so.xz", ".dev/cmerge128.so.xz", ".whl"], timeout_s=560)   [tree at cmerge]
    the split combine's longer merge: checks, then A = crule, B = cmerge: b1 over 1-8 kv heads, W1 / W2 level.
 75. run(command="bash tools/calls.sh run 75", carry=[".dev/crule128.so.xz", ".whl", ".peerkit/MANIFEST.json", ".peerkit/fi.tar.xz"], timeout_s=500)   [tree at crule]
