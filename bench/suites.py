@@ -122,6 +122,12 @@ def w1():
                        (16, 32 * K, 16)):
         cases.append(Case("W1", f"W1 32/8 b{b} {_tok(L)} {_layout_tag(page)} d512", 32, 8, b, L, d=512, dv=512,
                           page=page, quick=(b, page) == (4, 16)))
+    # The 32/8 model under tensor parallelism (4 and 8 GPUs: 8/2 and 4/1 heads a GPU), batch 1 and 4: few
+    # units, where the cluster form and the combine of many pieces decide (bench/NOTES.md, session 46).
+    for hq, hk in ((8, 2), (4, 1)):
+        for b in (1, 4):
+            for L in (32 * K, 128 * K):
+                cases.append(Case("W1", f"W1 {hq}/{hk} b{b} {_tok(L)} p16 tp", hq, hk, b, L, page=16))
     # Short contexts are latency-bound: compare their time with the floor (floor_us in the records) plus
     # a launch, not with the bandwidth ceiling.
     for L in (1 * K, 2 * K, 4 * K):

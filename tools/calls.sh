@@ -29,6 +29,8 @@ Entries 64-70 are the record of session 45's calls; 59-63 of session 44's.
 Session 46 (the checkout came back without .dev/, .peerkit/ and branch codd: codd rewritten from its notes;
 73 and the cluster_rate half of 74 ran on an H100: any size gave C = 9, slower; codd not merged; 75 and 76
 ran on an H100: crule and cmerge landed). Next: 75 on an H200 with main's library (NOTES, session 46).
+77. run(command="bash tools/calls.sh run 77", carry=[".dev/main128_46.so.xz", ".dev/cmerge128.so.xz", ".whl", ".peerkit/MANIFEST.json", ".peerkit/fi.tar.xz"], timeout_s=500)   [tree at cmerge]
+   W1's tensor-parallel cases: main before session 46 against cmerge, FlashInfer beside cmerge.
 76. run(command="bash tools/calls.sh run 76", carry=[".dev/crule128.so.xz", ".dev/cmerge128.so.xz", ".whl"], timeout_s=560)   [tree at cmerge]
    the split combine's longer merge: checks, then A = crule, B = cmerge: b1 over 1-8 kv heads, W1 / W2 level.
 75. run(command="bash tools/calls.sh run 75", carry=[".dev/crule128.so.xz", ".whl", ".peerkit/MANIFEST.json", ".peerkit/fi.tar.xz"], timeout_s=500)   [tree at crule]
@@ -171,6 +173,25 @@ case "${1:-show}" in
           KVATTN_AB_ENV_B="KVATTN_FORCE_PORTABLE=0" KVATTN_AB_SUITES=W3 KVATTN_AB_ROUNDS=2 \
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
+        ;;
+      77)  # session 46: W1's tensor-parallel cases (8/2, 4/1 heads; b1 / b4; 32k / 128k p16): A = main before
+           # session 46 against B = cmerge (crule + the longer merge), then FlashInfer beside cmerge; on an
+           # H200 also cluster_rate's persistent / default at b1 (crule's prediction for 8 kv heads at 32k).
+        F="tp|=W1 32/8 b1 32k p16|=W1 32/8 b1 128k p16"
+        OUT=/tmp/ab77 KVATTN_AB_CHECK=0 KVATTN_AB_A=.dev/main128_46.so.xz KVATTN_AB_B=.dev/cmerge128.so.xz \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="$F" bash tools/prefill_ab.sh > "$OUT/ab.txt" 2>&1
+        grep -E "^\[|^W1|^worst" "$OUT/ab.txt" | cut -c1-200
+        OUT=/tmp/peers77 KVATTN_LIBRARY=.dev/cmerge128.so.xz KVATTN_TORCH_OP=0 KVATTN_BENCH_FILTER="$F" \
+          KVATTN_BENCH_ARGS="--peers flashinfer --flex none" KVATTN_BENCH_MINUTES=2 KVATTN_BENCH_TIMEOUT=180 \
+          bash tools/gpu_bench.sh W1 > "$OUT/peers.txt" 2>&1
+        echo "== peers rc=$?"; tar -xzf /tmp/peers77/bench_W1.tgz -C /tmp/peers77 2> /dev/null
+        find /tmp/peers77 -name results.md -exec cp {} "$OUT/" \; ; find /tmp/peers77 -name results.jsonl -exec cp {} "$OUT/" \;
+        grep -E "^\| W1" "$OUT/results.md" | cut -c1-200
+        if nvidia-smi -L | grep -q H200; then
+          source tools/device_env.sh; lib=$(device_lib .dev/cmerge128.so.xz cr)
+          KVATTN_LIBRARY=$lib timeout 100 python3 -m bench.cluster_rate persistent default > "$OUT/cluster_rate.txt" 2>&1
+          grep "^{" "$OUT/cluster_rate.txt" | cut -c1-120
+        fi
         ;;
       76)  # session 46: branch cmerge (crule + the split combine's longer merge): the combine and few-unit
            # checks, then crule (A) against cmerge (B): the persistent kernel at b1 over 1-8 kv heads
