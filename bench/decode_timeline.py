@@ -237,7 +237,11 @@ def main():
                     help="one input set, called again and again: code, data and translations warm in the L2")
     ap.add_argument("--spread", type=int, default=1, help="pages in a pool this many times larger")
     ap.add_argument("--contig", action="store_true", help="contiguous caches (no page table) instead of page 16")
+    ap.add_argument("--heads", default=None, help="HQ/HK instead of 32/8 (e.g. 4/1: a tensor-parallel shard)")
     args = ap.parse_args()
+    if args.heads:
+        global HQ, HK
+        HQ, HK = (int(x) for x in args.heads.split("/"))
     lib = ctypes.CDLL(os.environ["KVATTN_LIBRARY"])
     lib.kvattn_debug_decode_timeline.argtypes = [ctypes.c_void_p, ctypes.c_int]
     slots, max_pieces, per_piece = layout(lib)
@@ -257,6 +261,7 @@ def main():
             kvattn.flash_attn_with_kvcache(s[0], s[1], s[2], **s[3])
         torch.cuda.synchronize()
         label = ((name.replace(" p16", " contig") if args.contig else name) + (" (warm: one set)" if args.warm else "")
+                 + (f" {HQ}/{HK}" if args.heads else "")
                  + (f" (pool x{args.spread})" if args.spread > 1 else ""))
         report(label, kv_bytes, read_timeline(lib, slots), max_pieces, per_piece)
         del sets

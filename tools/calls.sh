@@ -174,6 +174,17 @@ case "${1:-show}" in
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
         ;;
+      78)  # session 46: where the persistent kernel's ~20 us of fixed cost goes over few units (FlashInfer
+           # 1.15-1.6x faster on W1's tp cases, call 77): kernel_gaps (decode kernel, combine) on three tp
+           # cases, then the timeline of b1 / b4 32k over 4/1 heads.
+        source tools/device_env.sh; lib=$(device_lib .dev/cmerge128.so.xz cg); tl=$(device_lib .dev/cmergetl128.so.xz tl)
+        KVATTN_LIBRARY=$lib timeout 120 python3 -m bench.kernel_gaps "W1 4/1 b1 32k p16 tp" "W1 4/1 b1 128k p16 tp" \
+          "W1 8/2 b1 128k p16 tp" "W1 4/1 b4 32k p16 tp" "W1 32/8 b4 32k p16" > "$OUT/gaps.txt" 2>&1
+        echo "== gaps rc=$?"; cut -c1-250 "$OUT/gaps.txt" | grep -v "^kvattn: decode_sm90"
+        KVATTN_LIBRARY=$tl timeout 120 python3 -m bench.decode_timeline --heads 4/1 --filter "W1 b1 32k p16,W1 b4 32k p16,W1 b1 128k p16" \
+          > "$OUT/timeline.txt" 2>&1
+        echo "== timeline rc=$?"; cut -c1-200 "$OUT/timeline.txt" | head -90
+        ;;
       77)  # session 46: W1's tensor-parallel cases (8/2, 4/1 heads; b1 / b4; 32k / 128k p16): A = main before
            # session 46 against B = cmerge (crule + the longer merge), then FlashInfer beside cmerge; on an
            # H200 also cluster_rate's persistent / default at b1 (crule's prediction for 8 kv heads at 32k).
