@@ -48,13 +48,12 @@ __device__ inline void merge_row_warp(const PartialRow& in, int n, int dv, bool 
   }
   // Longer merges (<= 32 kWideBlocks partials, one float4 of <= 128 channels a lane): every LSE in
   // registers from one round trip (lane t: splits t + 32 j), the weights computed from them, not reloaded,
-  // and 16 partials' O loaded at once: two round trips a block of 32. Loaded 8 O at a time, with the LSEs
-  // read again for the weights, a block cost ~6 dependent round trips: 132 partials (b1
-  // over one kv head: the balanced schedule's whole grid on one unit) ~25 us of the call (bench/NOTES.md,
-  // session 46).
+  // and kWideLoads partials' O loaded at once: two round trips a block of 32. Loaded 8 O at a time, with the
+  // LSEs read again for the weights, a block cost ~6 dependent round trips: 132 partials (b1 over one kv
+  // head, the balanced schedule's whole grid on one unit) ~25 us of the call (bench/NOTES.md, session 46).
+  // 16 loads, not 32: 116 registers against 96 before (32: 167, fewer warps an SM).
   constexpr int kWideBlocks = 8;
-  constexpr int kWideLoads =
-      16;  // O loads in flight a lane (32: 167 registers against 96, fewer warps an SM)
+  constexpr int kWideLoads = 16;
   const bool wide = vec4 && !early && n <= 32 * kWideBlocks && dv <= 128;
   float lse_r[kWideBlocks];
   if (wide) {

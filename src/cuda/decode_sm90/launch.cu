@@ -353,14 +353,14 @@ static bool cluster_tma(const FwdProblem& p, int ctas) {
 // cluster form has fewer CTAs than SMs (an H100 holds 7 clusters of 16: 8 kv heads take C = 8, 64 CTAs),
 // each streaming up to ~55-64 GB/s while the memory is not the limit (16-32 CTAs), so its rate is CTAs x
 // kClusterCtaBytesPerUs; the persistent kernel streams at ~85% of the card's DRAM bandwidth
-// (`DeviceShape::dram_bytes_per_us`: memory clock x bus width) but pays ~19-30 us of start (the scan, the
+// (`DeviceShape::dram_bytes_per_us`: memory clock x bus width) but pays ~18-23 us of start (the scan, the
 // walk) and combine that the cluster form does not (its own fixed cost 7-9 us): kFixedSavedUs, the low
-// end. The bytes are the cache's capacity (static: graph-safe), so a wide page table errs toward the
-// persistent kernel. H100 (3.35 TB/s): 64 CTAs (b1 over 8 or 4 kv heads) always; 32 (2 kv heads at C =
-// 16) up to ~50 MB (b1 x 32k over 2 kv heads: 42.6 -> 26.3 us). H200 (4.8 TB/s): 64 CTAs up to ~280 MB
-// (b1 x 32k over 8 kv heads, not 128k).
+// end (19-44 us before the combine's longer merge, session 46). The bytes are the cache's capacity (static:
+// graph-safe), so a wide page table errs toward the persistent kernel. H100 (3.35 TB/s): 64 CTAs (b1 over 8
+// or 4 kv heads) always; 32 (2 kv heads at C = 16) up to ~50 MB (b1 x 32k over 2 kv heads: 42.6 -> 26.3 us).
+// H200 (4.8 TB/s): 64 CTAs up to ~280 MB (b1 x 32k over 8 kv heads, not 128k).
 constexpr int64_t kClusterCtaBytesPerUs = 55000;  // H100: 54-64 GB/s a CTA at 16-32 CTAs
-constexpr int64_t kFixedSavedUs = 11;             // H100 b1: 19-30 us (persistent) - 7-9 us (cluster)
+constexpr int64_t kFixedSavedUs = 11;             // H100 b1: 18-23 us (persistent) - 7-9 us (cluster)
 static bool cluster_faster(const FwdProblem& p, int64_t cluster_ctas, int64_t dram_bytes_per_us) {
   if (dram_bytes_per_us <= 0) return false;
   const double bytes = static_cast<double>(max_sequence_keys(p)) * p.num_kv_heads * p.batch *
