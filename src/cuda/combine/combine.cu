@@ -19,9 +19,14 @@ constexpr int kRowsPerBlock = 4;  // one warp a row
 // before the wait, under the attention kernel; past it, one round trip for the unit's pieces (balanced)
 // and one for the partials (merge_row_warp issues the O loads with the LSE loads; past 16 partials two a
 // block of 32). 116 registers (4 blocks an SM; 96 before the longer merge: forcing 5 spills).
+// kWarpsPerRow 4: one row a block, its partials shared out over the 4 warps (merge_row_block): for units
+// spread over >= 32 CTAs (launch_split_combine). Every early return below is then block-uniform.
+template <int kWarpsPerRow>
 __global__ void __launch_bounds__(32 * kRowsPerBlock)
     split_combine_kernel(const __grid_constant__ AttnParams p, int head_dim_v, DType out_dtype) {
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+  static_assert(kRowsPerBlock % kWarpsPerRow == 0, "whole rows a block");
+  const int64_t row =
+      static_cast<int64_t>(blockIdx.x) * (kRowsPerBlock / kWarpsPerRow) + threadIdx.x / 32 / kWarpsPerRow;
   const int64_t per_seq = static_cast<int64_t>(p.seq.max_seqlen_q) * p.num_q_heads;
   if (row >= per_seq * p.seq.batch) return;
   const int i = static_cast<int>(row / per_seq);
@@ -69,7 +74,15 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
     const int64_t split_rows = p.seq.total_q * p.num_q_heads;
     in = {p.lse_partial + prow, split_rows, p.o_partial + prow * head_dim_v, split_rows * head_dim_v};
   }
-  merge_row_warp(in, n, head_dim_v, has_sink, sink, p.out.ptr, out_dtype, out_offset, lse_out);
+  if constexpr (kWarpsPerRow == 1) {
+    merge_row_warp(in, n, head_dim_v, has_sink, sink, p.out.ptr, out_dtype, out_offset, lse_out);
+  } else if (p.chunk_keys > 0) {  // deterministic: one warp's order whatever the launch (never launched so)
+    if (threadIdx.x < 32)
+      merge_row_warp(in, n, head_dim_v, has_sink, sink, p.out.ptr, out_dtype, out_offset, lse_out);
+  } else {
+    merge_row_block<kWarpsPerRow>(in, n, head_dim_v, has_sink, sink, p.out.ptr, out_dtype, out_offset,
+                                  lse_out);
+  }
 }
 
 __global__ void __launch_bounds__(32 * kRowsPerBlock)
@@ -93,16 +106,23 @@ int64_t blocks_for(int64_t rows) {
 
 }  // namespace
 
+// A unit spread over >= 32 CTAs of the balanced schedule (batch 1 over 1-4 kv heads on 132 SMs: 33-132
+// partials a row, 4-16 rows in the whole grid) gets 4 warps a row; deterministic mode keeps one warp a row
+// (its bits may not follow the batch).
 kvattn_status launch_split_combine(const AttnParams& params, int head_dim_v, DType out_dtype,
                                    bool early_launch, cudaStream_t stream) {
-  const int64_t blocks =
-      blocks_for(static_cast<int64_t>(params.seq.batch) * params.seq.max_seqlen_q * params.num_q_heads);
+  const int64_t rows = static_cast<int64_t>(params.seq.batch) * params.seq.max_seqlen_q * params.num_q_heads;
+  const int64_t units = static_cast<int64_t>(params.seq.batch) * params.num_kv_heads;
+  const bool wide_rows = params.balanced && params.chunk_keys == 0 && params.balanced_ctas >= 32 * units;
+  const int64_t blocks = wide_rows ? rows : blocks_for(rows);
   if (blocks == 0) return KVATTN_OK;
   if (blocks > 0x7fffffff) return fail(KVATTN_ERROR_UNSUPPORTED, "q: too many rows for the split combine");
-  return launch_kernel(
-      "split_combine_kernel", split_combine_kernel,
-      {dim3(static_cast<unsigned>(blocks)), dim3(32 * kRowsPerBlock), 0, stream, early_launch}, params,
-      head_dim_v, out_dtype);
+  const LaunchShape shape{dim3(static_cast<unsigned>(blocks)), dim3(32 * kRowsPerBlock), 0, stream,
+                          early_launch};
+  return wide_rows ? launch_kernel("split_combine_kernel", split_combine_kernel<4>, shape, params, head_dim_v,
+                                   out_dtype)
+                   : launch_kernel("split_combine_kernel", split_combine_kernel<1>, shape, params, head_dim_v,
+                                   out_dtype);
 }
 
 }  // namespace kvattn::cuda
