@@ -29,6 +29,8 @@ Entries 64-70 are the record of session 45's calls; 59-63 of session 44's.
 Session 46 (the checkout came back without .dev/, .peerkit/ and branch codd: codd rewritten from its notes;
 73 and the cluster_rate half of 74 ran on an H100: any size gave C = 9, slower; codd not merged; 75 and 76
 ran on an H100: crule and cmerge landed). Next: 75 on an H200 with main's library (NOTES, session 46).
+78. run(command="bash tools/calls.sh run 78", carry=[".dev/cmerge128.so.xz", ".dev/cwide128.so.xz", ".dev/cmergetl128.so.xz", ".whl"], timeout_s=400)   [tree at cwide]
+   branch cwide's checks and A/B against cmerge on W1's tp cases; kernel_gaps and the timeline over 4/1 heads.
 77. run(command="bash tools/calls.sh run 77", carry=[".dev/main128_46.so.xz", ".dev/cmerge128.so.xz", ".whl", ".peerkit/MANIFEST.json", ".peerkit/fi.tar.xz"], timeout_s=500)   [tree at cmerge]
    W1's tensor-parallel cases: main before session 46 against cmerge, FlashInfer beside cmerge.
 76. run(command="bash tools/calls.sh run 76", carry=[".dev/crule128.so.xz", ".dev/cmerge128.so.xz", ".whl"], timeout_s=560)   [tree at cmerge]
@@ -174,16 +176,25 @@ case "${1:-show}" in
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
         ;;
-      78)  # session 46: where the persistent kernel's ~20 us of fixed cost goes over few units (FlashInfer
-           # 1.15-1.6x faster on W1's tp cases, call 77): kernel_gaps (decode kernel, combine) on three tp
-           # cases, then the timeline of b1 / b4 32k over 4/1 heads.
-        source tools/device_env.sh; lib=$(device_lib .dev/cmerge128.so.xz cg); tl=$(device_lib .dev/cmergetl128.so.xz tl)
-        KVATTN_LIBRARY=$lib timeout 120 python3 -m bench.kernel_gaps "W1 4/1 b1 32k p16 tp" "W1 4/1 b1 128k p16 tp" \
-          "W1 8/2 b1 128k p16 tp" "W1 4/1 b4 32k p16 tp" "W1 32/8 b4 32k p16" > "$OUT/gaps.txt" 2>&1
+      78)  # session 46: branch cwide (4 warps a row in the split combine for units over >= 32 CTAs): its
+           # combine / few-unit checks, A = cmerge against B = cwide on W1's tp cases (and b4 32k: one warp a
+           # row, level), then where the rest of the persistent kernel's fixed cost goes over few units:
+           # kernel_gaps on tp cases, the timeline of b1 / b4 32k over 4/1 heads (cmerge's timeline build).
+        source tools/device_env.sh; lib=$(device_lib .dev/cwide128.so.xz cg); tl=$(device_lib .dev/cmergetl128.so.xz tl)
+        KVATTN_LIBRARY=$lib KVATTN_TEST_HEAD_DIMS=128 timeout 150 python3 -m pytest -q -p no:cacheprovider \
+          tests/python/test_append_combine.py tests/python/test_cuda_decode_sm90.py \
+          -k "not cpu and (combine or few_units or features or determin)" > "$OUT/tests.txt" 2>&1
+        echo "== tests rc=$? $(tail -1 "$OUT/tests.txt")"; grep -E "^(FAILED|ERROR)" "$OUT/tests.txt" | cut -c1-300 | head
+        F="tp|=W1 32/8 b4 32k p16"
+        OUT=/tmp/ab78 KVATTN_AB_CHECK=0 KVATTN_AB_A=.dev/cmerge128.so.xz KVATTN_AB_B=.dev/cwide128.so.xz \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="$F" bash tools/prefill_ab.sh > "$OUT/ab.txt" 2>&1
+        grep -E "^\[|^W1|^worst" "$OUT/ab.txt" | cut -c1-200
+        KVATTN_LIBRARY=$lib timeout 100 python3 -m bench.kernel_gaps "W1 4/1 b1 32k p16 tp" "W1 4/1 b1 128k p16 tp" \
+          "W1 8/2 b1 128k p16 tp" "W1 4/1 b4 32k p16 tp" > "$OUT/gaps.txt" 2>&1
         echo "== gaps rc=$?"; cut -c1-250 "$OUT/gaps.txt" | grep -v "^kvattn: decode_sm90"
-        KVATTN_LIBRARY=$tl timeout 120 python3 -m bench.decode_timeline --heads 4/1 --filter "W1 b1 32k p16,W1 b4 32k p16,W1 b1 128k p16" \
+        KVATTN_LIBRARY=$tl timeout 100 python3 -m bench.decode_timeline --heads 4/1 --filter "W1 b1 32k p16,W1 b4 32k p16" \
           > "$OUT/timeline.txt" 2>&1
-        echo "== timeline rc=$?"; cut -c1-200 "$OUT/timeline.txt" | head -90
+        echo "== timeline rc=$?"; cut -c1-200 "$OUT/timeline.txt" | head -70
         ;;
       77)  # session 46: W1's tensor-parallel cases (8/2, 4/1 heads; b1 / b4; 32k / 128k p16): A = main before
            # session 46 against B = cmerge (crule + the longer merge), then FlashInfer beside cmerge; on an
