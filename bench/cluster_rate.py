@@ -6,6 +6,7 @@ with more bandwidth needs more CTAs); if the whole call's rate stays flat, by th
 bench/NOTES.md (sessions 45-46), not a suite.
 
     PYTHONPATH=python:. python3 -m bench.cluster_rate [FORM ...]   # e.g. persistent default (all: every form)
+    CLUSTER_RATE_HEADS=8 CLUSTER_RATE_KEYS=32768 ...                 # a subset of the kv heads / keys
 """
 import contextlib
 import functools
@@ -46,13 +47,15 @@ def _ctas_a_unit(path):
 
 def main(forms=()):
     forms = [f for f in FORMS if not forms or f[0] in forms]
+    heads = [int(h) for h in os.environ.get("CLUSTER_RATE_HEADS", "").split(",") if h] or HEADS
+    keys_list = [int(k) for k in os.environ.get("CLUSTER_RATE_KEYS", "").split(",") if k] or KEYS
     os.environ["KVATTN_DEBUG_DISPATCH"] = "1"  # read once, at the library's first launch: C as it ran
     import torch
     import kvattn
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
-    for keys in KEYS:
-        for hk in HEADS:
+    for keys in keys_list:
+        for hk in heads:
             nbytes = 2 * keys * hk * 128 * 2
             sets = [make_set(torch, 4 * hk, hk, 1, keys, 16, gen) for _ in range(T.n_sets_for(nbytes, 4 << 30))]
             ref = kvattn.flash_attn_with_kvcache(**sets[0]).float()

@@ -195,6 +195,10 @@ case "${1:-show}" in
         KVATTN_LIBRARY=$tl timeout 100 python3 -m bench.decode_timeline --heads 4/1 --filter "W1 b1 32k p16,W1 b4 32k p16" \
           > "$OUT/timeline.txt" 2>&1
         echo "== timeline rc=$?"; cut -c1-200 "$OUT/timeline.txt" | head -70
+        if nvidia-smi -L | grep -q H200; then  # crule's prediction: b1 x 32k over 8 kv heads takes the cluster form
+          CLUSTER_RATE_HEADS=8,2 CLUSTER_RATE_KEYS=32768,131072 KVATTN_LIBRARY=$lib timeout 60 \
+            python3 -m bench.cluster_rate persistent C8 default 2>&1 | grep "^{" | cut -c1-120
+        fi
         ;;
       77)  # session 46: W1's tensor-parallel cases (8/2, 4/1 heads; b1 / b4; 32k / 128k p16): A = main before
            # session 46 against B = cmerge (crule + the longer merge), then FlashInfer beside cmerge; on an
