@@ -176,6 +176,17 @@ case "${1:-show}" in
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
         ;;
+      79)  # session 46: call 78 lean (~250 s of device time left): cwide's checks and its A/B against cmerge.
+        source tools/device_env.sh; lib=$(device_lib .dev/cwide128.so.xz cg)
+        KVATTN_LIBRARY=$lib KVATTN_TEST_HEAD_DIMS=128 timeout 80 python3 -m pytest -q -p no:cacheprovider \
+          tests/python/test_append_combine.py tests/python/test_cuda_decode_sm90.py \
+          -k "not cpu and (combine or few_units or features or determin)" > "$OUT/tests.txt" 2>&1
+        echo "== tests rc=$? $(tail -1 "$OUT/tests.txt")"; grep -E "^(FAILED|ERROR)" "$OUT/tests.txt" | cut -c1-300 | head
+        F="tp|=W1 32/8 b4 32k p16"
+        OUT=/tmp/ab79 KVATTN_AB_CHECK=0 KVATTN_AB_A=.dev/cmerge128.so.xz KVATTN_AB_B=.dev/cwide128.so.xz \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="$F" bash tools/prefill_ab.sh > "$OUT/ab.txt" 2>&1
+        grep -E "^\[|^W1|^worst" "$OUT/ab.txt" | cut -c1-200
+        ;;
       78)  # session 46: branch cwide (4 warps a row in the split combine for units over >= 32 CTAs): its
            # combine / few-unit checks, A = cmerge against B = cwide on W1's tp cases (and b4 32k: one warp a
            # row, level), then where the rest of the persistent kernel's fixed cost goes over few units:
