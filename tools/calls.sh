@@ -29,6 +29,8 @@ Entries 64-70 are the record of session 45's calls; 59-63 of session 44's.
 Session 46 (the checkout came back without .dev/, .peerkit/ and branch codd: codd rewritten from its notes;
 73 and the cluster_rate half of 74 ran on an H100: any size gave C = 9, slower; codd not merged; 75 and 76
 ran on an H100: crule and cmerge landed). Next: 75 on an H200 with main's library (NOTES, session 46).
+79. run(command="bash tools/calls.sh run 79", carry=[".dev/cwide128.so.xz", ".whl"], timeout_s=200)   [tree at main]
+   the split combine's 4 warps a row (opt-in KVATTN_COMBINE_WIDE_ROWS=1): checks, A (off) B (on) on W1's tp cases.
 78. run(command="bash tools/calls.sh run 78", carry=[".dev/cmerge128.so.xz", ".dev/cwide128.so.xz", ".dev/cmergetl128.so.xz", ".whl"], timeout_s=400)   [tree at cwide]
    branch cwide's checks and A/B against cmerge on W1's tp cases; kernel_gaps and the timeline over 4/1 heads.
 77. run(command="bash tools/calls.sh run 77", carry=[".dev/main128_46.so.xz", ".dev/cmerge128.so.xz", ".whl", ".peerkit/MANIFEST.json", ".peerkit/fi.tar.xz"], timeout_s=500)   [tree at cmerge]
@@ -176,15 +178,18 @@ case "${1:-show}" in
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
         ;;
-      79)  # session 46: call 78 lean (~250 s of device time left): cwide's checks and its A/B against cmerge.
+      79)  # session 46 (not run: no machine): the split combine's 4 warps a row (KVATTN_COMBINE_WIDE_ROWS=1,
+           # opt-in on main): its checks, then A (off) against B (on), one library (main's: build it as
+           # .dev/cwide128 with tools/dev_libs.sh cwide128:main:128).
         source tools/device_env.sh; lib=$(device_lib .dev/cwide128.so.xz cg)
         KVATTN_LIBRARY=$lib KVATTN_TEST_HEAD_DIMS=128 timeout 80 python3 -m pytest -q -p no:cacheprovider \
           tests/python/test_append_combine.py tests/python/test_cuda_decode_sm90.py \
           -k "not cpu and (combine or few_units or features or determin)" > "$OUT/tests.txt" 2>&1
         echo "== tests rc=$? $(tail -1 "$OUT/tests.txt")"; grep -E "^(FAILED|ERROR)" "$OUT/tests.txt" | cut -c1-300 | head
         F="tp|=W1 32/8 b4 32k p16"
-        OUT=/tmp/ab79 KVATTN_AB_CHECK=0 KVATTN_AB_A=.dev/cmerge128.so.xz KVATTN_AB_B=.dev/cwide128.so.xz \
-          KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="$F" bash tools/prefill_ab.sh > "$OUT/ab.txt" 2>&1
+        OUT=/tmp/ab79 KVATTN_AB_CHECK=0 KVATTN_AB_A=.dev/cwide128.so.xz KVATTN_AB_B=.dev/cwide128.so.xz \
+          KVATTN_AB_ENV_B="KVATTN_COMBINE_WIDE_ROWS=1" KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="$F" \
+          bash tools/prefill_ab.sh > "$OUT/ab.txt" 2>&1
         grep -E "^\[|^W1|^worst" "$OUT/ab.txt" | cut -c1-200
         ;;
       78)  # session 46: branch cwide (4 warps a row in the split combine for units over >= 32 CTAs): its

@@ -1,5 +1,7 @@
 // The combine kernels: the split-KV merge after the attention kernel, and kvattn_combine. Both are one
-// warp per row around merge_row_warp.
+// warp per row around merge_row_warp (the split merge: 4 warps a row around merge_row_block, opt-in).
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "api/backend.hpp"
@@ -108,12 +110,18 @@ int64_t blocks_for(int64_t rows) {
 
 // A unit spread over >= 32 CTAs of the balanced schedule (batch 1 over 1-4 kv heads on 132 SMs: 33-132
 // partials a row, 4-16 rows in the whole grid) gets 4 warps a row; deterministic mode keeps one warp a row
-// (its bits may not follow the batch).
+// (its bits may not follow the batch). Opt-in, KVATTN_COMBINE_WIDE_ROWS=1 (read at every launch), until a
+// device measures it (written in session 46, compile-checked, not yet run: bench/NOTES.md).
+static bool combine_wide_rows() {
+  const char* e = std::getenv("KVATTN_COMBINE_WIDE_ROWS");
+  return e != nullptr && std::strcmp(e, "1") == 0;
+}
 kvattn_status launch_split_combine(const AttnParams& params, int head_dim_v, DType out_dtype,
                                    bool early_launch, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(params.seq.batch) * params.seq.max_seqlen_q * params.num_q_heads;
   const int64_t units = static_cast<int64_t>(params.seq.batch) * params.num_kv_heads;
-  const bool wide_rows = params.balanced && params.chunk_keys == 0 && params.balanced_ctas >= 32 * units;
+  const bool wide_rows =
+      combine_wide_rows() && params.balanced && params.chunk_keys == 0 && params.balanced_ctas >= 32 * units;
   const int64_t blocks = wide_rows ? rows : blocks_for(rows);
   if (blocks == 0) return KVATTN_OK;
   if (blocks > 0x7fffffff) return fail(KVATTN_ERROR_UNSUPPORTED, "q: too many rows for the split combine");
