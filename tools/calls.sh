@@ -28,7 +28,11 @@ is 71 before the bandwidth rule (superseded, not run).
 Entries 64-70 are the record of session 45's calls; 59-63 of session 44's.
 Session 46 (the checkout came back without .dev/, .peerkit/ and branch codd: codd rewritten from its notes;
 73 and the cluster_rate half of 74 ran on an H100: any size gave C = 9, slower; codd not merged; 75 and 76
-ran on an H100: crule and cmerge landed). Next: 75 on an H200 with main's library (NOTES, session 46).
+ran on an H100: crule and cmerge landed; 77 W1's tp cases with FlashInfer; 78 and 79 never ran: no machine).
+Next (NOTES, session 46): 79 (the combine's 4 warps a row, opt-in on main), 75 on an H200 with main's
+library (crule's H200 prediction), 78 (where the tp cases' fixed cost goes). Libraries for them:
+tools/dev_libs.sh cwide128:main:128 crule128:main:128 cmerge128:main:128 \
+  cmergetl128:main:128:-DKVATTN_DECODE_TIMELINE=1   (78 also wants the tree's tools at main; 77 main128_46:945f185:128)
 79. run(command="bash tools/calls.sh run 79", carry=[".dev/cwide128.so.xz", ".whl"], timeout_s=200)   [tree at main]
    the split combine's 4 warps a row (opt-in KVATTN_COMBINE_WIDE_ROWS=1): checks, A (off) B (on) on W1's tp cases.
 78. run(command="bash tools/calls.sh run 78", carry=[".dev/cmerge128.so.xz", ".dev/cwide128.so.xz", ".dev/cmergetl128.so.xz", ".whl"], timeout_s=400)   [tree at cwide]
