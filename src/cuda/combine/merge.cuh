@@ -90,6 +90,23 @@ __device__ __forceinline__ void accumulate_wide(const PartialRow& in, int first,
   }
 }
 
+// Split s's LSE into a lane's state (the state (lse_s log2(e), 1)); a NaN LSE marks the row NaN instead.
+__device__ __forceinline__ void take_lse(RowState& st, bool& nan, float lse_s) {
+  if (isnan(lse_s)) {
+    nan = true;
+  } else {
+    st.merge(lse_s * kLog2e, 1.f);
+  }
+}
+
+// A lane's 4 channels (lane * 4 ..) of the merged row, NaN for a NaN row.
+__device__ __forceinline__ void store_lane4(void* out, DType out_dtype, int64_t out_offset,
+                                            const float (&acc)[4], bool nan) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) store_as(out, out_dtype, out_offset + lane * 4 + e, nan ? NAN : acc[e]);
+}
+
 // Every lane's state merged into every lane's (lane order by butterfly: the same on every lane).
 __device__ __forceinline__ void merge_over_warp(RowState& st) {
 #pragma unroll
@@ -128,20 +145,13 @@ __device__ inline void merge_row_warp(const PartialRow& in, int n, int dv, bool 
   // stays NaN through a split).
   RowState st;
   bool nan = false;
-  auto take = [&](float lse_s) {
-    if (isnan(lse_s)) {
-      nan = true;
-    } else {
-      st.merge(lse_s * kLog2e, 1.f);
-    }
-  };
   if (wide) {
 #pragma unroll
     for (int j = 0; j < kWideBlocks; ++j) {
-      if (lane + 32 * j < n) take(lse_r[j]);
+      if (lane + 32 * j < n) take_lse(st, nan, lse_r[j]);
     }
   } else {
-    for (int s = lane; s < n; s += 32) take(*in.lse_of(s));
+    for (int s = lane; s < n; s += 32) take_lse(st, nan, *in.lse_of(s));
   }
   merge_over_warp(st);
   nan = __any_sync(0xffffffffu, nan);
@@ -194,18 +204,12 @@ __device__ inline void merge_row_warp(const PartialRow& in, int n, int dv, bool 
         acc[3] += w * o_early[s].w;
       }
     }
-    if (lane * 4 < dv) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) store_as(out, out_dtype, out_offset + lane * 4 + e, nan ? NAN : acc[e]);
-    }
+    if (lane * 4 < dv) store_lane4(out, out_dtype, out_offset, acc, nan);
   } else if (wide) {
     const bool active = lane * 4 < dv;
     float acc[4] = {};
     accumulate_wide(in, 0, 1, n, lse_r, total, st.l, active, acc);
-    if (active) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) store_as(out, out_dtype, out_offset + lane * 4 + e, nan ? NAN : acc[e]);
-    }
+    if (active) store_lane4(out, out_dtype, out_offset, acc, nan);
   } else if (vec4) {
     accumulate(std::integral_constant<int, 4>{});
   } else {
@@ -239,13 +243,7 @@ __device__ inline void merge_row_block(const PartialRow& in, int n, int dv, bool
   bool nan = false;
 #pragma unroll
   for (int j = 0; j < kWideBlocks; ++j) {
-    if (lane + 32 * j < count) {
-      if (isnan(lse[j])) {
-        nan = true;
-      } else {
-        st.merge(lse[j] * kLog2e, 1.f);
-      }
-    }
+    if (lane + 32 * j < count) take_lse(st, nan, lse[j]);
   }
   merge_over_warp(st);
   nan = __any_sync(0xffffffffu, nan);
@@ -274,11 +272,8 @@ __device__ inline void merge_row_block(const PartialRow& in, int n, int dv, bool
     const float4 a = s_acc[w][lane];
     sum.x += a.x, sum.y += a.y, sum.z += a.z, sum.w += a.w;
   }
-  if (active) {
-    const float v[4] = {sum.x, sum.y, sum.z, sum.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) store_as(out, out_dtype, out_offset + lane * 4 + e, nan ? NAN : v[e]);
-  }
+  const float v[4] = {sum.x, sum.y, sum.z, sum.w};
+  if (active) store_lane4(out, out_dtype, out_offset, v, nan);
   if (lse_out && lane == 0) *lse_out = total;
 }
 

@@ -367,8 +367,8 @@ static bool cluster_faster(const FwdProblem& p, int64_t cluster_ctas, int64_t dr
                        (p.head_dim + p.head_dim_v) * (p.kv_dtype == DType::fp8_e4m3 ? 1 : 2);
   const double cluster_rate = static_cast<double>(cluster_ctas) * kClusterCtaBytesPerUs;
   const double persistent_rate = 0.85 * static_cast<double>(dram_bytes_per_us);
-  return cluster_rate >= persistent_rate ||
-         bytes / cluster_rate <= bytes / persistent_rate + static_cast<double>(kFixedSavedUs);
+  // (Always where the cluster form streams at least as fast: then it also saves the fixed cost.)
+  return bytes / cluster_rate <= bytes / persistent_rate + static_cast<double>(kFixedSavedUs);
 }
 static bool cluster_streams_long(const FwdProblem& p, int64_t cluster_ctas, int64_t dram_bytes_per_us) {
   const char* e = std::getenv("KVATTN_DECODE_CLUSTER_LONG");
