@@ -242,7 +242,7 @@ def test_copy_paths_long_shares(sq, hq, hk, min_cta_tiles, kv_fp8, monkeypatch):
 # One or two units on the persistent kernel: the balanced schedule spreads each over ~132 / 66 CTAs, so the
 # split combine merges up to 132 partials a row (merge_row_warp's longer merge, LSEs in registers), with a
 # sink and the lse checked; a second, empty sequence.
-@pytest.mark.parametrize("wide_rows", [None, "1"])  # KVATTN_COMBINE_WIDE_ROWS: 4 warps a row (opt-in)
+@pytest.mark.parametrize("wide_rows", [None, "0"])  # KVATTN_COMBINE_WIDE_ROWS: 4 warps a row unless 0
 @pytest.mark.parametrize("hk,seqlens", [(1, (30000,)), (2, (9000,)), (1, (3000, 0)), (4, (2100,))])
 def test_few_units_many_pieces(hk, seqlens, wide_rows, monkeypatch):
     if wide_rows is not None:

@@ -1,5 +1,6 @@
 // The combine kernels: the split-KV merge after the attention kernel, and kvattn_combine. Both are one
-// warp per row around merge_row_warp (the split merge: 4 warps a row around merge_row_block, opt-in).
+// warp per row around merge_row_warp (the split merge: 4 warps a row around merge_row_block where a unit
+// spans many CTAs).
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -110,11 +111,12 @@ int64_t blocks_for(int64_t rows) {
 
 // A unit spread over >= 32 CTAs of the balanced schedule (batch 1 over 1-4 kv heads on 132 SMs: 33-132
 // partials a row, 4-16 rows in the whole grid) gets 4 warps a row; deterministic mode keeps one warp a row
-// (its bits may not follow the batch). Opt-in, KVATTN_COMBINE_WIDE_ROWS=1 (read at every launch), until a
-// device measures it (written in session 46, compile-checked, not yet run: bench/NOTES.md).
+// (its bits may not follow the batch). H100 (bench/NOTES.md, session 47), one warp -> 4 warps a row: W1
+// 4/1 b1 32k 29.6-30.2 -> 26.5 us, b1 128k 46.6 -> 43.0, 8/2 b1 128k 67.5 -> 64.9, 4/1 b4 32k 42.9 -> 41.1,
+// 32/8 b4 32k level. KVATTN_COMBINE_WIDE_ROWS=0: one warp a row (A/B; read at every launch).
 static bool combine_wide_rows() {
   const char* e = std::getenv("KVATTN_COMBINE_WIDE_ROWS");
-  return e != nullptr && std::strcmp(e, "1") == 0;
+  return e == nullptr || std::strcmp(e, "0") != 0;
 }
 kvattn_status launch_split_combine(const AttnParams& params, int head_dim_v, DType out_dtype,
                                    bool early_launch, cudaStream_t stream) {
