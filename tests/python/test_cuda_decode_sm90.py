@@ -345,7 +345,17 @@ _FORCED = dict(KVATTN_DECODE_CLUSTER_LONG="1")  # without the card's bandwidth t
     (dict(_LONG), "cluster kernel, * CTAs a unit, K/V by TMA"),
     (dict(_LONG, CAP="131072"), "BY_CARD"),
     (dict(_LONG, HK="2"), "cluster kernel, 16 CTAs a unit, K/V by TMA"),
-    (dict(_LONG, HK="2", CAP="131072"), "kernel, 8 producer warps"),
+    # 1-2 kv heads: S > 1 clusters a unit where the model says more CTAs pay for the combine they bring
+    # (decode_cluster_pick; the TMA kernel's 512 keys a CTA cap S): 8.4 MB over 1 kv head, 16 CTAs of 2
+    # clusters a unit on any Hopper card; 134 MB over 2 kv heads, the most clusters that fit
+    (dict(_LONG, HK="1"), "cluster kernel, 16 CTAs a unit, K/V by TMA, clusters a unit: 2"),
+    (dict(_LONG, HK="2", CAP="131072"), "cluster kernel, 16 CTAs a unit, K/V by TMA, clusters a unit: *"),
+    (dict(_LONG, HK="1", KVATTN_DECODE_CLUSTER="8"),
+     "cluster kernel, 8 CTAs a unit, K/V by TMA, clusters a unit: 4"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None),
+     "cluster kernel, 16 CTAs a unit, K/V by cp.async, clusters a unit: 1"),
+    (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER="8", KVATTN_DECODE_CLUSTER_SPLITS="3"),
+     "cluster kernel, 8 CTAs a unit, K/V by cp.async, clusters a unit: 3"),  # asked: 4 units x 8 CTAs x 3
     (dict(_LONG, **_FORCED), "cluster kernel, * CTAs a unit, K/V by TMA"),
     (dict(_LONG, PAGE="16", **_FORCED), "cluster kernel, * CTAs a unit, K/V by TMA"),
     (dict(_LONG, LPAD="1", **_FORCED), "cluster kernel, * CTAs a unit, K/V by TMA"),  # contiguous
@@ -389,8 +399,11 @@ def test_dispatch_on_sm90(switch, expected):
     assert r.returncode == 0, r.stderr
     if expected is None:
         assert "decode_sm90" not in r.stderr, r.stderr
-    elif "*" in expected:  # any cluster size
-        assert re.search("decode_sm90 " + re.escape(expected).replace(r"\*", r"\d+"), r.stderr), r.stderr
+    elif "*" in expected:  # any cluster size (or count: then > 1)
+        m = re.search("decode_sm90 " + re.escape(expected).replace(r"\*", r"(\d+)"), r.stderr)
+        assert m, r.stderr
+        if expected.endswith("clusters a unit: *"):
+            assert int(m.groups()[-1]) > 1, r.stderr
     elif expected.startswith(("cluster", "kernel")):
         assert f"decode_sm90 {expected}" in r.stderr, r.stderr
     else:
@@ -554,16 +567,59 @@ def test_cluster_one_sequence_many_heads(clusters, monkeypatch):
         run_and_compare(case, DEVICE)
 
 
+# S > 1 clusters a unit (KVATTN_DECODE_CLUSTER_SPLITS=S, at most what fits: 2 units x 16 CTAs x 3): each
+# cluster writes the static splits' partial of its S-th of the tiles, the split combine merges them (sinks,
+# lse, rows past seqused_q, clusters without keys: lengths under C S tiles); 16-bit caches on the TMA kernel
+# and by cp.async, fp8 caches.
 @pytest.mark.usefixtures("_cluster_on")
-@pytest.mark.parametrize("clusters,kv_fp8", [(None, False), ("8", False), ("8", True)])  # C = 16; C = 8
+@pytest.mark.parametrize("splits,hk", [("3", 2), ("7", 1), ("2", 1)])
+@pytest.mark.parametrize("layout,page,seqlens,extra", [
+    ("paged", 16, (20000,), dict(sinks="fp32")),
+    ("contiguous", 0, (9037,), dict(leftpad=(37,), causal=True)),
+    ("paged", 64, (5000,), dict(batch_idx="scattered", softcap=20.0)),
+    ("packed", 0, (12000,), dict(window=(3000, 0), causal=True)),
+    ("paged", 16, (700,), dict(sq=3, seqused_q=True, causal=True, sinks="bf16")),
+    ("paged", 16, (6000,), dict(kv_fp8=True)),
+    ("paged", 1, (33,), dict(new=(1,), rotary="neox")),
+], ids=["p16_sinks", "contig_lpad", "p64_scat", "packed_window", "p16_seqused", "p16_fp8", "p1_short_append"])
+def test_cluster_split_units(splits, hk, layout, page, seqlens, extra, monkeypatch):
+    monkeypatch.setenv("KVATTN_DECODE_CLUSTER_SPLITS", splits)
+    kw = dict(dtype="bf16", d=128, hq=4 * hk, hk=hk, seqlens=seqlens, sq=1, layout=layout,
+              page_size=max(page, 1), num_splits=0, extra_slots=300, seed=int(splits) + 5 * hk + len(layout))
+    kw.update(extra)
+    if kw.get("leftpad"):
+        kw["seqlens"] = tuple(n + lp for n, lp in zip(kw["seqlens"], kw["leftpad"]))
+    run_and_compare(Case(**kw), DEVICE)
+
+
+@pytest.mark.usefixtures("_cluster_on")
+@pytest.mark.parametrize("tma", [None, "force"])
+def test_cluster_split_units_batch(tma, monkeypatch):
+    """S clusters a unit over a batch (the env asks; the model keeps S > 1 to batch 1's long sequences):
+    lengths 0, 1, under and over C S tiles, varlen q with an empty sequence."""
+    monkeypatch.setenv("KVATTN_DECODE_CLUSTER_SPLITS", "2")
+    monkeypatch.setenv("KVATTN_DECODE_CLUSTER", "8")  # 5 units x 8 CTAs x 2
+    if tma is not None:
+        monkeypatch.setenv("KVATTN_DECODE_TMA", tma)
+    case = Case(dtype="bf16", d=128, hq=4, hk=1, seqlens=(0, 1, 2049, 9000, 65), q_lens=(1, 1, 0, 2, 1),
+                causal=True, layout="paged", page_size=16, num_splits=0, sinks="fp32", seed=17)
+    run_and_compare(case, DEVICE)
+
+
+@pytest.mark.usefixtures("_cluster_on")
+# C = 16; C = 8; S = 2 / 3 clusters a unit at C = 8 (4 units): a bad page in one cluster's share NaNs its partial
+@pytest.mark.parametrize("clusters,kv_fp8,splits", [(None, False, None), ("8", False, None), ("8", True, None),
+                                                    ("8", False, "2"), ("8", True, "3")])
 @pytest.mark.parametrize("column", [3, 100, 187, 240])  # CTA 0's first keys, mid-unit, the last CTA's, past them
-def test_cluster_bad_page_is_nan_and_reported(column, clusters, kv_fp8, monkeypatch):
+def test_cluster_bad_page_is_nan_and_reported(column, clusters, kv_fp8, splits, monkeypatch):
     """A page id out of range in one CTA's share writes NaN for the whole unit (every CTA of its cluster: the
     error flag each rank pushes into the others' inboxes, at C = 16 and C = 8, bf16 and fp8 layouts) and
     names the entry; the other sequence is the oracle's. Column 240 lies past sequence 0's keys (3000 slots
     = 188 pages): the last CTA's check of the pages after the visible keys."""
     if clusters is not None:
         monkeypatch.setenv("KVATTN_DECODE_CLUSTER", clusters)
+    if splits is not None:
+        monkeypatch.setenv("KVATTN_DECODE_CLUSTER_SPLITS", splits)
     case = Case(dtype="bf16", kv_fp8=kv_fp8, d=128, hq=8, hk=2, seqlens=(3000, 500), sq=1, layout="paged",
                 page_size=16, extra_slots=1000, num_splits=0, seed=column)
     q, k_cache, v_cache, kw, _, _ = build(case)
@@ -588,17 +644,21 @@ def test_cluster_bad_page_is_nan_and_reported(column, clusters, kv_fp8, monkeypa
 
 
 @pytest.mark.usefixtures("_cluster_on")
-def test_cluster_cuda_graph_replay():
+@pytest.mark.parametrize("splits", [None, "4"])
+def test_cluster_cuda_graph_replay(splits, monkeypatch):
     """The cluster form captured in a CUDA graph (grid, clusters and the early launch behind the append are
     static): replays with new lengths and page tables equal eager calls bit for bit. Batch 1 over 8 kv heads,
-    a 2,048-slot cache (under the capacity bound), one appended token with rotary."""
+    a 2,048-slot cache (under the capacity bound), one appended token with rotary; splits: S = 4 clusters a
+    unit, their partials and the split combine in the graph."""
     if not _sm90():
         pytest.skip("the cluster form runs on sm_90 only")
+    if splits is not None:  # 2 kv heads: 2 units x 16 CTAs x S (<= 3 fit)
+        monkeypatch.setenv("KVATTN_DECODE_CLUSTER_SPLITS", splits)
     torch = sys.modules["torch"]
     import kvattn
     gen = torch.Generator(device="cuda")
     gen.manual_seed(3)
-    hq, hk, d, page, cap = 32, 8, 128, 16, 2048
+    hq, hk, d, page, cap = (32, 8, 128, 16, 2048) if splits is None else (8, 2, 128, 16, 2048)
     pages = 2 * cap // page
     bf = dict(device="cuda", dtype=torch.bfloat16)
     q = torch.randn(1, 1, hq, d, generator=gen, **bf)

@@ -1,17 +1,21 @@
 // The Hopper decode kernel's cluster form (decode_sm90.hpp, DecodeClusterShape): for batches of few
-// (sequence, kv head) units, a cluster of C CTAs a unit, CTA r taking the r-th C-th of the unit's key
-// tiles as the device reads them; the C partial (m, l, O) merge through distributed shared memory, so
-// there is no scan, no workspace and no combine kernel. The merge is pushed, not pulled: each CTA stores
-// every rank's C-th of its state into that rank's inbox with st.async, completing on the rank's mbarrier,
-// so no thread waits on a remote load's round trip (bench/NOTES.md, session 41). Per CTA, 4 consumer warps,
-// each with its own ring of kDepth stages, which a producer warp of its own fills with 16-byte cp.async
-// copies (a cp.async.mbarrier.arrive a lane on the slot's full mbarrier; the consumer's lanes arrive on its
-// empty one): the consumers compute with the persistent kernel's stage math (consumer.cuh) and never issue
-// a copy, and two warps share each scheduler (bench/NOTES.md, session 42: one warp a scheduler left the
+// (sequence, kv head) units, a cluster of C CTAs a unit, CTA r taking the r-th C-th of the unit's key tiles
+// as the device reads them; the C partial (m, l, O) merge through distributed shared memory, so there is no
+// scan, no workspace and no combine kernel. The merge is pushed, not pulled: each CTA stores every rank's
+// C-th of its state into that rank's inbox with st.async, completing on the rank's mbarrier, so no thread
+// waits on a remote load's round trip (bench/NOTES.md, session 41). Few units of long sequences (batch 1 over
+// 1-7 kv heads) take S > 1 clusters a unit (AttnParams::num_splits): cluster g computes the g-th S-th of the
+// unit's tiles and writes its rows as split g's partial, which the split combine merges (a workspace and a
+// combine, but C S CTAs stream the unit where one cluster would leave most SMs idle). Per CTA, 4 consumer
+// warps, each with its own ring of kDepth stages, which a producer warp of its own fills with 16-byte
+// cp.async copies (a cp.async.mbarrier.arrive a lane on the slot's full mbarrier; the consumer's lanes arrive
+// on its empty one): the consumers compute with the persistent kernel's stage math (consumer.cuh) and never
+// issue a copy, and two warps share each scheduler (bench/NOTES.md, session 42: one warp a scheduler left the
 // 4k case's ~14 us to the warps' own instruction latency). 16-bit caches: the stages are swizzled
-// (DecodeCfg::kv_offset) and a stage of whole runs of 16 slots comes by TMA (issue_stage), so that a
-// producer hands the copy engine 8 boxes instead of issuing 32 copies a lane (bench/NOTES.md, session 44).
-//   grid (C, kv heads, batch), cluster (C, 1, 1): blockIdx.x is the CTA's rank in its cluster.
+// (DecodeCfg::kv_offset) and a stage of whole runs of 16 slots comes by TMA (issue_stage), so that a producer
+// hands the copy engine 8 boxes instead of issuing 32 copies a lane (bench/NOTES.md, session 44).
+//   grid (C S, kv heads, batch), cluster (C, 1, 1): blockIdx.x is C g + rank (rank: the CTA's in its
+//   cluster).
 #pragma once
 
 #include "cuda/common/pdl.cuh"
@@ -155,7 +159,11 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
   uint64_t* ring_full = inbox_full + 1;  // ring r's slots: [r kDepth, (r + 1) kDepth)
   uint64_t* ring_empty = ring_full + kW * kDepth;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, group = lane / 4, quad = lane % 4;
-  const int rank = blockIdx.x, ctas = gridDim.x, kv_head = blockIdx.y, i = blockIdx.z;
+  // C = ctas, the cluster's CTAs; split: the unit's cluster (of num_splits; 1: the unit's whole result).
+  const int splits = max(1, p.num_splits), ctas = static_cast<int>(gridDim.x) / splits;
+  const int rank = static_cast<int>(blockIdx.x) % ctas, split = static_cast<int>(blockIdx.x) / ctas;
+  const int kv_head = blockIdx.y, i = blockIdx.z;
+  allow_dependent_launch();  // the split combine (S > 1) may be scheduled now; it waits for this grid's end
   KVATTN_TL(tl_enter());
   if (Cfg::kSwizzled && maps.tma != 0 &&
       tid == 32 * kW) {  // the descriptors on their way before the first box
@@ -172,14 +180,16 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
     mbar_init_fence();
   }
 
-  // The unit's keys and this CTA's share of its 64-key tiles (the same split on every CTA of the cluster).
+  // The unit's keys and this CTA's share of its 64-key tiles: the (split C + rank)-th of C S (the same
+  // split of the tiles on every CTA of the unit's clusters).
   PieceKeys pk;
-  pk.seq = load_sequence(p.seq, i, p.errors, rank == 0 && kv_head == 0 && tid == 0);
+  pk.seq = load_sequence(p.seq, i, p.errors, blockIdx.x == 0 && kv_head == 0 && tid == 0);
   const Sequence& seq = pk.seq;
   const bool has_rows = seq.rows_known && seq.q_len > 0;  // the same on every CTA of the cluster
   pk.keys = has_rows ? key_range(p, seq, 0, Cfg::kRows, Cfg::kBlockN) : KeyRange{};
-  pk.tile_begin = pk.keys.tiles * rank / ctas;
-  pk.tile_end = pk.keys.tiles * (rank + 1) / ctas;
+  const int share = split * ctas + rank, shares = splits * ctas;
+  pk.tile_begin = pk.keys.tiles * share / shares;
+  pk.tile_end = pk.keys.tiles * (share + 1) / shares;
   pk.kp_begin = static_cast<int32_t>(pk.keys.first + pk.tile_begin * Cfg::kBlockN);
   pk.kp_end = static_cast<int32_t>(min(pk.keys.last + 1, pk.keys.first + pk.tile_end * Cfg::kBlockN));
   pk.stages = pk.kp_end > pk.kp_begin ? (pk.kp_end - pk.kp_begin + Cfg::kStageKeys - 1) / Cfg::kStageKeys : 0;
@@ -242,7 +252,7 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
     asm volatile("cp.async.wait_all;" ::: "memory");
   } else if (has_rows) {
     const QRows<Cfg> q = load_q<Cfg>(p, seq, i, kv_head, tid);
-    const Piece w{i, kv_head, 0, -1, pk.tile_begin, pk.tile_end, -1, -1};
+    const Piece w{i, kv_head, 0, splits > 1 ? split : -1, pk.tile_begin, pk.tile_end, -1, -1};
     ok &= piece_ok<Cfg>(p, w, pk, tid);
     KVATTN_TL(if (tid == 0 && ok != (pk.stages == -1)) tl_stamp_piece(0, kTlpChecked));
     uint32_t q_frag[Cfg::kHeadDim / 16][4];
@@ -392,13 +402,25 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
       const int h = kv_head * p.group + static_cast<int>(rr % p.group);
       const float o_descale = Cfg::kFp8 ? descale_at(p.v_descale, p.v_descale_strides, i, kv_head) : 1.f;
       const bool attends = rr < static_cast<int64_t>(seq.q_used) * p.group;
-      const RowEnd end = end_row(unit, attends, true, p.sinks, h, o_descale);
-      T* out = out_row<T>(p, seq, i, t, h) + rank * per_rank + cr;
+      // S > 1: split `split`'s partial row (the static splits' layout; the combine folds the sink in).
+      const Piece w{i, kv_head, 0, split, 0, 0, -1, -1};
+      const int64_t prow = splits > 1 ? piece_partial_row(p, w, seq, rr) : -1;
+      const RowEnd end = end_row(unit, attends, prow < 0, p.sinks, h, o_descale);
+      if (prow >= 0) {
+        float* o_part = p.o_partial + prow * p.head_dim_v + rank * per_rank + cr;
 #pragma unroll
-      for (int c = 0; c < kMaxPer; ++c) {
-        if (c < per) out[c] = from_float<T>(unit_bad ? NAN : out_acc[c] * end.o_scale);
+        for (int c = 0; c < kMaxPer; ++c) {
+          if (c < per) o_part[c] = unit_bad ? NAN : out_acc[c] * end.o_scale;
+        }
+        if (rank == 0 && cr == 0) p.lse_partial[prow] = unit_bad ? NAN : end.lse;
+      } else {
+        T* out = out_row<T>(p, seq, i, t, h) + rank * per_rank + cr;
+#pragma unroll
+        for (int c = 0; c < kMaxPer; ++c) {
+          if (c < per) out[c] = from_float<T>(unit_bad ? NAN : out_acc[c] * end.o_scale);
+        }
+        if (rank == 0 && cr == 0 && p.lse) *lse_at(p, seq, i, t, h) = unit_bad ? NAN : end.lse;
       }
-      if (rank == 0 && cr == 0 && p.lse) *lse_at(p, seq, i, t, h) = unit_bad ? NAN : end.lse;
       KVATTN_TL(if (tid == 0) tl_stamp_piece(0, kTlpEnd));
     }
   }

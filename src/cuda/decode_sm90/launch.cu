@@ -261,7 +261,8 @@ static int64_t decode_sm90_det_chunk_keys() {
 // 23.2 -> 14.2 / 16.9 / 22.7 us; then the cluster form streamed long sequences slower, b1 32k 61 -> 79,
 // with 4 warps a CTA that both copied and computed; since session 42 it has 4 consumer and 4 producer
 // warps a CTA, since session 44 K / V by TMA where the rings refill). Not in deterministic
-// mode (C depends on the batch) nor with sm_margin. KVATTN_DECODE_CLUSTER: 0 off, 8 at most 8 CTAs a unit;
+// mode (C depends on the batch) nor with sm_margin. Few units of long sequences may take S > 1 clusters a
+// unit and a combine (decode_cluster_pick). KVATTN_DECODE_CLUSTER: 0 off, 8 at most 8 CTAs a unit;
 // KVATTN_DECODE_CLUSTER_MAX_KEYS: the capacity bound (read on every plan).
 static int decode_cluster_max_ctas() {
   const char* e = std::getenv("KVATTN_DECODE_CLUSTER");
@@ -349,54 +350,108 @@ static bool cluster_tma(const FwdProblem& p, int ctas) {
 // value, so a paged cache with one stays on the persistent kernel (static shapes: graph-safe).
 // KVATTN_DECODE_CLUSTER_LONG: 0 never, 1 without the model (tests, A/B).
 //
-// The model, from the H100's batch-1 streams (bench/cluster_rate.py; bench/NOTES.md, sessions 45-46): the
+// The model, from the H100's batch-1 streams (bench/cluster_rate.py; bench/NOTES.md, sessions 45-47): the
 // cluster form has fewer CTAs than SMs (an H100 holds 7 clusters of 16: 8 kv heads take C = 8, 64 CTAs),
 // each streaming up to ~55-64 GB/s while the memory is not the limit (16-32 CTAs), so its rate is CTAs x
-// kClusterCtaBytesPerUs; the persistent kernel streams at ~85% of the card's DRAM bandwidth
-// (`DeviceShape::dram_bytes_per_us`: memory clock x bus width) but pays ~18-23 us of start (the scan, the
-// walk) and combine that the cluster form does not (its own fixed cost 7-9 us): kFixedSavedUs, the low
-// end (19-44 us before the combine's longer merge, session 46). The bytes are the cache's capacity (static:
-// graph-safe), so a wide page table errs toward the persistent kernel. H100 (3.35 TB/s): 64 CTAs (b1 over 8
-// or 4 kv heads) always; 32 (2 kv heads at C = 16) up to ~50 MB (b1 x 32k over 2 kv heads: 42.6 -> 26.3 us).
-// H200 (4.8 TB/s): 64 CTAs up to ~280 MB (b1 x 32k over 8 kv heads, not 128k).
+// kClusterCtaBytesPerUs up to the memory's; the persistent kernel streams at ~85% of the card's DRAM
+// bandwidth (`DeviceShape::dram_bytes_per_us`: memory clock x bus width) but pays ~18-23 us of start (the
+// scan, the walk) and combine that the cluster form does not (its own fixed cost 7-9 us): kFixedSavedUs,
+// the low end (19-44 us before the combine's longer merge, session 46). S > 1 clusters a unit (few units:
+// more CTAs) bring back a combine, whose tail after the decode kernel is kCombineTailUs (<= 16 partials a
+// row: one round trip past its wait). The bytes are the cache's capacity (static: graph-safe), so a wide
+// page table errs toward the persistent kernel. H100 (3.35 TB/s): 64 CTAs (b1 over 8 or 4 kv heads)
+// always; 1-2 kv heads past ~10k keys in 7-15 clusters a unit.
 constexpr int64_t kClusterCtaBytesPerUs = 55000;  // H100: 54-64 GB/s a CTA at 16-32 CTAs
-constexpr int64_t kFixedSavedUs = 11;             // H100 b1: 18-23 us (persistent) - 7-9 us (cluster)
-static bool cluster_faster(const FwdProblem& p, int64_t cluster_ctas, int64_t dram_bytes_per_us) {
-  if (dram_bytes_per_us <= 0) return false;
-  const double bytes = static_cast<double>(max_sequence_keys(p)) * p.num_kv_heads * p.batch *
-                       (p.head_dim + p.head_dim_v) * (p.kv_dtype == DType::fp8_e4m3 ? 1 : 2);
-  const double cluster_rate = static_cast<double>(cluster_ctas) * kClusterCtaBytesPerUs;
-  const double persistent_rate = 0.85 * static_cast<double>(dram_bytes_per_us);
-  // (Always where the cluster form streams at least as fast: then it also saves the fixed cost.)
-  return bytes / cluster_rate <= bytes / persistent_rate + static_cast<double>(kFixedSavedUs);
+constexpr double kFixedSavedUs = 11;              // H100 b1: 18-23 us (persistent) - 7-9 us (cluster)
+constexpr double kCombineTailUs = 4;              // H100 / H200: the combine ends 3.6-4.4 us after the kernel
+constexpr int kMaxClusterSplits = 16;             // the combine's one-round-trip merge (merge_row_warp)
+static double capacity_bytes(const FwdProblem& p) {
+  return static_cast<double>(max_sequence_keys(p)) * p.num_kv_heads * p.batch * (p.head_dim + p.head_dim_v) *
+         (p.kv_dtype == DType::fp8_e4m3 ? 1 : 2);
 }
-static bool cluster_streams_long(const FwdProblem& p, int64_t cluster_ctas, int64_t dram_bytes_per_us) {
+static double persistent_rate(int64_t dram_bytes_per_us) {
+  return 0.85 * static_cast<double>(dram_bytes_per_us);
+}
+// The cluster form's modelled time (us) over `ctas` CTAs in all, `splits` clusters a unit.
+static double cluster_us(double bytes, int64_t ctas, int splits, int64_t dram_bytes_per_us) {
+  const double rate =
+      std::min(static_cast<double>(ctas) * kClusterCtaBytesPerUs, persistent_rate(dram_bytes_per_us));
+  return bytes / rate + (splits > 1 ? kCombineTailUs : 0.);
+}
+// (Always where the cluster form streams at least as fast: then it also saves the fixed cost.)
+static bool cluster_faster(const FwdProblem& p, int64_t ctas, int splits, int64_t dram_bytes_per_us) {
+  if (dram_bytes_per_us <= 0) return false;
+  const double bytes = capacity_bytes(p);
+  return cluster_us(bytes, ctas, splits, dram_bytes_per_us) <=
+         bytes / persistent_rate(dram_bytes_per_us) + kFixedSavedUs;
+}
+static bool cluster_streams_long(const FwdProblem& p, int64_t ctas, int splits, int64_t dram_bytes_per_us) {
   const char* e = std::getenv("KVATTN_DECODE_CLUSTER_LONG");
   if (e != nullptr && std::strcmp(e, "0") == 0) return false;
   const bool forced = e != nullptr && std::strcmp(e, "1") == 0;
-  return p.batch == 1 && (forced || cluster_faster(p, cluster_ctas, dram_bytes_per_us)) &&
+  return p.batch == 1 && (forced || cluster_faster(p, ctas, splits, dram_bytes_per_us)) &&
          !(paged_cache(p) && p.cache_leftpad != nullptr) && cluster_tma_eligible(p);
 }
+// KVATTN_DECODE_CLUSTER_SPLITS=n: n clusters a unit wherever they fit (tests, A/B); unset or 0: the model's.
+static int decode_cluster_splits_env() {
+  const char* e = std::getenv("KVATTN_DECODE_CLUSTER_SPLITS");
+  return e != nullptr ? std::max(0, std::min(kMaxClusterSplits, std::atoi(e))) : 0;
+}
 
-static int decode_cluster_ctas(const FwdProblem& p, const AttentionPlan& plan, int64_t sms,
-                               int64_t dram_bytes_per_us) {
+// The cluster form's shape: C CTAs a cluster (0: the persistent kernel), S clusters a unit.
+struct ClusterPick {
+  int ctas = 0;
+  int splits = 1;
+};
+// For each C (16, then 8) whose clusters fit one wave, S = 1 or the most clusters a unit that fit (those of
+// a TMA kernel: >= kTmaMinStages stages a ring at the capacity, 16-bit caches), the fastest by the model
+// (the first C and S = 1 where the card's bandwidth is unknown), then, past the capacity bound, only where
+// it beats the persistent kernel (cluster_streams_long).
+static ClusterPick decode_cluster_pick(const FwdProblem& p, const AttentionPlan& plan, int64_t sms,
+                                       int64_t dram_bytes_per_us) {
+  using C = DecodeClusterShape;
   const int max_ctas = decode_cluster_max_ctas();
   if (max_ctas == 0 || p.deterministic || p.sm_margin > 0 || !plan.balanced ||
       plan.rows_per_unit > DecodeSm90Shape::kGroupRows) {
-    return 0;
+    return {};
   }
   const DType compute = p.q_dtype == DType::fp8_e4m3 ? DType::bf16 : p.q_dtype;
   const ClusterVariant v = pick_cluster_kernel(compute, p.kv_dtype);
-  if (v.kernel == nullptr) return 0;
+  if (v.kernel == nullptr) return {};
   const int64_t units = static_cast<int64_t>(p.batch) * p.num_kv_heads;
   const bool fp8 = p.kv_dtype == DType::fp8_e4m3,
              long_keys = max_sequence_keys(p) > decode_cluster_max_keys();
-  for (int ctas = max_ctas; ctas >= DecodeClusterShape::kMinCtas; ctas /= 2) {
-    if (units * ctas <= sms && units <= max_active_clusters(v, p.device_id, ctas, fp8)) {
-      return !long_keys || cluster_streams_long(p, units * ctas, dram_bytes_per_us) ? ctas : 0;
+  const int forced_splits = decode_cluster_splits_env();
+  const double bytes = capacity_bytes(p);
+  ClusterPick best;
+  double best_us = 0;
+  for (int ctas = max_ctas; ctas >= C::kMinCtas; ctas /= 2) {
+    const int64_t active = max_active_clusters(v, p.device_id, ctas, fp8);
+    if (units * ctas > sms || units > active) continue;
+    int64_t most = std::min<int64_t>({sms / (units * ctas), active / units, kMaxClusterSplits});
+    if (forced_splits > 0) {
+      best = {ctas, static_cast<int>(std::min<int64_t>(most, forced_splits))};
+      break;
+    }
+    if (dram_bytes_per_us <= 0) {
+      best = {ctas, 1};
+      break;
+    }
+    const int64_t tma_keys = int64_t{C::kTmaMinStages} * C::kWarps * DecodeSm90Shape::stage_keys(false);
+    most = cluster_tma_eligible(p) ? std::min<int64_t>(most, max_sequence_keys(p) / (ctas * tma_keys)) : 1;
+    for (const int64_t splits : {int64_t{1}, most}) {
+      if (splits < 1) continue;
+      const double us = cluster_us(bytes, units * ctas * splits, static_cast<int>(splits), dram_bytes_per_us);
+      if (best.ctas == 0 || us < best_us) {
+        best = {ctas, static_cast<int>(splits)};
+        best_us = us;
+      }
     }
   }
-  return 0;
+  if (best.ctas == 0 || !long_keys) return best;
+  return cluster_streams_long(p, units * best.ctas * best.splits, best.splits, dram_bytes_per_us)
+             ? best
+             : ClusterPick{};
 }
 
 bool decode_sm90_supports(const FwdProblem& p) {
@@ -445,11 +500,16 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
     plan.chunk_keys = d.chunk_keys;
     plan_partials(plan, p, static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits, true);
   }
-  if ((plan.cluster_ctas = decode_cluster_ctas(p, plan, sms, device.dram_bytes_per_us)) > 0) {
-    // Whole units: no partials, no combine, so none of the balanced schedule's workspace planned above.
+  if (const ClusterPick c = decode_cluster_pick(p, plan, sms, device.dram_bytes_per_us); c.ctas > 0) {
+    // One cluster a unit: no partials, no combine, so none of the balanced schedule's workspace planned
+    // above; S > 1: the static splits' partials (splits, total_q, hq, dv), merged by the split combine.
     plan.balanced = false;
     plan.workspace_bytes = plan.o_partial_offset = plan.lse_partial_offset = plan.unit_pieces_offset = 0;
-    plan.cluster_tma = cluster_tma(p, plan.cluster_ctas);
+    plan.cluster_ctas = c.ctas;
+    plan.splits = c.splits;
+    if (c.splits > 1)
+      plan_partials(plan, p, static_cast<size_t>(p.total_q) * p.num_q_heads * c.splits, false);
+    plan.cluster_tma = cluster_tma(p, c.ctas * c.splits);
     plan.smem_bytes = DecodeClusterShape::smem_bytes(p.kv_dtype == DType::fp8_e4m3, plan.cluster_tma);
     plan.static_smem_bytes = 0;
     return plan;
@@ -485,7 +545,7 @@ static DecodeKvMaps cluster_kv_maps(const AttnParams& params, const AttentionPla
   return maps;
 }
 
-// The cluster form: grid (C, kv heads, batch) in clusters of C along x.
+// The cluster form: grid (C S, kv heads, batch) in clusters of C along x (S: plan.splits clusters a unit).
 static kvattn_status launch_decode_cluster(const AttnParams& params, const AttentionPlan& plan,
                                            DType compute_dtype, DType kv_dtype, cudaStream_t stream) {
   const ClusterVariant v = pick_cluster_kernel(compute_dtype, kv_dtype, plan.cluster_tma);
@@ -501,16 +561,16 @@ static kvattn_status launch_decode_cluster(const AttnParams& params, const Atten
     const bool fp8 = kv_dtype == DType::fp8_e4m3;
     std::fprintf(
         stderr,
-        "kvattn: decode_sm90 cluster kernel, %d CTAs a unit, K/V by %s (clusters of 16 / 8 resident: "
-        "%d / %d, of %d: %d)\n",
-        plan.cluster_ctas, maps.tma ? "TMA" : "cp.async", max_active_clusters(v, device, 16, fp8),
-        max_active_clusters(v, device, 8, fp8), plan.cluster_ctas,
+        "kvattn: decode_sm90 cluster kernel, %d CTAs a unit, K/V by %s, clusters a unit: %d (clusters of "
+        "16 / 8 resident: %d / %d, of %d: %d)\n",
+        plan.cluster_ctas, maps.tma ? "TMA" : "cp.async", plan.splits,
+        max_active_clusters(v, device, 16, fp8), max_active_clusters(v, device, 8, fp8), plan.cluster_ctas,
         max_active_clusters(v, device, plan.cluster_ctas, fp8));
   }
   if (const kvattn_status st = cluster_opt_in(v, device, plan.smem_bytes); st != KVATTN_OK) return st;
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(plan.cluster_ctas), static_cast<unsigned>(params.num_kv_heads),
-                        static_cast<unsigned>(params.seq.batch));
+  config.gridDim = dim3(static_cast<unsigned>(plan.cluster_ctas * plan.splits),
+                        static_cast<unsigned>(params.num_kv_heads), static_cast<unsigned>(params.seq.batch));
   config.blockDim = dim3(DecodeClusterShape::kThreads);
   config.dynamicSmemBytes = plan.smem_bytes;
   config.stream = stream;
