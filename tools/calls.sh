@@ -33,6 +33,13 @@ Next (NOTES, session 46): 79 (the combine's 4 warps a row, opt-in on main), 75 o
 library (crule's H200 prediction), 78 (where the tp cases' fixed cost goes). Libraries for them:
 tools/dev_libs.sh cwide128:main:128 crule128:main:128 cmerge128:main:128 \
   cmergetl128:main:128:-DKVATTN_DECODE_TIMELINE=1   (78 also wants the tree's tools at main; 77 main128_46:945f185:128)
+Session 47: 79 and 78 ran on an H100 (the combine's 4 warps a row now the default; the tp cases' time is the
+persistent kernel's ~8 us before its first copy and the combine's tail); branch csplit (S > 1 clusters a unit
+for few units of long sequences) written: call 80. Libraries: tools/dev_libs.sh csplit128:csplit:128
+(cwide128 = main's sources at 58594a8, the combine's 4 warps a row by KVATTN_COMBINE_WIDE_ROWS=1).
+80. run(command="bash tools/calls.sh run 80", carry=[".dev/cwide128.so.xz", ".dev/csplit128.so.xz", ".whl", ".peerkit/MANIFEST.json", ".peerkit/fi.tar.xz"], timeout_s=600)   [tree at csplit]
+   csplit's checks (cluster, dispatch, few-unit tests; racecheck / memcheck of split cases), A (main) B
+   (csplit) over W1's b1 cases (tp and 32/8), cluster_rate over 1-2 kv heads, FlashInfer beside B.
 79. run(command="bash tools/calls.sh run 79", carry=[".dev/cwide128.so.xz", ".whl"], timeout_s=200)   [tree at main]
    the split combine's 4 warps a row (opt-in KVATTN_COMBINE_WIDE_ROWS=1): checks, A (off) B (on) on W1's tp cases.
 78. run(command="bash tools/calls.sh run 78", carry=[".dev/cwide128.so.xz", ".dev/cmergetl128.so.xz", ".whl"], timeout_s=300)   [tree at main]
@@ -181,6 +188,34 @@ case "${1:-show}" in
           KVATTN_AB_ENV_B="KVATTN_FORCE_PORTABLE=0" KVATTN_AB_SUITES=W3 KVATTN_AB_ROUNDS=2 \
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
+        ;;
+      80)  # session 47: branch csplit (the cluster form with S > 1 clusters a unit, their partials merged by
+           # the split combine; the model picks C and S). Checks of B, then A = main (cwide128 with the
+           # combine's 4 warps a row, as main has them by default) against B over W1's batch-1 cases,
+           # bench.cluster_rate over 1-2 kv heads (the pick against the persistent kernel), FlashInfer beside B.
+        F="tp|=W1 32/8 b1 32k p16|=W1 32/8 b1 128k p16|=W1 32/8 b1 4k p16 short|=W4 32/8 b1 32k q4 p16"
+        OUT=/tmp/ab80 KVATTN_AB_A=.dev/cwide128.so.xz KVATTN_AB_B=.dev/csplit128.so.xz KVATTN_AB_DIMS=128 \
+          KVATTN_AB_ENV_A="KVATTN_COMBINE_WIDE_ROWS=1" KVATTN_AB_ROUNDS=2 \
+          KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py KVATTN_AB_K="cluster or dispatch or few_units" \
+          KVATTN_AB_SMOKE_K="cluster_split_units and p16_sinks and 7" KVATTN_AB_SMOKE_TIMEOUT=90 \
+          KVATTN_AB_TEST_TIMEOUT=240 KVATTN_AB_SAN_TIMEOUT=90 \
+          KVATTN_AB_RACE_K="cluster_split_units and p64_scat and 3" \
+          KVATTN_AB_MEM_K="cluster_split_units and p16_seqused and 7" \
+          KVATTN_AB_SUITES=W1,W4 KVATTN_AB_FILTER="$F" bash tools/prefill_ab.sh > "$OUT/ab.txt" 2>&1
+        grep -E "^\[|^W1|^W4|^worst|^SM clock" "$OUT/ab.txt" | cut -c1-200
+        grep -E "^(FAILED|ERROR)" /tmp/ab80/tests.log | cut -c1-300 | head
+        grep -B2 -A14 "^E " /tmp/ab80/tests.log | head -80 > "$OUT/test_errors.txt"
+        grep -h "cluster kernel" /tmp/ab80/*.log | sort | uniq -c | head -20 > "$OUT/dispatch_lines.txt"
+        source tools/device_env.sh; lib=$(device_lib .dev/csplit128.so.xz cs)
+        CLUSTER_RATE_HEADS=1,2 CLUSTER_RATE_KEYS=16384,32768,131072 KVATTN_LIBRARY=$lib timeout 80 \
+          python3 -m bench.cluster_rate persistent default > "$OUT/cluster_rate.txt" 2>&1
+        echo "== cluster_rate rc=$?"; grep "^{" "$OUT/cluster_rate.txt" | cut -c1-150
+        OUT=/tmp/peers80 KVATTN_LIBRARY=.dev/csplit128.so.xz KVATTN_TORCH_OP=0 KVATTN_BENCH_FILTER="$F" \
+          KVATTN_BENCH_ARGS="--peers flashinfer --flex none" KVATTN_BENCH_MINUTES=2 KVATTN_BENCH_TIMEOUT=150 \
+          bash tools/gpu_bench.sh W1,W4 > "$OUT/peers.txt" 2>&1
+        echo "== peers rc=$?"; tar -xzf /tmp/peers80/bench_W1_W4.tgz -C /tmp/peers80 2> /dev/null
+        find /tmp/peers80 -name results.md -exec cp {} "$OUT/" \; ; find /tmp/peers80 -name results.jsonl -exec cp {} "$OUT/" \;
+        grep -E "^\| W[14]" "$OUT/results.md" | cut -c1-260
         ;;
       79)  # session 46 (not run: no machine): the split combine's 4 warps a row (KVATTN_COMBINE_WIDE_ROWS=1,
            # opt-in on main): its checks, then A (off) against B (on), one library (main's: build it as
