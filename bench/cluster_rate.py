@@ -40,9 +40,11 @@ def _stderr_into(path):
 
 
 def _ctas_a_unit(path):
-    """The cluster size the library printed last ("cluster kernel, N CTAs a unit"), or None."""
-    found = re.findall(r"cluster kernel, (\d+) CTAs a unit", open(path).read())
-    return int(found[-1]) if found else None
+    """The cluster size and the clusters a unit the library printed last ("cluster kernel, N CTAs a unit, K/V
+    by ..., clusters a unit: S"; S 1 in libraries that do not print it), or (None, None)."""
+    found = re.findall(r"cluster kernel, (\d+) CTAs a unit(?:, K/V by [\w.]+, clusters a unit: (\d+))?",
+                       open(path).read())
+    return (int(found[-1][0]), int(found[-1][1] or 1)) if found else (None, None)
 
 
 def main(forms=()):
@@ -72,9 +74,9 @@ def main(forms=()):
                     err = float((kvattn.flash_attn_with_kvcache(**sets[0]).float() - ref).abs().max())
                     timing, _ = T.time_cuda(fns, torch)
                 us = timing["median_us"]
-                c = _ctas_a_unit(log) if clusters != "0" else None  # (None: the persistent kernel ran)
-                ctas = hk * c if c else None
-                print(json.dumps(dict(keys=keys, hk=hk, form=label, c=c, ctas=ctas, us=round(us, 2),
+                c, s = _ctas_a_unit(log) if clusters != "0" else (None, None)  # (None: persistent)
+                ctas = hk * c * s if c else None
+                print(json.dumps(dict(keys=keys, hk=hk, form=label, c=c, s=s, ctas=ctas, us=round(us, 2),
                                       tbps=round(nbytes / us / 1e6, 3),
                                       gbps_a_cta=round(nbytes / us / 1e3 / ctas, 1) if ctas else None,
                                       max_diff_vs_first=err)), flush=True)
