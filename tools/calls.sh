@@ -37,6 +37,10 @@ Session 47: 79 and 78 ran on an H100 (the combine's 4 warps a row now the defaul
 persistent kernel's ~8 us before its first copy and the combine's tail); branch csplit (S > 1 clusters a unit
 for few units of long sequences) written: call 80. Libraries: tools/dev_libs.sh csplit128:csplit:128
 (cwide128 = main's sources at 58594a8, the combine's 4 warps a row by KVATTN_COMBINE_WIDE_ROWS=1).
+81. run(command="bash tools/calls.sh run 81", carry=[".dev/csplit128.so.xz", ".dev/csplittl128.so.xz", ".whl"], timeout_s=300)   [tree at main]
+   where the split cluster form's ~13-15 us of fixed cost goes (W1 4/1 b1 32k 21.4 us where b1 4k over 8
+   kv heads, the same 64 CTAs of 512 keys without a combine, takes 13.9): kernel_gaps (does the combine
+   overlap the cluster kernel's end by PDL?) and the cluster form's timeline at 4/1 b1 32k / 128k.
 80. run(command="bash tools/calls.sh run 80", carry=[".dev/cwide128.so.xz", ".dev/csplit128.so.xz", ".whl", ".peerkit/MANIFEST.json", ".peerkit/fi.tar.xz"], timeout_s=600)   [tree at csplit]
    csplit's checks (cluster, dispatch, few-unit tests; racecheck / memcheck of split cases), A (main) B
    (csplit) over W1's b1 cases (tp and 32/8), cluster_rate over 1-2 kv heads, FlashInfer beside B.
@@ -188,6 +192,15 @@ case "${1:-show}" in
           KVATTN_AB_ENV_B="KVATTN_FORCE_PORTABLE=0" KVATTN_AB_SUITES=W3 KVATTN_AB_ROUNDS=2 \
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
+        ;;
+      81)  # session 47: the split cluster form's fixed cost: kernel_gaps and the timeline (main's library).
+        source tools/device_env.sh; lib=$(device_lib .dev/csplit128.so.xz cs); tl=$(device_lib .dev/csplittl128.so.xz tl)
+        KVATTN_LIBRARY=$lib timeout 100 python3 -m bench.kernel_gaps "W1 4/1 b1 32k p16 tp" "W1 4/1 b1 128k p16 tp" \
+          "W1 8/2 b1 32k p16 tp" "W1 32/8 b1 4k p16 short" > "$OUT/gaps.txt" 2>&1
+        echo "== gaps rc=$?"; cut -c1-250 "$OUT/gaps.txt" | grep -v "^kvattn: decode_sm90\|Warn\|warn"
+        KVATTN_DEBUG_DISPATCH=1 KVATTN_LIBRARY=$tl timeout 100 python3 -m bench.decode_timeline --heads 4/1 \
+          --filter "W1 b1 32k p16,W1 b1 128k p16" > "$OUT/timeline.txt" 2>&1
+        echo "== timeline rc=$?"; cut -c1-200 "$OUT/timeline.txt" | head -90
         ;;
       80)  # session 47: branch csplit (the cluster form with S > 1 clusters a unit, their partials merged by
            # the split combine; the model picks C and S). Checks of B, then A = main (cwide128 with the
