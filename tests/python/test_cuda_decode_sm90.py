@@ -344,12 +344,13 @@ _FORCED = dict(KVATTN_DECODE_CLUSTER_LONG="1")  # without the card's bandwidth t
     # cache, batch 2, TMA off, or when switched off
     (dict(_LONG), "cluster kernel, * CTAs a unit, K/V by TMA"),
     (dict(_LONG, CAP="131072"), "BY_CARD"),
-    (dict(_LONG, HK="2"), "cluster kernel, 16 CTAs a unit, K/V by TMA"),
+    (dict(_LONG, HK="2"), "cluster kernel, 8 CTAs a unit, K/V by TMA, clusters a unit: 4"),
     # 1-2 kv heads: S > 1 clusters a unit where the model says more CTAs pay for the combine they bring
-    # (decode_cluster_pick; the TMA kernel's 512 keys a CTA cap S): 8.4 MB over 1 kv head, 16 CTAs of 2
-    # clusters a unit on any Hopper card; 134 MB over 2 kv heads, the most clusters that fit
-    (dict(_LONG, HK="1"), "cluster kernel, 16 CTAs a unit, K/V by TMA, clusters a unit: 2"),
-    (dict(_LONG, HK="2", CAP="131072"), "cluster kernel, 16 CTAs a unit, K/V by TMA, clusters a unit: *"),
+    # (decode_cluster_pick; the TMA kernel's 512 keys a CTA cap S; a 16-CTA cluster streams what one GPC
+    # does, so clusters of 8): 8.4 MB over 1 kv head, 4 clusters of 8 a unit on any Hopper card; 134 MB
+    # over 2 kv heads, the most clusters of 8 that fit
+    (dict(_LONG, HK="1"), "cluster kernel, 8 CTAs a unit, K/V by TMA, clusters a unit: 4"),
+    (dict(_LONG, HK="2", CAP="131072"), "cluster kernel, 8 CTAs a unit, K/V by TMA, clusters a unit: *"),
     (dict(_LONG, HK="1", KVATTN_DECODE_CLUSTER="8"),
      "cluster kernel, 8 CTAs a unit, K/V by TMA, clusters a unit: 4"),
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None),

@@ -359,12 +359,17 @@ static bool cluster_tma(const FwdProblem& p, int ctas) {
 // the low end (19-44 us before the combine's longer merge, session 46). S > 1 clusters a unit (few units:
 // more CTAs) bring back a combine, whose tail after the decode kernel is kCombineTailUs (<= 16 partials a
 // row: one round trip past its wait). The bytes are the cache's capacity (static: graph-safe), so a wide
-// page table errs toward the persistent kernel. H100 (3.35 TB/s): 64 CTAs (b1 over 8 or 4 kv heads)
-// always; 1-2 kv heads past ~10k keys in 7-15 clusters a unit.
+// page table errs toward the persistent kernel. H100 (3.35 TB/s): 64 CTAs (b1 over 8 kv heads) always;
+// 1-4 kv heads in 3-15 clusters of 8 a unit past ~10k keys.
 constexpr int64_t kClusterCtaBytesPerUs = 55000;  // H100: 54-64 GB/s a CTA at 16-32 CTAs
-constexpr double kFixedSavedUs = 11;              // H100 b1: 18-23 us (persistent) - 7-9 us (cluster)
-constexpr double kCombineTailUs = 4;              // H100 / H200: the combine ends 3.6-4.4 us after the kernel
-constexpr int kMaxClusterSplits = 16;             // the combine's one-round-trip merge (merge_row_warp)
+// A cluster of 16 fills one GPC (an H100 holds 7 of them): 16-CTA clusters stream at ~0.48 TB/s each, not
+// 16 x 55 GB/s (H100, session 47: 4 kv heads b1 x 128k, 4 clusters of 16 1.91 TB/s, 140 us, against 12
+// clusters of 8 spread over every GPC, 117 us; the same 64 CTAs at 32k over 1 kv head 23.0 us in 4 clusters
+// of 16, 19.4 in 8 of 8). A cluster of 8 (8 x 55 GB/s) stays under it.
+constexpr int64_t kClusterBytesPerUs = 480000;
+constexpr double kFixedSavedUs = 11;   // H100 b1: 18-23 us (persistent) - 7-9 us (cluster)
+constexpr double kCombineTailUs = 4;   // H100: S > 1's partials and combine (its tail ~2 us past the kernel)
+constexpr int kMaxClusterSplits = 16;  // the combine's one-round-trip merge (merge_row_warp)
 static double capacity_bytes(const FwdProblem& p) {
   return static_cast<double>(max_sequence_keys(p)) * p.num_kv_heads * p.batch * (p.head_dim + p.head_dim_v) *
          (p.kv_dtype == DType::fp8_e4m3 ? 1 : 2);
@@ -372,24 +377,27 @@ static double capacity_bytes(const FwdProblem& p) {
 static double persistent_rate(int64_t dram_bytes_per_us) {
   return 0.85 * static_cast<double>(dram_bytes_per_us);
 }
-// The cluster form's modelled time (us) over `ctas` CTAs in all, `splits` clusters a unit.
-static double cluster_us(double bytes, int64_t ctas, int splits, int64_t dram_bytes_per_us) {
+// The cluster form's modelled time (us) over `ctas` CTAs in all in clusters of `size`, `splits` a unit.
+static double cluster_us(double bytes, int64_t ctas, int size, int splits, int64_t dram_bytes_per_us) {
   const double rate =
-      std::min(static_cast<double>(ctas) * kClusterCtaBytesPerUs, persistent_rate(dram_bytes_per_us));
+      std::min({static_cast<double>(ctas) * kClusterCtaBytesPerUs,
+                static_cast<double>(ctas / size) * kClusterBytesPerUs, persistent_rate(dram_bytes_per_us)});
   return bytes / rate + (splits > 1 ? kCombineTailUs : 0.);
 }
 // (Always where the cluster form streams at least as fast: then it also saves the fixed cost.)
-static bool cluster_faster(const FwdProblem& p, int64_t ctas, int splits, int64_t dram_bytes_per_us) {
+static bool cluster_faster(const FwdProblem& p, int64_t ctas, int size, int splits,
+                           int64_t dram_bytes_per_us) {
   if (dram_bytes_per_us <= 0) return false;
   const double bytes = capacity_bytes(p);
-  return cluster_us(bytes, ctas, splits, dram_bytes_per_us) <=
+  return cluster_us(bytes, ctas, size, splits, dram_bytes_per_us) <=
          bytes / persistent_rate(dram_bytes_per_us) + kFixedSavedUs;
 }
-static bool cluster_streams_long(const FwdProblem& p, int64_t ctas, int splits, int64_t dram_bytes_per_us) {
+static bool cluster_streams_long(const FwdProblem& p, int64_t ctas, int size, int splits,
+                                 int64_t dram_bytes_per_us) {
   const char* e = std::getenv("KVATTN_DECODE_CLUSTER_LONG");
   if (e != nullptr && std::strcmp(e, "0") == 0) return false;
   const bool forced = e != nullptr && std::strcmp(e, "1") == 0;
-  return p.batch == 1 && (forced || cluster_faster(p, ctas, splits, dram_bytes_per_us)) &&
+  return p.batch == 1 && (forced || cluster_faster(p, ctas, size, splits, dram_bytes_per_us)) &&
          !(paged_cache(p) && p.cache_leftpad != nullptr) && cluster_tma_eligible(p);
 }
 // KVATTN_DECODE_CLUSTER_SPLITS=n: n clusters a unit wherever they fit (tests, A/B); unset or 0: the model's.
@@ -425,7 +433,13 @@ static ClusterPick decode_cluster_pick(const FwdProblem& p, const AttentionPlan&
   const double bytes = capacity_bytes(p);
   ClusterPick best;
   double best_us = 0;
-  for (int ctas = max_ctas; ctas >= C::kMinCtas; ctas /= 2) {
+  // The sizes from 16 down, the first that fits where the splits are asked or the card's bandwidth is
+  // unknown; else the model's pick, from 8 up (equal times go to 8: its clusters spread over more GPCs).
+  const bool modelled = forced_splits == 0 && dram_bytes_per_us > 0;
+  int sizes[2] = {max_ctas, max_ctas / 2};
+  if (modelled && max_ctas > C::kMinCtas) std::swap(sizes[0], sizes[1]);
+  for (const int ctas : sizes) {
+    if (ctas < C::kMinCtas) continue;
     const int64_t active = max_active_clusters(v, p.device_id, ctas, fp8);
     if (units * ctas > sms || units > active) continue;
     int64_t most = std::min<int64_t>({sms / (units * ctas), active / units, kMaxClusterSplits});
@@ -441,7 +455,8 @@ static ClusterPick decode_cluster_pick(const FwdProblem& p, const AttentionPlan&
     most = cluster_tma_eligible(p) ? std::min<int64_t>(most, max_sequence_keys(p) / (ctas * tma_keys)) : 1;
     for (const int64_t splits : {int64_t{1}, most}) {
       if (splits < 1) continue;
-      const double us = cluster_us(bytes, units * ctas * splits, static_cast<int>(splits), dram_bytes_per_us);
+      const double us =
+          cluster_us(bytes, units * ctas * splits, ctas, static_cast<int>(splits), dram_bytes_per_us);
       if (best.ctas == 0 || us < best_us) {
         best = {ctas, static_cast<int>(splits)};
         best_us = us;
@@ -449,7 +464,7 @@ static ClusterPick decode_cluster_pick(const FwdProblem& p, const AttentionPlan&
     }
   }
   if (best.ctas == 0 || !long_keys) return best;
-  return cluster_streams_long(p, units * best.ctas * best.splits, best.splits, dram_bytes_per_us)
+  return cluster_streams_long(p, units * best.ctas * best.splits, best.ctas, best.splits, dram_bytes_per_us)
              ? best
              : ClusterPick{};
 }
