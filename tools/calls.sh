@@ -37,6 +37,13 @@ Session 47: 79 and 78 ran on an H100 (the combine's 4 warps a row now the defaul
 persistent kernel's ~8 us before its first copy and the combine's tail); branch csplit (S > 1 clusters a unit
 for few units of long sequences) written: call 80. Libraries: tools/dev_libs.sh csplit128:csplit:128
 (cwide128 = main's sources at 58594a8, the combine's 4 warps a row by KVATTN_COMBINE_WIDE_ROWS=1).
+83. run(command="bash tools/calls.sh run 83", carry=[".dev/csplit128.so.xz", ".dev/cgpc128.so.xz", ".whl", ".peerkit/MANIFEST.json", ".peerkit/fi.tar.xz"], timeout_s=600)   [tree at cgpc]
+   branch cgpc (the pick: a 16-CTA cluster streams one GPC's ~0.48 TB/s, clusters of 8 first): checks, A
+   (main) B (cgpc) over W1's b1 cases, cluster_rate's pick over 1-4 kv heads, FlashInfer beside B.
+82. run(command="bash tools/calls.sh run 82", carry=[".dev/csplit128.so.xz", ".dev/cfuse128.so.xz", ".whl"], timeout_s=480)   [tree at cfuse]
+   branch cfuse (the S partials merged in the kernel by the last of each slice's ranks, no combine kernel):
+   its checks (split units both ways, stray workspace bytes, graphs, bad pages), racecheck / memcheck, A
+   (main) B (cfuse) over W1's b1 tp cases, kernel_gaps of both. Supersedes 81 (81's timeline optional).
 81. run(command="bash tools/calls.sh run 81", carry=[".dev/csplit128.so.xz", ".dev/csplittl128.so.xz", ".whl"], timeout_s=300)   [tree at main]
    where the split cluster form's ~13-15 us of fixed cost goes (W1 4/1 b1 32k 21.4 us where b1 4k over 8
    kv heads, the same 64 CTAs of 512 keys without a combine, takes 13.9): kernel_gaps (does the combine
@@ -192,6 +199,52 @@ case "${1:-show}" in
           KVATTN_AB_ENV_B="KVATTN_FORCE_PORTABLE=0" KVATTN_AB_SUITES=W3 KVATTN_AB_ROUNDS=2 \
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
+        ;;
+      83)  # session 47: branch cgpc (the cluster pick with one GPC's rate a 16-CTA cluster; 8 first).
+        F="tp|=W1 32/8 b1 32k p16|=W1 32/8 b1 128k p16|=W1 32/8 b1 4k p16 short|=W4 32/8 b1 32k q4 p16"
+        OUT=/tmp/ab83 KVATTN_AB_A=.dev/csplit128.so.xz KVATTN_AB_B=.dev/cgpc128.so.xz KVATTN_AB_DIMS=128 \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py \
+          KVATTN_AB_K="cluster or dispatch or few_units" \
+          KVATTN_AB_SMOKE_K="cluster_split_units and p16_sinks and 7" KVATTN_AB_SMOKE_TIMEOUT=90 \
+          KVATTN_AB_TEST_TIMEOUT=240 KVATTN_AB_SAN_TIMEOUT=90 \
+          KVATTN_AB_RACE_K="cluster_long_sequences and b1_p64_scat" \
+          KVATTN_AB_MEM_K="cluster_split_units and p64_scat and 7" \
+          KVATTN_AB_SUITES=W1,W4 KVATTN_AB_FILTER="$F" bash tools/prefill_ab.sh > "$OUT/ab.txt" 2>&1
+        grep -E "^\[|^W1|^W4|^worst" "$OUT/ab.txt" | cut -c1-200
+        grep -E "^(FAILED|ERROR)" /tmp/ab83/tests.log | cut -c1-300 | head
+        grep -B2 -A14 "^E " /tmp/ab83/tests.log | head -80 > "$OUT/test_errors.txt"
+        source tools/device_env.sh; lib=$(device_lib .dev/cgpc128.so.xz cg)
+        CLUSTER_RATE_HEADS=1,2,4 CLUSTER_RATE_KEYS=16384,32768,131072 KVATTN_LIBRARY=$lib timeout 80 \
+          python3 -m bench.cluster_rate persistent default > "$OUT/cluster_rate.txt" 2>&1
+        echo "== cluster_rate rc=$?"; grep "^{" "$OUT/cluster_rate.txt" | cut -c1-150
+        OUT=/tmp/peers83 KVATTN_LIBRARY=.dev/cgpc128.so.xz KVATTN_TORCH_OP=0 KVATTN_BENCH_FILTER="$F" \
+          KVATTN_BENCH_ARGS="--peers flashinfer --flex none" KVATTN_BENCH_MINUTES=2 KVATTN_BENCH_TIMEOUT=150 \
+          bash tools/gpu_bench.sh W1,W4 > "$OUT/peers.txt" 2>&1
+        echo "== peers rc=$?"; tar -xzf /tmp/peers83/bench_W1_W4.tgz -C /tmp/peers83 2> /dev/null
+        find /tmp/peers83 -name results.md -exec cp {} "$OUT/" \; ; find /tmp/peers83 -name results.jsonl -exec cp {} "$OUT/" \;
+        grep -E "^\| W[14]" "$OUT/results.md" | cut -c1-260
+        ;;
+      82)  # session 47: branch cfuse (S clusters a unit merged in the kernel: arrive_last on tagged words).
+        F="tp|=W1 32/8 b1 32k p16|=W1 32/8 b1 4k p16 short"
+        OUT=/tmp/ab82 KVATTN_AB_A=.dev/csplit128.so.xz KVATTN_AB_B=.dev/cfuse128.so.xz KVATTN_AB_DIMS=128 \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py \
+          KVATTN_AB_K="cluster_split or cluster_bad_page or cluster_cuda_graph or cluster_long or dispatch" \
+          KVATTN_AB_SMOKE_K="cluster_split_units and p16_sinks and 7 and not combine" KVATTN_AB_SMOKE_TIMEOUT=90 \
+          KVATTN_AB_TEST_TIMEOUT=240 KVATTN_AB_SAN_TIMEOUT=90 \
+          KVATTN_AB_RACE_K="cluster_split_units and p64_scat and 3 and not combine" \
+          KVATTN_AB_MEM_K="cluster_split_merge_stray_workspace and 255" \
+          KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="$F" bash tools/prefill_ab.sh > "$OUT/ab.txt" 2>&1
+        grep -E "^\[|^W1|^worst|^SM clock" "$OUT/ab.txt" | cut -c1-200
+        grep -E "^(FAILED|ERROR)" /tmp/ab82/tests.log | cut -c1-300 | head
+        grep -B2 -A14 "^E " /tmp/ab82/tests.log | head -80 > "$OUT/test_errors.txt"
+        tail -5 /tmp/ab82/memcheck.log > "$OUT/memcheck_tail.txt" 2> /dev/null
+        source tools/device_env.sh
+        for v in csplit cfuse; do
+          lib=$(device_lib .dev/${v}128.so.xz g$v)
+          KVATTN_LIBRARY=$lib timeout 100 python3 -m bench.kernel_gaps "W1 4/1 b1 32k p16 tp" "W1 4/1 b1 128k p16 tp" \
+            "W1 8/2 b1 32k p16 tp" "W1 32/8 b1 4k p16 short" > "$OUT/gaps_$v.txt" 2>&1
+          echo "== gaps $v rc=$?"; cut -c1-250 "$OUT/gaps_$v.txt" | grep -E "^==|dur"
+        done
         ;;
       81)  # session 47: the split cluster form's fixed cost: kernel_gaps and the timeline (main's library).
         source tools/device_env.sh; lib=$(device_lib .dev/csplit128.so.xz cs); tl=$(device_lib .dev/csplittl128.so.xz tl)
