@@ -187,6 +187,19 @@ w1_short_abc() {
   python3 tools/gpu_ab.py "${dirs[@]}" 2>&1 | tail -9
 }
 
+# FlashInfer beside library LIB on the bench cases of FILTER (suites SUITES, e.g. W1,W4), the kit's fa2 / fa3
+# groups carried (.peerkit/MANIFEST.json, fi.tar.xz): results.md / .jsonl into $OUT, their rows on stdout:
+# peers_beside TAG LIB SUITES FILTER
+peers_beside() {
+  local dir=/tmp/peers$1 name=bench_${3//,/_}
+  OUT=$dir KVATTN_LIBRARY=$2 KVATTN_TORCH_OP=0 KVATTN_BENCH_FILTER="$4" \
+    KVATTN_BENCH_ARGS="--peers flashinfer --flex none" KVATTN_BENCH_MINUTES=2 KVATTN_BENCH_TIMEOUT=150 \
+    bash tools/gpu_bench.sh "$3" > "$OUT/peers.txt" 2>&1
+  echo "== peers rc=$?"; tar -xzf "$dir/$name.tgz" -C "$dir" 2> /dev/null
+  find "$dir" -name results.md -exec cp {} "$OUT/" \; ; find "$dir" -name results.jsonl -exec cp {} "$OUT/" \;
+  grep -E "^\| W[0-9]" "$OUT/results.md" | cut -c1-260
+}
+
 case "${1:-show}" in
   libs) echo "$LIBS" ;;
   show) show ;;
@@ -217,12 +230,7 @@ case "${1:-show}" in
         CLUSTER_RATE_HEADS=1,2,4 CLUSTER_RATE_KEYS=16384,32768,131072 KVATTN_LIBRARY=$lib timeout 80 \
           python3 -m bench.cluster_rate persistent default > "$OUT/cluster_rate.txt" 2>&1
         echo "== cluster_rate rc=$?"; grep "^{" "$OUT/cluster_rate.txt" | cut -c1-150
-        OUT=/tmp/peers83 KVATTN_LIBRARY=.dev/cgpc128.so.xz KVATTN_TORCH_OP=0 KVATTN_BENCH_FILTER="$F" \
-          KVATTN_BENCH_ARGS="--peers flashinfer --flex none" KVATTN_BENCH_MINUTES=2 KVATTN_BENCH_TIMEOUT=150 \
-          bash tools/gpu_bench.sh W1,W4 > "$OUT/peers.txt" 2>&1
-        echo "== peers rc=$?"; tar -xzf /tmp/peers83/bench_W1_W4.tgz -C /tmp/peers83 2> /dev/null
-        find /tmp/peers83 -name results.md -exec cp {} "$OUT/" \; ; find /tmp/peers83 -name results.jsonl -exec cp {} "$OUT/" \;
-        grep -E "^\| W[14]" "$OUT/results.md" | cut -c1-260
+        peers_beside 83 .dev/cgpc128.so.xz W1,W4 "$F"
         ;;
       82)  # session 47: branch cfuse (S clusters a unit merged in the kernel: arrive_last on tagged words).
         F="tp|=W1 32/8 b1 32k p16|=W1 32/8 b1 4k p16 short"
@@ -276,12 +284,7 @@ case "${1:-show}" in
         CLUSTER_RATE_HEADS=1,2 CLUSTER_RATE_KEYS=16384,32768,131072 KVATTN_LIBRARY=$lib timeout 80 \
           python3 -m bench.cluster_rate persistent default > "$OUT/cluster_rate.txt" 2>&1
         echo "== cluster_rate rc=$?"; grep "^{" "$OUT/cluster_rate.txt" | cut -c1-150
-        OUT=/tmp/peers80 KVATTN_LIBRARY=.dev/csplit128.so.xz KVATTN_TORCH_OP=0 KVATTN_BENCH_FILTER="$F" \
-          KVATTN_BENCH_ARGS="--peers flashinfer --flex none" KVATTN_BENCH_MINUTES=2 KVATTN_BENCH_TIMEOUT=150 \
-          bash tools/gpu_bench.sh W1,W4 > "$OUT/peers.txt" 2>&1
-        echo "== peers rc=$?"; tar -xzf /tmp/peers80/bench_W1_W4.tgz -C /tmp/peers80 2> /dev/null
-        find /tmp/peers80 -name results.md -exec cp {} "$OUT/" \; ; find /tmp/peers80 -name results.jsonl -exec cp {} "$OUT/" \;
-        grep -E "^\| W[14]" "$OUT/results.md" | cut -c1-260
+        peers_beside 80 .dev/csplit128.so.xz W1,W4 "$F"
         ;;
       79)  # session 46 (not run: no machine): the split combine's 4 warps a row (KVATTN_COMBINE_WIDE_ROWS=1,
            # opt-in on main): its checks, then A (off) against B (on), one library (main's: build it as
