@@ -411,10 +411,11 @@ struct ClusterPick {
   int ctas = 0;
   int splits = 1;
 };
-// For each C (16, then 8) whose clusters fit one wave, S = 1 or the most clusters a unit that fit (those of
+// For each C (8, then 16) whose clusters fit one wave, S = 1 or the most clusters a unit that fit (those of
 // a TMA kernel: >= kTmaMinStages stages a ring at the capacity, 16-bit caches), the fastest by the model
-// (the first C and S = 1 where the card's bandwidth is unknown), then, past the capacity bound, only where
-// it beats the persistent kernel (cluster_streams_long).
+// (the first C from 16 down and S = 1 where the card's bandwidth is unknown; the first from 16 down and the
+// asked S under KVATTN_DECODE_CLUSTER_SPLITS), then, past the capacity bound, only where it beats the
+// persistent kernel (cluster_streams_long).
 static ClusterPick decode_cluster_pick(const FwdProblem& p, const AttentionPlan& plan, int64_t sms,
                                        int64_t dram_bytes_per_us) {
   using C = DecodeClusterShape;
