@@ -12,6 +12,7 @@
 #include "cuda/common/host.hpp"
 #include "cuda/common/tensor_map.hpp"
 #include "cuda/decode_sm90/cluster.cuh"
+#include "cuda/decode_sm90/cluster_shape.hpp"
 #include "cuda/decode_sm90/decode_sm90.hpp"
 #include "cuda/decode_sm90/kernel.cuh"
 #include "cuda/prefill_sm90/config.hpp"  // TmaGeometry
@@ -252,18 +253,15 @@ static int64_t decode_sm90_det_chunk_keys() {
 }
 
 // The cluster form (cluster.cuh) takes a balanced decode of <= 16 packed rows a unit whose units all fit
-// one wave of clusters: C = 16 CTAs a unit, else 8, when units x C <= the SMs and the device holds that many
-// clusters at once (cudaOccupancyMaxActiveClusters: a GPC holds whole clusters, so 16-CTA clusters of one
-// CTA an SM fit fewer than SMs / 16 on some parts), and when no sequence can hold more than
-// decode_cluster_max_keys() keys (the capacity: static, so graph-safe) or cluster_streams_long says it
-// streams them faster. It removes the persistent kernel's start (the balanced scan, the walk) and its
-// combine kernel, what batch 1 at 1k-4k pays (H100, session 39: W1 32/8 b1 1k / 2k / 4k p16 18.4 / 20.0 /
-// 23.2 -> 14.2 / 16.9 / 22.7 us; then the cluster form streamed long sequences slower, b1 32k 61 -> 79,
-// with 4 warps a CTA that both copied and computed; since session 42 it has 4 consumer and 4 producer
-// warps a CTA, since session 44 K / V by TMA where the rings refill). Not in deterministic
-// mode (C depends on the batch) nor with sm_margin. Few units of long sequences may take S > 1 clusters a
-// unit and a combine (decode_cluster_pick). KVATTN_DECODE_CLUSTER: 0 off, 8 at most 8 CTAs a unit;
-// KVATTN_DECODE_CLUSTER_MAX_KEYS: the capacity bound (read on every plan).
+// one wave of clusters of C = 8 or 16 CTAs (S clusters a unit for few units of long sequences), when no
+// sequence can hold more than decode_cluster_max_keys() keys (the capacity: static, so graph-safe) or the
+// model says it streams them faster (cluster_shape.hpp: the picks and the measurements behind them). It
+// removes the persistent kernel's start (the balanced scan, the walk) and, with S = 1, its combine kernel,
+// what batch 1 at 1k-4k pays (H100, session 39: W1 32/8 b1 1k / 2k / 4k p16 18.4 / 20.0 / 23.2 -> 14.2 /
+// 16.9 / 22.7 us; since session 42 with 4 consumer and 4 producer warps a CTA, since session 44 K / V by
+// TMA where the rings refill). Not in deterministic mode (C depends on the batch) nor with sm_margin.
+// KVATTN_DECODE_CLUSTER: 0 off, 8 at most 8 CTAs a unit; KVATTN_DECODE_CLUSTER_MAX_KEYS: the capacity bound
+// (read on every plan).
 static int decode_cluster_max_ctas() {
   const char* e = std::getenv("KVATTN_DECODE_CLUSTER");
   if (e == nullptr) return DecodeClusterShape::kMaxCtas;
@@ -340,85 +338,27 @@ static bool cluster_tma(const FwdProblem& p, int ctas) {
   return keys_a_cta >= int64_t{C::kTmaMinStages} * C::kWarps * DecodeSm90Shape::stage_keys(false);
 }
 
-// Past the capacity bound (long sequences) the cluster form streams only for batch 1 (its units then have
-// one length; over a batch, one long sequence among short ones would stream on its own clusters' SMs
-// while the persistent kernel's balanced schedule spreads it over all of them), where its TMA kernel can
-// take the stages (cluster_tma_eligible; it does from 4 stages a ring, below that the padded kernel's
-// cp.async still beats the persistent kernel's start), and where a model of the two forms' times says it
-// is faster (cluster_faster). By cp.async the cluster form streams long sequences slower still (page 1
-// +14%, a paged leftpad off the 16-slot grid +45%, the fp8 cluster kernel +33%, H100). A leftpad is a
-// value, so a paged cache with one stays on the persistent kernel (static shapes: graph-safe).
-// KVATTN_DECODE_CLUSTER_LONG: 0 never, 1 without the model (tests, A/B).
-//
-// The model, from the H100's batch-1 streams (bench/cluster_rate.py; bench/NOTES.md, sessions 45-47): the
-// cluster form has fewer CTAs than SMs (an H100 holds 7 clusters of 16: 8 kv heads take C = 8, 64 CTAs),
-// each streaming up to ~55-64 GB/s while the memory is not the limit (16-32 CTAs), so its rate is CTAs x
-// kClusterCtaBytesPerUs up to the memory's; the persistent kernel streams at ~85% of the card's DRAM
-// bandwidth (`DeviceShape::dram_bytes_per_us`: memory clock x bus width) but pays ~18-23 us of start (the
-// scan, the walk) and combine that the cluster form does not (its own fixed cost 7-9 us): kFixedSavedUs,
-// the low end (19-44 us before the combine's longer merge, session 46). S > 1 clusters a unit (few units:
-// more CTAs) bring back a combine, whose tail after the decode kernel is kCombineTailUs (<= 16 partials a
-// row: one round trip past its wait). The bytes are the cache's capacity (static: graph-safe), so a wide
-// page table errs toward the persistent kernel. H100 (3.35 TB/s): 64 CTAs (b1 over 8 kv heads) always;
-// 1-4 kv heads in 3-15 clusters of 8 a unit past ~10k keys.
-constexpr int64_t kClusterCtaBytesPerUs = 55000;  // H100: 54-64 GB/s a CTA at 16-32 CTAs
-// A cluster of 16 fills one GPC (an H100 holds 7 of them): 16-CTA clusters stream at ~0.48 TB/s each, not
-// 16 x 55 GB/s (H100, session 47: 4 kv heads b1 x 128k, 4 clusters of 16 1.91 TB/s, 140 us, against 12
-// clusters of 8 spread over every GPC, 117 us; the same 64 CTAs at 32k over 1 kv head 23.0 us in 4 clusters
-// of 16, 19.4 in 8 of 8). A cluster of 8 (8 x 55 GB/s) stays under it.
-constexpr int64_t kClusterBytesPerUs = 480000;
-constexpr double kFixedSavedUs = 11;   // H100 b1: 18-23 us (persistent) - 7-9 us (cluster)
-constexpr double kCombineTailUs = 4;   // H100: S > 1's partials and combine (its tail ~2 us past the kernel)
-constexpr int kMaxClusterSplits = 16;  // the combine's one-round-trip merge (merge_row_warp)
-static double capacity_bytes(const FwdProblem& p) {
-  return static_cast<double>(max_sequence_keys(p)) * p.num_kv_heads * p.batch * (p.head_dim + p.head_dim_v) *
-         (p.kv_dtype == DType::fp8_e4m3 ? 1 : 2);
-}
-static double persistent_rate(int64_t dram_bytes_per_us) {
-  return 0.85 * static_cast<double>(dram_bytes_per_us);
-}
-// The cluster form's modelled time (us) over `ctas` CTAs in all in clusters of `size`, `splits` a unit.
-static double cluster_us(double bytes, int64_t ctas, int size, int splits, int64_t dram_bytes_per_us) {
-  const double rate =
-      std::min({static_cast<double>(ctas) * kClusterCtaBytesPerUs,
-                static_cast<double>(ctas / size) * kClusterBytesPerUs, persistent_rate(dram_bytes_per_us)});
-  return bytes / rate + (splits > 1 ? kCombineTailUs : 0.);
-}
-// (Always where the cluster form streams at least as fast: then it also saves the fixed cost.)
-static bool cluster_faster(const FwdProblem& p, int64_t ctas, int size, int splits,
-                           int64_t dram_bytes_per_us) {
-  if (dram_bytes_per_us <= 0) return false;
-  const double bytes = capacity_bytes(p);
-  return cluster_us(bytes, ctas, size, splits, dram_bytes_per_us) <=
-         bytes / persistent_rate(dram_bytes_per_us) + kFixedSavedUs;
-}
-static bool cluster_streams_long(const FwdProblem& p, int64_t ctas, int size, int splits,
-                                 int64_t dram_bytes_per_us) {
+// KVATTN_DECODE_CLUSTER_LONG: -1 the model (unset), 0 never past the capacity bound, 1 without the model
+// (tests, A/B). KVATTN_DECODE_CLUSTER_SPLITS=n: n clusters a unit wherever they fit (tests, A/B).
+static int decode_cluster_long_rule() {
   const char* e = std::getenv("KVATTN_DECODE_CLUSTER_LONG");
-  if (e != nullptr && std::strcmp(e, "0") == 0) return false;
-  const bool forced = e != nullptr && std::strcmp(e, "1") == 0;
-  return p.batch == 1 && (forced || cluster_faster(p, ctas, size, splits, dram_bytes_per_us)) &&
-         !(paged_cache(p) && p.cache_leftpad != nullptr) && cluster_tma_eligible(p);
+  if (e == nullptr) return -1;
+  return std::strcmp(e, "0") == 0 ? 0 : std::strcmp(e, "1") == 0 ? 1 : -1;
 }
-// KVATTN_DECODE_CLUSTER_SPLITS=n: n clusters a unit wherever they fit (tests, A/B); unset or 0: the model's.
 static int decode_cluster_splits_env() {
   const char* e = std::getenv("KVATTN_DECODE_CLUSTER_SPLITS");
   return e != nullptr ? std::max(0, std::min(kMaxClusterSplits, std::atoi(e))) : 0;
 }
+static_assert(kClusterTmaKeys == int64_t{DecodeClusterShape::kTmaMinStages} * DecodeClusterShape::kWarps *
+                                     DecodeSm90Shape::stage_keys(false),
+              "the model's keys a CTA for the TMA kernel: kTmaMinStages stages a ring");
+static_assert(DecodeClusterShape::kMinCtas == 8 && DecodeClusterShape::kMaxCtas == 16, "the model's sizes");
 
-// The cluster form's shape: C CTAs a cluster (0: the persistent kernel), S clusters a unit.
-struct ClusterPick {
-  int ctas = 0;
-  int splits = 1;
-};
-// For each C (8, then 16) whose clusters fit one wave, S = 1 or the most clusters a unit that fit (those of
-// a TMA kernel: >= kTmaMinStages stages a ring at the capacity, 16-bit caches), the fastest by the model
-// (the first C from 16 down and S = 1 where the card's bandwidth is unknown; the first from 16 down and the
-// asked S under KVATTN_DECODE_CLUSTER_SPLITS), then, past the capacity bound, only where it beats the
-// persistent kernel (cluster_streams_long).
-static ClusterPick decode_cluster_pick(const FwdProblem& p, const AttentionPlan& plan, int64_t sms,
-                                       int64_t dram_bytes_per_us) {
-  using C = DecodeClusterShape;
+// The cluster form's C and S for p (cluster_shape.hpp), or none: the kernel's own conditions here (a balanced
+// decode of <= 16 packed rows a unit, not deterministic, no sm_margin: C depends on the batch), the device's
+// resident clusters and the switches, then the model.
+static ClusterShape decode_cluster_pick(const FwdProblem& p, const AttentionPlan& plan, int64_t sms,
+                                        int64_t dram_bytes_per_us) {
   const int max_ctas = decode_cluster_max_ctas();
   if (max_ctas == 0 || p.deterministic || p.sm_margin > 0 || !plan.balanced ||
       plan.rows_per_unit > DecodeSm90Shape::kGroupRows) {
@@ -427,47 +367,12 @@ static ClusterPick decode_cluster_pick(const FwdProblem& p, const AttentionPlan&
   const DType compute = p.q_dtype == DType::fp8_e4m3 ? DType::bf16 : p.q_dtype;
   const ClusterVariant v = pick_cluster_kernel(compute, p.kv_dtype);
   if (v.kernel == nullptr) return {};
-  const int64_t units = static_cast<int64_t>(p.batch) * p.num_kv_heads;
-  const bool fp8 = p.kv_dtype == DType::fp8_e4m3,
-             long_keys = max_sequence_keys(p) > decode_cluster_max_keys();
-  const int forced_splits = decode_cluster_splits_env();
-  const double bytes = capacity_bytes(p);
-  ClusterPick best;
-  double best_us = 0;
-  // The sizes from 16 down, the first that fits where the splits are asked or the card's bandwidth is
-  // unknown; else the model's pick, from 8 up (equal times go to 8: its clusters spread over more GPCs).
-  const bool modelled = forced_splits == 0 && dram_bytes_per_us > 0;
-  int sizes[2] = {max_ctas, max_ctas / 2};
-  if (modelled && max_ctas > C::kMinCtas) std::swap(sizes[0], sizes[1]);
-  for (const int ctas : sizes) {
-    if (ctas < C::kMinCtas) continue;
-    const int64_t active = max_active_clusters(v, p.device_id, ctas, fp8);
-    if (units * ctas > sms || units > active) continue;
-    int64_t most = std::min<int64_t>({sms / (units * ctas), active / units, kMaxClusterSplits});
-    if (forced_splits > 0) {
-      best = {ctas, static_cast<int>(std::min<int64_t>(most, forced_splits))};
-      break;
-    }
-    if (dram_bytes_per_us <= 0) {
-      best = {ctas, 1};
-      break;
-    }
-    const int64_t tma_keys = int64_t{C::kTmaMinStages} * C::kWarps * DecodeSm90Shape::stage_keys(false);
-    most = cluster_tma_eligible(p) ? std::min<int64_t>(most, max_sequence_keys(p) / (ctas * tma_keys)) : 1;
-    for (const int64_t splits : {int64_t{1}, most}) {
-      if (splits < 1) continue;
-      const double us =
-          cluster_us(bytes, units * ctas * splits, ctas, static_cast<int>(splits), dram_bytes_per_us);
-      if (best.ctas == 0 || us < best_us) {
-        best = {ctas, static_cast<int>(splits)};
-        best_us = us;
-      }
-    }
-  }
-  if (best.ctas == 0 || !long_keys) return best;
-  return cluster_streams_long(p, units * best.ctas * best.splits, best.ctas, best.splits, dram_bytes_per_us)
-             ? best
-             : ClusterPick{};
+  const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
+  const ClusterCard card{sms, dram_bytes_per_us, max_active_clusters(v, p.device_id, 8, fp8),
+                         max_ctas == 16 ? max_active_clusters(v, p.device_id, 16, fp8) : 0};
+  const ClusterAsk ask{max_ctas, decode_cluster_splits_env(), decode_cluster_max_keys(),
+                       decode_cluster_long_rule()};
+  return cluster_shape(p, cluster_tma_eligible(p), card, ask);
 }
 
 bool decode_sm90_supports(const FwdProblem& p) {
@@ -516,7 +421,7 @@ AttentionPlan plan_decode_sm90(const FwdProblem& p, const AttentionKernel& row, 
     plan.chunk_keys = d.chunk_keys;
     plan_partials(plan, p, static_cast<size_t>(p.total_q) * p.num_q_heads * plan.splits, true);
   }
-  if (const ClusterPick c = decode_cluster_pick(p, plan, sms, device.dram_bytes_per_us); c.ctas > 0) {
+  if (const ClusterShape c = decode_cluster_pick(p, plan, sms, device.dram_bytes_per_us); c.ctas > 0) {
     // One cluster a unit: no partials, no combine, so none of the balanced schedule's workspace planned
     // above; S > 1: the static splits' partials (splits, total_q, hq, dv), merged by the split combine.
     plan.balanced = false;
