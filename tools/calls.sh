@@ -33,10 +33,14 @@ Next (NOTES, session 46): 79 (the combine's 4 warps a row, opt-in on main), 75 o
 library (crule's H200 prediction), 78 (where the tp cases' fixed cost goes). Libraries for them:
 tools/dev_libs.sh cwide128:main:128 crule128:main:128 cmerge128:main:128 \
   cmergetl128:main:128:-DKVATTN_DECODE_TIMELINE=1   (78 also wants the tree's tools at main; 77 main128_46:945f185:128)
-Session 47: 79 and 78 ran on an H100 (the combine's 4 warps a row now the default; the tp cases' time is the
-persistent kernel's ~8 us before its first copy and the combine's tail); branch csplit (S > 1 clusters a unit
-for few units of long sequences) written: call 80. Libraries: tools/dev_libs.sh csplit128:csplit:128
-(cwide128 = main's sources at 58594a8, the combine's 4 warps a row by KVATTN_COMBINE_WIDE_ROWS=1).
+Session 47: 79, 78, 80, 82, 83 ran on H100s: the combine's 4 warps a row by default; csplit and cgpc landed
+(S clusters of 8 a unit for few units of long sequences); cfuse (the in-kernel merge) slower, not merged;
+81 superseded by 82's kernel_gaps (its timeline half never ran); 84 (branch ptouch) written, not run (no
+machine). Next (NOTES, session 47): 83 with main's library as B on an H200 (tools/dev_libs.sh
+main128_47:main:128, then edit 83's B), 84 on branch ptouch (tools/dev_libs.sh ptouch128:ptouch:128).
+84. run(command="bash tools/calls.sh run 84", carry=[".dev/cgpc128.so.xz", ".dev/ptouch128.so.xz", ".whl"], timeout_s=300)   [tree at ptouch]
+   branch ptouch (the decode kernels' parameter lines touched by one warp at entry: are the start's
+   constant-cache misses serial?): the decode tests' subset, A (main) B (ptouch) over short / b1 / b4 / W2 / W4.
 83. run(command="bash tools/calls.sh run 83", carry=[".dev/csplit128.so.xz", ".dev/cgpc128.so.xz", ".whl", ".peerkit/MANIFEST.json", ".peerkit/fi.tar.xz"], timeout_s=600)   [tree at cgpc]
    branch cgpc (the pick: a 16-CTA cluster streams one GPC's ~0.48 TB/s, clusters of 8 first): checks, A
    (main) B (cgpc) over W1's b1 cases, cluster_rate's pick over 1-4 kv heads, FlashInfer beside B.
@@ -212,6 +216,18 @@ case "${1:-show}" in
           KVATTN_AB_ENV_B="KVATTN_FORCE_PORTABLE=0" KVATTN_AB_SUITES=W3 KVATTN_AB_ROUNDS=2 \
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
+        ;;
+      84)  # session 47: branch ptouch (touch_param_lines at the decode kernels' entry).
+        F="=W1 32/8 b1 1k p16 short|=W1 32/8 b1 4k p16 short|=W1 32/8 b1 32k p16|=W1 32/8 b4 32k p16|=W1 4/1 b1 32k p16 tp|=W1 4/1 b4 32k p16 tp|=W1 8/2 b4 32k p16 tp|=W2 32/8 b128 zipf p16|=W4 32/8 b8 4k q4 p16"
+        OUT=/tmp/ab84 KVATTN_AB_A=.dev/cgpc128.so.xz KVATTN_AB_B=.dev/ptouch128.so.xz KVATTN_AB_DIMS=128 \
+          KVATTN_AB_ROUNDS=3 KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py \
+          KVATTN_AB_K="features or cluster_split_units or few_units" \
+          KVATTN_AB_SMOKE_K="cluster_split_units and p16_sinks and 7" KVATTN_AB_SMOKE_TIMEOUT=90 \
+          KVATTN_AB_TEST_TIMEOUT=200 KVATTN_AB_SAN_TIMEOUT=90 \
+          KVATTN_AB_RACE_K="test_features and features0 and False" KVATTN_AB_MEM_K="cluster_split_units and p64_scat and 7" \
+          KVATTN_AB_SUITES=W1,W2,W4 KVATTN_AB_FILTER="$F" bash tools/prefill_ab.sh > "$OUT/ab.txt" 2>&1
+        grep -E "^\[|^W1|^W2|^W4|^worst" "$OUT/ab.txt" | cut -c1-220
+        grep -E "^(FAILED|ERROR)" /tmp/ab84/tests.log | cut -c1-300 | head
         ;;
       83)  # session 47: branch cgpc (the cluster pick with one GPC's rate a 16-CTA cluster; 8 first).
         F="tp|=W1 32/8 b1 32k p16|=W1 32/8 b1 128k p16|=W1 32/8 b1 4k p16 short|=W4 32/8 b1 32k q4 p16"
