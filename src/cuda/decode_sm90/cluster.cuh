@@ -193,6 +193,8 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
   pk.kp_begin = static_cast<int32_t>(pk.keys.first + pk.tile_begin * Cfg::kBlockN);
   pk.kp_end = static_cast<int32_t>(min(pk.keys.last + 1, pk.keys.first + pk.tile_end * Cfg::kBlockN));
   pk.stages = pk.kp_end > pk.kp_begin ? (pk.kp_end - pk.kp_begin + Cfg::kStageKeys - 1) / Cfg::kStageKeys : 0;
+  // The CTA's piece: S > 1, split `split`'s partial rows (piece_partial_row; else out directly).
+  const Piece w{i, kv_head, 0, splits > 1 ? split : -1, pk.tile_begin, pk.tile_end, -1, -1};
   KVATTN_TL(if (tid == 0 && pk.stages != -1) tl_stamp(kTlStarted));
   wait_for_prior_grid();  // launched early after the append (PDL): the appended K/V are in place past here
   KVATTN_TL(if (tid == 0) {
@@ -252,7 +254,6 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
     asm volatile("cp.async.wait_all;" ::: "memory");
   } else if (has_rows) {
     const QRows<Cfg> q = load_q<Cfg>(p, seq, i, kv_head, tid);
-    const Piece w{i, kv_head, 0, splits > 1 ? split : -1, pk.tile_begin, pk.tile_end, -1, -1};
     ok &= piece_ok<Cfg>(p, w, pk, tid);
     KVATTN_TL(if (tid == 0 && ok != (pk.stages == -1)) tl_stamp_piece(0, kTlpChecked));
     uint32_t q_frag[Cfg::kHeadDim / 16][4];
@@ -403,8 +404,7 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
       const float o_descale = Cfg::kFp8 ? descale_at(p.v_descale, p.v_descale_strides, i, kv_head) : 1.f;
       const bool attends = rr < static_cast<int64_t>(seq.q_used) * p.group;
       // S > 1: split `split`'s partial row (the static splits' layout; the combine folds the sink in).
-      const Piece w{i, kv_head, 0, split, 0, 0, -1, -1};
-      const int64_t prow = splits > 1 ? piece_partial_row(p, w, seq, rr) : -1;
+      const int64_t prow = piece_partial_row(p, w, seq, rr);
       const RowEnd end = end_row(unit, attends, prow < 0, p.sinks, h, o_descale);
       if (prow >= 0) {
         float* o_part = p.o_partial + prow * p.head_dim_v + rank * per_rank + cr;

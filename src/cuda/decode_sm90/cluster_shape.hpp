@@ -53,6 +53,9 @@ constexpr double kSplitUs = 4;         // S > 1: the partials and the combine's 
 constexpr int kMaxClusterSplits = 16;  // the combine's one-round-trip merge (merge_row_warp)
 constexpr int64_t kClusterTmaKeys = 512;  // keys a CTA for the TMA kernel's 4 stages a ring (launch.cu)
 
+inline bool paged_cache(const FwdProblem& p) {
+  return p.page_table != nullptr && p.cu_seqlens_k == nullptr;
+}
 inline double capacity_bytes(const FwdProblem& p) {
   return static_cast<double>(max_sequence_keys(p)) * p.num_kv_heads * p.batch * (p.head_dim + p.head_dim_v) *
          (p.kv_dtype == DType::fp8_e4m3 ? 1 : 2);
@@ -77,7 +80,7 @@ inline double cluster_us(double bytes, int64_t ctas, int size, int splits, int64
 inline bool cluster_streams_long(const FwdProblem& p, bool tma_eligible, const ClusterCard& card,
                                  const ClusterAsk& ask, ClusterShape c, int64_t units) {
   if (ask.long_rule == 0 || p.batch != 1 || !tma_eligible) return false;
-  if (p.page_table != nullptr && p.cu_seqlens_k == nullptr && p.cache_leftpad != nullptr) return false;
+  if (paged_cache(p) && p.cache_leftpad != nullptr) return false;
   if (ask.long_rule == 1) return true;
   if (card.dram_bytes_per_us <= 0) return false;
   const double bytes = capacity_bytes(p);

@@ -319,9 +319,6 @@ static const char* decode_tma_env() {
 static bool cluster_tma_layout(bool paged, int64_t page_size) {
   return !paged || (page_size > 0 && page_size % 16 == 0);
 }
-static bool paged_cache(const FwdProblem& p) {
-  return p.page_table != nullptr && p.cu_seqlens_k == nullptr;
-}
 // A 16-bit cache whose layout the maps take, TMA not switched off.
 static bool cluster_tma_eligible(const FwdProblem& p) {
   const char* env = decode_tma_env();
@@ -329,13 +326,12 @@ static bool cluster_tma_eligible(const FwdProblem& p) {
   return cluster_tma_layout(paged_cache(p), p.page_size);
 }
 static bool cluster_tma(const FwdProblem& p, int ctas) {
-  using C = DecodeClusterShape;
   if (ctas <= 0 || p.kv_dtype == DType::fp8_e4m3) return false;
   const char* env = decode_tma_env();
   if (env != nullptr && (std::strcmp(env, "force") == 0 || std::strcmp(env, "copy") == 0)) return true;
   if (!cluster_tma_eligible(p)) return false;
   const int64_t keys_a_cta = max_sequence_keys(p) / ctas;
-  return keys_a_cta >= int64_t{C::kTmaMinStages} * C::kWarps * DecodeSm90Shape::stage_keys(false);
+  return keys_a_cta >= kClusterTmaKeys;
 }
 
 // KVATTN_DECODE_CLUSTER_LONG: -1 the model (unset), 0 never past the capacity bound, 1 without the model
