@@ -191,6 +191,14 @@ w1_short_abc() {
   python3 tools/gpu_ab.py "${dirs[@]}" 2>&1 | tail -9
 }
 
+# A prefill_ab.sh run's summary (its rounds, the cases' table, the tests' failures) on stdout and the failed
+# tests' error lines into $OUT/test_errors.txt: ab_report DIR FILE (DIR its OUT, FILE its output in $OUT).
+ab_report() {
+  grep -E "^\[|^W[0-9]|^worst|^SM clock" "$OUT/$2" | cut -c1-220
+  grep -E "^(FAILED|ERROR)" "$1/tests.log" | cut -c1-300 | head
+  grep -B2 -A14 "^E " "$1/tests.log" | head -80 > "$OUT/test_errors.txt"
+}
+
 # FlashInfer beside library LIB on the bench cases of FILTER (suites SUITES, e.g. W1,W4), the kit's fa2 / fa3
 # groups carried (.peerkit/MANIFEST.json, fi.tar.xz): results.md / .jsonl into $OUT, their rows on stdout:
 # peers_beside TAG LIB SUITES FILTER
@@ -239,9 +247,7 @@ case "${1:-show}" in
           KVATTN_AB_RACE_K="cluster_long_sequences and b1_p64_scat" \
           KVATTN_AB_MEM_K="cluster_split_units and p64_scat and 7" \
           KVATTN_AB_SUITES=W1,W4 KVATTN_AB_FILTER="$F" bash tools/prefill_ab.sh > "$OUT/ab.txt" 2>&1
-        grep -E "^\[|^W1|^W4|^worst" "$OUT/ab.txt" | cut -c1-200
-        grep -E "^(FAILED|ERROR)" /tmp/ab83/tests.log | cut -c1-300 | head
-        grep -B2 -A14 "^E " /tmp/ab83/tests.log | head -80 > "$OUT/test_errors.txt"
+        ab_report /tmp/ab83 ab.txt
         source tools/device_env.sh; lib=$(device_lib .dev/cgpc128.so.xz cg)
         CLUSTER_RATE_HEADS=1,2,4 CLUSTER_RATE_KEYS=16384,32768,131072 KVATTN_LIBRARY=$lib timeout 80 \
           python3 -m bench.cluster_rate persistent default > "$OUT/cluster_rate.txt" 2>&1
@@ -258,9 +264,7 @@ case "${1:-show}" in
           KVATTN_AB_RACE_K="cluster_split_units and p64_scat and 3 and not combine" \
           KVATTN_AB_MEM_K="cluster_split_merge_stray_workspace and 255" \
           KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="$F" bash tools/prefill_ab.sh > "$OUT/ab.txt" 2>&1
-        grep -E "^\[|^W1|^worst|^SM clock" "$OUT/ab.txt" | cut -c1-200
-        grep -E "^(FAILED|ERROR)" /tmp/ab82/tests.log | cut -c1-300 | head
-        grep -B2 -A14 "^E " /tmp/ab82/tests.log | head -80 > "$OUT/test_errors.txt"
+        ab_report /tmp/ab82 ab.txt
         tail -5 /tmp/ab82/memcheck.log > "$OUT/memcheck_tail.txt" 2> /dev/null
         source tools/device_env.sh
         for v in csplit cfuse; do
@@ -292,9 +296,7 @@ case "${1:-show}" in
           KVATTN_AB_RACE_K="cluster_split_units and p64_scat and 3" \
           KVATTN_AB_MEM_K="cluster_split_units and p16_seqused and 7" \
           KVATTN_AB_SUITES=W1,W4 KVATTN_AB_FILTER="$F" bash tools/prefill_ab.sh > "$OUT/ab.txt" 2>&1
-        grep -E "^\[|^W1|^W4|^worst|^SM clock" "$OUT/ab.txt" | cut -c1-200
-        grep -E "^(FAILED|ERROR)" /tmp/ab80/tests.log | cut -c1-300 | head
-        grep -B2 -A14 "^E " /tmp/ab80/tests.log | head -80 > "$OUT/test_errors.txt"
+        ab_report /tmp/ab80 ab.txt
         grep -h "cluster kernel" /tmp/ab80/*.log | sort | uniq -c | head -20 > "$OUT/dispatch_lines.txt"
         source tools/device_env.sh; lib=$(device_lib .dev/csplit128.so.xz cs)
         CLUSTER_RATE_HEADS=1,2 CLUSTER_RATE_KEYS=16384,32768,131072 KVATTN_LIBRARY=$lib timeout 80 \
@@ -401,9 +403,7 @@ case "${1:-show}" in
           KVATTN_AB_RACE_K="cluster_any_size and 14-paged-16-force" \
           KVATTN_AB_MEM_K="cluster_any_size and 9-contiguous-0-force or cluster_bad_page and 13" \
           KVATTN_AB_SUITES=W1,W4 KVATTN_AB_FILTER="$F" bash tools/prefill_ab.sh > "$OUT/ab_codd.txt" 2>&1
-        grep -E "^\[|^W1|^W4|^worst|^SM clock" "$OUT/ab_codd.txt" | cut -c1-200
-        grep -E "^(FAILED|ERROR)" /tmp/ab73/tests.log | cut -c1-300 | head
-        grep -B2 -A14 "^E " /tmp/ab73/tests.log | head -80 > "$OUT/test_errors.txt"
+        ab_report /tmp/ab73 ab_codd.txt
         grep -h "cluster kernel" /tmp/ab73/*.log | sort | uniq -c | head > "$OUT/dispatch_lines.txt"
         ;;
       74)  # session 46: FlashInfer beside codd (the switch on) on W1 / W4 b1, and bench.cluster_rate (C = 16,
