@@ -38,6 +38,13 @@ Session 47: 79, 78, 80, 82, 83 ran on H100s: the combine's 4 warps a row by defa
 81 superseded by 82's kernel_gaps (its timeline half never ran); 84 (branch ptouch) written, not run (no
 machine). Next (NOTES, session 47): 83 with main's library as B on an H200 (tools/dev_libs.sh
 main128_47:main:128, then edit 83's B), 84 on branch ptouch (tools/dev_libs.sh ptouch128:ptouch:128).
+85. run(command="bash tools/calls.sh run 85", carry=[".dev/main128_47.so.xz", ".dev/cbatch128.so.xz", ".whl", ".peerkit/MANIFEST.json", ".peerkit/fi.tar.xz"], timeout_s=600)   [tree at cbatch]
+   branch cbatch (the cluster form for a batch past the capacity bound where one sequence alone would
+   stream no slower on its clusters: 4/1 b2-b4 x 32k, 8/2 b2, 1 kv head b2 x 128k): the decode tests' cluster
+   and dispatch sets with the new test_cluster_long_batch, racecheck / memcheck, A (main) B (cbatch) over
+   W1's tp cases and b4 32k, W2, FlashInfer beside B. Libraries: tools/dev_libs.sh main128_47:main:128
+   cbatch128:cbatch:128. Predicted (H100): 4/1 b4 32k 40.9 -> ~36.6 (cluster_rate's 4 kv heads b1 32k on
+   8 x 3), the rest level (8/2 b4 stays persistent).
 84. run(command="bash tools/calls.sh run 84", carry=[".dev/cgpc128.so.xz", ".dev/ptouch128.so.xz", ".whl"], timeout_s=300)   [tree at ptouch]
    branch ptouch (the decode kernels' parameter lines touched by one warp at entry: are the start's
    constant-cache misses serial?): the decode tests' subset, A (main) B (ptouch) over short / b1 / b4 / W2 / W4.
@@ -224,6 +231,19 @@ case "${1:-show}" in
           KVATTN_AB_ENV_B="KVATTN_FORCE_PORTABLE=0" KVATTN_AB_SUITES=W3 KVATTN_AB_ROUNDS=2 \
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
+        ;;
+      85)  # session 47 (not run): branch cbatch (batches past the bound on the cluster form, cluster_shape.hpp).
+        F="tp|=W1 32/8 b4 32k p16|=W1 32/8 b1 32k p16|=W2 32/8 b128 zipf p16"
+        OUT=/tmp/ab85 KVATTN_AB_A=.dev/main128_47.so.xz KVATTN_AB_B=.dev/cbatch128.so.xz KVATTN_AB_DIMS=128 \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py \
+          KVATTN_AB_K="cluster or dispatch or few_units" KVATTN_AB_SMOKE_K="cluster_long_batch" \
+          KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=240 KVATTN_AB_SAN_TIMEOUT=90 \
+          KVATTN_AB_RACE_K="cluster_long_batch and 2-seqlens1" KVATTN_AB_MEM_K="cluster_long_batch and 1-seqlens2" \
+          KVATTN_AB_SUITES=W1,W2 KVATTN_AB_FILTER="$F" bash tools/prefill_ab.sh > "$OUT/ab.txt" 2>&1
+        grep -E "^\[|^W1|^W2|^worst" "$OUT/ab.txt" | cut -c1-200
+        grep -E "^(FAILED|ERROR)" /tmp/ab85/tests.log | cut -c1-300 | head
+        grep -B2 -A14 "^E " /tmp/ab85/tests.log | head -80 > "$OUT/test_errors.txt"
+        peers_beside 85 .dev/cbatch128.so.xz W1 "$F"
         ;;
       84)  # session 47: branch ptouch (touch_param_lines at the decode kernels' entry).
         F="=W1 32/8 b1 1k p16 short|=W1 32/8 b1 4k p16 short|=W1 32/8 b1 32k p16|=W1 32/8 b4 32k p16|=W1 4/1 b1 32k p16 tp|=W1 4/1 b4 32k p16 tp|=W1 8/2 b4 32k p16 tp|=W2 32/8 b128 zipf p16|=W4 32/8 b8 4k q4 p16"

@@ -112,10 +112,25 @@ TEST(ClusterShape, UnknownBandwidthTakesTheFirstFitAndNoLongSequence) {
   expect_shape(pick(decode(1, 1, 32768), unknown, always), 16, 1);
 }
 
-TEST(ClusterShape, LongSequencesOnlyForBatchOneOnTmaLayouts) {
-  // A batch (one long sequence among short ones would stream on its own clusters), a layout the TMA kernel
-  // does not take (fp8, page 8: the caller's tma_eligible), a paged cache with a leftpad.
-  expect_shape(pick(decode(2, 1, 32768)), 0, 1);
+TEST(ClusterShape, LongSequencesOfABatchWhereOneAloneStreamsNoSlower) {
+  // One sequence holding the capacity alone must stream on its units' clusters no slower than the
+  // persistent kernel would over every SM: 4/1 b4 x 32k on 3 clusters of 8 a unit (24 CTAs: 12.7 + 4 us
+  // against 5.9 + 11), b2 on 7; 8/2 b2 x 32k on 3 a unit; not 8/2 b4 x 32k (8 CTAs a unit: 38 us alone), nor
+  // b4 x 128k.
+  expect_shape(pick(decode(4, 1, 32768)), 8, 3);
+  expect_shape(pick(decode(2, 1, 32768)), 8, 7);
+  expect_shape(pick(decode(2, 2, 32768)), 8, 3);
+  expect_shape(pick(decode(4, 2, 32768)), 0, 1);
+  expect_shape(pick(decode(4, 1, 131072)), 0, 1);
+  expect_shape(pick(decode(2, 1, 131072)), 8, 7);
+  ClusterAsk always;  // KVATTN_DECODE_CLUSTER_LONG=1: batch 1 only
+  always.long_rule = 1;
+  expect_shape(pick(decode(4, 1, 32768), kH100, always), 0, 1);
+}
+
+TEST(ClusterShape, LongSequencesOnlyOnTmaLayouts) {
+  // A layout the TMA kernel does not take (fp8, page 8: the caller's tma_eligible), a paged cache with a
+  // leftpad.
   expect_shape(pick(decode(1, 1, 32768), kH100, {}, false), 0, 1);
   FwdProblem paged = decode(1, 1, 32768);
   int32_t table = 0, leftpad = 0;

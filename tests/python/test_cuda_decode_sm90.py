@@ -333,8 +333,10 @@ _FORCED = dict(KVATTN_DECODE_CLUSTER_LONG="1")  # without the card's bandwidth t
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, DET="1"), "kernel, 8 producer warps"),
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, SQ="8"), "kernel, 8 producer warps"),
     (dict(KVATTN_DECODE_SM90="0", KVATTN_DECODE_CLUSTER=None), None),
+    # the cache holds 300 keys a sequence: over the bound, and batch 2, but one sequence alone would still
+    # stream faster on its clusters than the persistent kernel (cluster_shape.hpp)
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_CLUSTER_MAX_KEYS="299"),
-     "kernel, 8 producer warps"),  # the cache holds 300 keys a sequence: over the bound (batch 2: not long)
+     "cluster kernel, 16 CTAs"),
     (dict(KVATTN_DECODE_SM90=None, KVATTN_DECODE_CLUSTER=None, KVATTN_DECODE_CLUSTER_MAX_KEYS="300"),
      "cluster kernel, 16 CTAs"),
     # Past the capacity bound (16,384 slots > 4,096): the cluster form for batch 1 where its TMA kernel can
@@ -363,7 +365,11 @@ _FORCED = dict(KVATTN_DECODE_CLUSTER_LONG="1")  # without the card's bandwidth t
     (dict(_LONG, PAGE="16", LPAD="1", **_FORCED), "kernel, 8 producer warps"),
     (dict(_LONG, PAGE="8", **_FORCED), "kernel, 8 producer warps"),
     (dict(_LONG, KV="fp8", **_FORCED), "kernel, 4 producer warps"),
-    (dict(_LONG, B="2", HK="4", **_FORCED), "kernel, 8 producer warps"),
+    (dict(_LONG, B="2", HK="4", **_FORCED), "kernel, 8 producer warps"),  # =1: batch 1 only
+    # a batch past the bound by the model: 2 x 1 kv head x 32k (one alone on 7 clusters of 8: no slower than
+    # the persistent kernel), not 2 x 4 kv heads (one alone on 4 x 8 CTAs: 38 us against 34.5)
+    (dict(_LONG, B="2", HK="1", CAP="32768"), "cluster kernel, 8 CTAs a unit, K/V by TMA, clusters a unit: *"),
+    (dict(_LONG, B="2", HK="4", CAP="32768"), "kernel, 8 producer warps"),
     (dict(_LONG, KVATTN_DECODE_TMA="0", **_FORCED), "kernel, 8 producer warps"),
     (dict(_LONG, KVATTN_DECODE_CLUSTER_LONG="0"), "kernel, 8 producer warps"),
     (dict(KVATTN_DECODE_SM90=None, SQ="8"), "8 producer warps"),  # 32 packed rows: two row groups
@@ -555,6 +561,16 @@ def test_cluster_long_sequences(layout, page, seqlens, hk, extra, monkeypatch):
               num_splits=0, extra_slots=500, seed=len(layout) + page + 3 * len(extra))
     kw.update(extra)
     run_and_compare(Case(**kw), DEVICE)
+
+
+# A batch past the capacity bound on the model's pick (cluster_shape.hpp: the cluster form where one
+# sequence alone would stream no slower on its clusters): skewed lengths, an empty sequence, sinks and lse.
+@pytest.mark.parametrize("hk,seqlens", [(1, (30000, 2500)), (2, (9000, 0, 31000)), (1, (12, 30000, 5, 29999))])
+def test_cluster_long_batch(hk, seqlens, monkeypatch):
+    monkeypatch.delenv("KVATTN_DECODE_CLUSTER", raising=False)
+    case = Case(dtype="bf16", d=128, hq=4 * hk, hk=hk, seqlens=seqlens, sq=1, layout="paged", page_size=16,
+                num_splits=0, sinks="fp32", extra_slots=700, seed=len(seqlens) + hk)
+    run_and_compare(case, DEVICE)
 
 
 @pytest.mark.usefixtures("_cluster_on")

@@ -71,21 +71,28 @@ inline double cluster_us(double bytes, int64_t ctas, int size, int splits, int64
   return bytes / rate + (splits > 1 ? kSplitUs : 0.);
 }
 
-// Past the capacity bound the cluster form streams only for batch 1 (its units then have one length; over a
-// batch, one long sequence among short ones would stream on its own clusters' SMs while the persistent
-// kernel's balanced schedule spreads it over all of them), on its TMA kernel's layouts (tma_eligible; by
+// Past the capacity bound the cluster form streams on its TMA kernel's layouts only (tma_eligible; by
 // cp.async it streams slower: page 1 +14%, a paged leftpad off the 16-slot grid +45%, fp8 +33%, H100; a
-// leftpad is a value, so a paged cache with one stays on the persistent kernel), and where the model says
-// it beats the persistent kernel.
+// leftpad is a value, so a paged cache with one stays on the persistent kernel), where the model says it
+// beats the persistent kernel on the whole capacity, and, for a batch, also where one sequence holding the
+// whole capacity alone (the others empty) streams on its own clusters no slower than the persistent kernel
+// would stream it over every SM: the lengths are on the device, and the persistent kernel's balanced
+// schedule spreads a long sequence among short ones over every SM where the cluster form keeps it on its
+// units' clusters. (4/1 b4 x 32k passes, on 24 CTAs a unit; 8/2 b4 x 32k, 8 CTAs a unit, and b4 x 128k do
+// not.) KVATTN_DECODE_CLUSTER_LONG=1 skips the model, for batch 1 only.
 inline bool cluster_streams_long(const FwdProblem& p, bool tma_eligible, const ClusterCard& card,
                                  const ClusterAsk& ask, ClusterShape c, int64_t units) {
-  if (ask.long_rule == 0 || p.batch != 1 || !tma_eligible) return false;
+  if (ask.long_rule == 0 || p.batch < 1 || !tma_eligible) return false;
   if (paged_cache(p) && p.cache_leftpad != nullptr) return false;
-  if (ask.long_rule == 1) return true;
+  if (ask.long_rule == 1) return p.batch == 1;
   if (card.dram_bytes_per_us <= 0) return false;
-  const double bytes = capacity_bytes(p);
-  return cluster_us(bytes, units * c.ctas * c.splits, c.ctas, c.splits, card.dram_bytes_per_us) <=
-         bytes / persistent_rate(card.dram_bytes_per_us) + kFixedSavedUs;
+  auto faster = [&](double bytes, int64_t ctas) {
+    return cluster_us(bytes, ctas, c.ctas, c.splits, card.dram_bytes_per_us) <=
+           bytes / persistent_rate(card.dram_bytes_per_us) + kFixedSavedUs;
+  };
+  const int64_t unit_ctas = int64_t{c.ctas} * c.splits;
+  return faster(capacity_bytes(p), units * unit_ctas) &&
+         (p.batch == 1 || faster(capacity_bytes(p) / p.batch, p.num_kv_heads * unit_ctas));
 }
 
 // For each C whose clusters of every unit fit one wave (units x C <= SMs, units <= the resident clusters of
