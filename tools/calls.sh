@@ -240,9 +240,7 @@ case "${1:-show}" in
           KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=240 KVATTN_AB_SAN_TIMEOUT=90 \
           KVATTN_AB_RACE_K="cluster_long_batch and 2-seqlens1" KVATTN_AB_MEM_K="cluster_long_batch and 1-seqlens2" \
           KVATTN_AB_SUITES=W1,W2 KVATTN_AB_FILTER="$F" bash tools/prefill_ab.sh > "$OUT/ab.txt" 2>&1
-        grep -E "^\[|^W1|^W2|^worst" "$OUT/ab.txt" | cut -c1-200
-        grep -E "^(FAILED|ERROR)" /tmp/ab85/tests.log | cut -c1-300 | head
-        grep -B2 -A14 "^E " /tmp/ab85/tests.log | head -80 > "$OUT/test_errors.txt"
+        ab_report /tmp/ab85 ab.txt
         peers_beside 85 .dev/cbatch128.so.xz W1 "$F"
         ;;
       84)  # session 47: branch ptouch (touch_param_lines at the decode kernels' entry).
