@@ -38,7 +38,9 @@ Session 47: 79, 78, 80, 82, 83 ran on H100s: the combine's 4 warps a row by defa
 81 superseded by 82's kernel_gaps (its timeline half never ran); 84 (branch ptouch) written, not run (no
 machine). Next (NOTES, session 47): 83 with main's library as B on an H200 (tools/dev_libs.sh
 main128_47:main:128, then edit 83's B), 84 on branch ptouch (tools/dev_libs.sh ptouch128:ptouch:128).
-Session 48: 85 (cbatch: landed, 4/1 b4 32k -10%) and 84 (ptouch: level, not merged) ran on an H100.
+Session 48: 85 (cbatch: landed, 4/1 b4 32k -10%), 84 (ptouch: level, not merged) and 86 (branch cpf, its
+entry there: the kernel's code prefetched into the L2, slower, not merged) ran on an H100, then the full run.
+Next (NOTES, session 48): the full run on an H200; the paged-leftpad cluster form (not written).
 85. run(command="bash tools/calls.sh run 85", carry=[".dev/main128_47.so.xz", ".dev/cbatch128.so.xz", ".whl", ".peerkit/MANIFEST.json", ".peerkit/fi.tar.xz"], timeout_s=600)   [tree at cbatch]
    branch cbatch (the cluster form for a batch past the capacity bound where one sequence alone would
    stream no slower on its clusters: 4/1 b2-b4 x 32k, 8/2 b2, 1 kv head b2 x 128k): the decode tests' cluster
