@@ -40,7 +40,12 @@ machine). Next (NOTES, session 47): 83 with main's library as B on an H200 (tool
 main128_47:main:128, then edit 83's B), 84 on branch ptouch (tools/dev_libs.sh ptouch128:ptouch:128).
 Session 48: 85 (cbatch: landed, 4/1 b4 32k -10%), 84 (ptouch: level, not merged) and 86 (branch cpf, its
 entry there: the kernel's code prefetched into the L2, slower, not merged) ran on an H100, then the full run.
-Next (NOTES, session 48): the full run on an H200; the paged-leftpad cluster form (not written).
+Next (NOTES, session 48): 87 on branch clpad (its entry there; written, not run: the budget ran out), then
+the full run on an H200.
+87. run(command="bash tools/calls.sh run 87", carry=[".dev/cbatch128.so.xz", ".dev/clpad128.so.xz", ".whl"], timeout_s=400)   [tree at clpad]
+   branch clpad (paged leftpads and window starts aligned to the 16-slot runs on the cluster form's TMA
+   kernel): the cluster tests with test_cluster_paged_leftpad_tma, racecheck / memcheck, A (main) B (clpad)
+   over W1's lpad cases. Predicted (H100): b1 32k p16+scat+lpad 61 -> ~54 us, b1 128k ~193 -> ~185.
 85. run(command="bash tools/calls.sh run 85", carry=[".dev/main128_47.so.xz", ".dev/cbatch128.so.xz", ".whl", ".peerkit/MANIFEST.json", ".peerkit/fi.tar.xz"], timeout_s=600)   [tree at cbatch]
    branch cbatch (the cluster form for a batch past the capacity bound where one sequence alone would
    stream no slower on its clusters: 4/1 b2-b4 x 32k, 8/2 b2, 1 kv head b2 x 128k): the decode tests' cluster
