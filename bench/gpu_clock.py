@@ -1,6 +1,7 @@
 """The SM clock while a GPU timing runs, from NVML (the driver's libnvidia-ml, through ctypes: no Python
 package needed). On the H200 the first ~second of tensor-core load runs at 1,980 MHz, then the SW power cap
-holds the clock near 1,750 (bench/NOTES.md, session 23), so a record says which clock its samples saw.
+holds the clock near 1,750 (bench/NOTES.md, session 23), so a record says which clock its samples saw, and
+the board's power draw beside it: two kernels at the same cap differ in clock by their energy per operation.
 
     with ClockSampler(device_index) as clock:
         ... the timed replays ...
@@ -30,15 +31,20 @@ def _lib():
 
 
 def summarize(samples):
-    """{sm_clock_mhz: {min, median, max, samples}, power_capped: share of samples under the SW power cap},
-    or {} without samples. samples: (clock MHz, throttle reason bits)."""
+    """{sm_clock_mhz: {min, median, max, samples}, power_capped: share of samples under the SW power cap,
+    power_w: median board power (where the samples have it)}, or {} without samples. samples: (clock MHz,
+    throttle reason bits[, power mW or None])."""
     if not samples:
         return {}
-    clocks = sorted(c for c, _ in samples)
-    capped = sum(1 for _, r in samples if r & SW_POWER_CAP) / len(samples)
-    return {"sm_clock_mhz": {"min": clocks[0], "median": clocks[len(clocks) // 2], "max": clocks[-1],
-                             "samples": len(clocks)},
-            "power_capped": round(capped, 3)}
+    clocks = sorted(s[0] for s in samples)
+    capped = sum(1 for s in samples if s[1] & SW_POWER_CAP) / len(samples)
+    out = {"sm_clock_mhz": {"min": clocks[0], "median": clocks[len(clocks) // 2], "max": clocks[-1],
+                            "samples": len(clocks)},
+           "power_capped": round(capped, 3)}
+    watts = sorted(s[2] / 1000.0 for s in samples if len(s) > 2 and s[2] is not None)
+    if watts:
+        out["power_w"] = round(watts[len(watts) // 2], 1)
+    return out
 
 
 class ClockSampler:
@@ -65,7 +71,10 @@ class ClockSampler:
             return None
         if self._reasons(self._handle, ctypes.byref(reasons)) != 0:
             reasons.value = 0
-        return mhz.value, reasons.value
+        milliwatts = ctypes.c_uint()
+        power = getattr(self._lib, "nvmlDeviceGetPowerUsage", None)
+        ok = power is not None and power(self._handle, ctypes.byref(milliwatts)) == 0
+        return mhz.value, reasons.value, (milliwatts.value if ok else None)
 
     def _run(self):
         try:

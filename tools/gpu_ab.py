@@ -7,7 +7,7 @@ Runs of an A/B in one device call alternate (A B A B: tools/prefill_ab.sh); the 
 shows the clock's step (the first ~second of a long load runs at 1,980 MHz, then the H200's power cap
 takes the clock to ~1,750: bench/NOTES.md, session 23). --series prints the samples in time order
 (series_us) where a record has them. Records with the SM clock (bench/gpu_clock.py) show its median during
-the replays and the share of its samples under the power cap."""
+the replays, the share of its samples under the power cap and the median board power."""
 import json
 import os
 import sys
@@ -28,9 +28,13 @@ def us(x):
 
 
 def clock(timing):
-    """' 1755 MHz 80%' (the median SM clock of the replays and the share under the power cap), or ''."""
+    """' 1755 MHz  80% 690 W' (the median SM clock of the replays, the share under the power cap, the median
+    board power where recorded), or ''."""
     c = timing.get("sm_clock_mhz")
-    return f" {c['median']:4d} MHz {100 * timing.get('power_capped', 0):3.0f}%" if c else ""
+    if not c:
+        return ""
+    watts = f" {timing['power_w']:3.0f} W" if "power_w" in timing else ""
+    return f" {c['median']:4d} MHz {100 * timing.get('power_capped', 0):3.0f}%{watts}"
 
 
 def main(dirs, series=False):

@@ -14,7 +14,14 @@ def test_summary_of_samples():
     s = gpu_clock.summarize([(1980, 0), (1755, 0x4), (1740, 0x4 | 0x1), (1965, 0x4)])
     assert s["sm_clock_mhz"] == {"min": 1740, "median": 1965, "max": 1980, "samples": 4}
     assert s["power_capped"] == 0.75
+    assert "power_w" not in s
     assert gpu_clock.summarize([]) == {}
+
+
+def test_summary_of_power_samples():
+    s = gpu_clock.summarize([(1980, 0, 412000), (1755, 0x4, 699500), (1740, 0x4, None), (1750, 0x4, 700250)])
+    assert s["power_w"] == 699.5  # the median of the samples that have a reading (mW -> W)
+    assert s["sm_clock_mhz"]["samples"] == 4
 
 
 def test_sampler_without_nvml_gives_an_empty_summary(monkeypatch):
@@ -27,18 +34,18 @@ def test_sampler_without_nvml_gives_an_empty_summary(monkeypatch):
 def test_gpu_ab_prints_the_clock(tmp_path):
     rec = {"case": "W6 x", "kvattn": {"median_us": 3800.0, "p10_us": 3400.0, "sm_clock_mhz":
                                       {"min": 1740, "median": 1755, "max": 1980, "samples": 30},
-                                      "power_capped": 0.8, "series_us": [3400.0, 3800.0]}}
+                                      "power_capped": 0.8, "power_w": 690.4, "series_us": [3400.0, 3800.0]}}
     for name, t in (("a", 3800.0), ("b", 3420.0)):
         (tmp_path / name).mkdir()
         r = dict(rec, kvattn=dict(rec["kvattn"], median_us=t))
         (tmp_path / name / "results.jsonl").write_text(json.dumps(r) + "\n")
     out = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "gpu_ab.py"), str(tmp_path / "a"),
                           str(tmp_path / "b"), "--series"], capture_output=True, text=True, check=True).stdout
-    assert "1755 MHz  80%" in out and " 0.900 " in out and "3400 3800" in out
+    assert "1755 MHz  80% 690 W" in out and " 0.900 " in out and "3400 3800" in out
 
 
 class _FakeNvml:
-    """NVML's three calls as the sampler makes them (ctypes.byref arguments carry their object in _obj)."""
+    """NVML's four calls as the sampler makes them (ctypes.byref arguments carry their object in _obj)."""
 
     def __init__(self):
         self.reads = 0
@@ -57,6 +64,10 @@ class _FakeNvml:
         reasons._obj.value = 0 if self.reads < 3 else gpu_clock.SW_POWER_CAP
         return 0
 
+    def nvmlDeviceGetPowerUsage(self, handle, milliwatts):
+        milliwatts._obj.value = 450000 if self.reads < 3 else 700000
+        return 0
+
 
 def test_sampler_reads_the_clock_while_it_runs(monkeypatch):
     fake = _FakeNvml()
@@ -67,3 +78,4 @@ def test_sampler_reads_the_clock_while_it_runs(monkeypatch):
     s = clock.summary()
     assert s["sm_clock_mhz"]["max"] == 1980 and s["sm_clock_mhz"]["min"] == 1755
     assert 0 < s["power_capped"] < 1
+    assert s["power_w"] in (450.0, 700.0)
