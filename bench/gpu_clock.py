@@ -60,6 +60,7 @@ class ClockSampler:
             # (the newer name of the throttle reasons first; the older one is deprecated, not removed)
             self._reasons = getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
                 lib, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+            self._power = getattr(lib, "nvmlDeviceGetPowerUsage", None)  # (optional: no power, no power_w)
             ok = self._reasons is not None and lib.nvmlDeviceGetHandleByIndex_v2(
                 ctypes.c_uint(device_index), ctypes.byref(handle)) == 0
             if ok:
@@ -72,8 +73,7 @@ class ClockSampler:
         if self._reasons(self._handle, ctypes.byref(reasons)) != 0:
             reasons.value = 0
         milliwatts = ctypes.c_uint()
-        power = getattr(self._lib, "nvmlDeviceGetPowerUsage", None)
-        ok = power is not None and power(self._handle, ctypes.byref(milliwatts)) == 0
+        ok = self._power is not None and self._power(self._handle, ctypes.byref(milliwatts)) == 0
         return mhz.value, reasons.value, (milliwatts.value if ok else None)
 
     def _run(self):

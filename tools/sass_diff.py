@@ -54,11 +54,16 @@ _REGS = [(re.compile(r"\.reuse\b"), ""), (re.compile(r"\bUR\d+\b"), "UR"), (re.c
          (re.compile(r"\bP\d\b"), "P"), (re.compile(r"\bB\d+\b"), "B")]
 
 
+def _word(insn):
+    """The mnemonic of an instruction with its modifiers, predicate dropped: '@!P0 FFMA.FTZ R1, ...' ->
+    FFMA.FTZ."""
+    words = insn.split()
+    return words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
+
+
 def _opcode(insn):
     """The mnemonic of an instruction, predicate and modifiers dropped: '@!P0 FFMA.FTZ R1, ...' -> FFMA."""
-    words = insn.split()
-    word = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
-    return word.split(".")[0]
+    return _word(insn).split(".")[0]
 
 
 def _normalize(insns):

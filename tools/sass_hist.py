@@ -13,28 +13,30 @@ import collections
 import re
 import sys
 
-LINE = re.compile(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+from sass_diff import _FUNC_SASS, _INSN, _opcode, _word
+
 KEEP_SUFFIX = ("HGMMA", "MUFU", "SYNCS", "BAR", "WARPGROUP", "F2FP", "SHFL")
 
 
 def kernels(path):
-    """{function name: [(address, instruction text)]} of a cuobjdump -sass listing."""
+    """{function name: [(address, instruction text)]} of a cuobjdump -sass listing (sass_diff's patterns,
+    addresses kept)."""
     out, name = {}, None
-    for line in open(path):
-        if "Function :" in line:
-            name = line.split("Function :", 1)[1].strip()
-            out[name] = []
-        elif name is not None and (m := LINE.match(line)):
-            out[name].append((int(m.group(1), 16), m.group(2)))
+    with open(path) as f:
+        for line in f:
+            if m := _FUNC_SASS.match(line):
+                name = m.group(1)
+                out[name] = []
+            elif name is not None and (m := _INSN.search(line)):
+                out[name].append((int(m.group(1), 16), m.group(2)))
     return out
 
 
 def opcode(text):
-    op = re.sub(r"^@!?U?P[0-9T]+\s+", "", text).split()[0]
-    base = op.split(".")[0]
+    base = _opcode(text)
     if base == "HGMMA":
-        return ".".join(op.split(".")[:2])  # the shape (HGMMA.64x128x16)
-    return op if base in KEEP_SUFFIX else base
+        return ".".join(_word(text).split(".")[:2])  # the shape (HGMMA.64x128x16)
+    return _word(text) if base in KEEP_SUFFIX else base
 
 
 def loops(code):

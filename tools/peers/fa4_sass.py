@@ -88,7 +88,8 @@ def main():
     sass = os.path.join(out, name + ".sass")
     with open(sass, "w") as f:
         subprocess.run([a.cuobjdump, "-sass", cubins[-1]], stdout=f, check=True)
-    lines = open(sass).read().splitlines()
+    with open(sass) as f:
+        lines = f.read().splitlines()
     hgmma = sum("HGMMA" in x for x in lines)
     print(f"{name}: compiled in {time.time() - t0:.1f} s; tile {tile_m} x {tile_n}, P V from "
           f"{'registers' if rs else 'shared memory'}, overlap {overlap}; {len(lines)} SASS lines, {hgmma} HGMMA")
