@@ -660,8 +660,9 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     issue_pv(prev_stage);
     turns.your_turn();
     KVATTN_PTL(ptl_stamp(tile, kPtlIssued));
-    wgmma_wait<1>();                                                  // S_t is done (P V may still run)
-    if constexpr (Cfg::kSplitKv) warp_arrive(empty_bar + 8 * stage);  // K_t is read
+    wgmma_wait<1>();  // S_t is done (P V may still run)
+    // (split stages: K_t is read)
+    if constexpr (Cfg::kSplitKv) warp_arrive(empty_bar + 8 * stage);
     fence_registers(s);
     KVATTN_PTL(ptl_stamp(tile, kPtlS));
     float correction[2];
@@ -712,29 +713,23 @@ __device__ __forceinline__ void idle_consumer(int consumer, int64_t n_tiles, uin
                                               uint32_t empty_bar) {
   if (n_tiles == 0) return;  // run_tiles takes no turn either
   PingPong<Cfg> turns(consumer, n_tiles);
-  if constexpr (Cfg::kSplitKv) {  // K and V freed as they land
-    const VBars v = v_bars_of<Cfg>(full_bar, empty_bar);
-    for (int64_t tile = 0; tile <= n_tiles; ++tile) {
-      if (tile < n_tiles) {
-        const int stage = static_cast<int>(tile % Cfg::kStages);
-        const uint32_t parity = static_cast<uint32_t>((tile / Cfg::kStages) & 1);
-        mbar_wait(full_bar + 8 * stage, parity);
+  const VBars v = v_bars_of<Cfg>(full_bar, empty_bar);
+  for (int64_t tile = 0; tile <= n_tiles; ++tile) {
+    if (tile < n_tiles) {
+      const int stage = static_cast<int>(tile % Cfg::kStages);
+      const uint32_t parity = static_cast<uint32_t>((tile / Cfg::kStages) & 1);
+      mbar_wait(full_bar + 8 * stage, parity);
+      if constexpr (Cfg::kSplitKv) {  // K and V freed as they land
         warp_arrive(empty_bar + 8 * stage);
         mbar_wait(v.full + 8 * stage, parity);
         warp_arrive(v.empty + 8 * stage);
       }
-      turns.my_turn();
-      turns.your_turn();
-    }
-    return;
-  }
-  for (int64_t tile = 0; tile <= n_tiles; ++tile) {
-    if (tile < n_tiles) {
-      mbar_wait(full_bar + 8 * (tile % Cfg::kStages), static_cast<uint32_t>((tile / Cfg::kStages) & 1));
     }
     turns.my_turn();
     turns.your_turn();
-    if (tile > 0) warp_arrive(empty_bar + 8 * ((tile - 1) % Cfg::kStages));
+    if constexpr (!Cfg::kSplitKv) {
+      if (tile > 0) warp_arrive(empty_bar + 8 * ((tile - 1) % Cfg::kStages));
+    }
   }
 }
 
