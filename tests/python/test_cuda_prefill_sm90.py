@@ -5,7 +5,7 @@ CTAs), so these small shapes (several 128-row blocks, several 128-key tiles, len
 of either) run on it wherever it covers the problem (d = dv in 64, 128, 256 and (d, dv) = (192, 128): every
 case runs at each of them, dv_of; fp16/bf16 caches (fp8 caches: test_cuda_prefill_sm90_fp8.py), no qv;
 (192, 128) first passed on a GPU in session 34). Paged cases whose page size (a multiple of 8) divides the key tile or is a
-multiple of it take its TMA producer (tiles of 128 keys at d 64 and 128, 48 at d 256, 80 at (192, 128):
+multiple of it take its TMA producer (tiles of 128 keys at d 64, 128 and (192, 128), 48 at d 256:
 pages that neither divide the tile nor are multiples of it go by cp.async there), and so do contiguous caches whose rows hold a tile and packed caches of a tile of tokens
 (CONTIGUOUS_TMA_CASES, written without a GPU); page 1 and the rest take its cp.async one. On a device
 that is not sm_90, or a build without 90a, the same cases run on the portable kernel and still must pass.
@@ -83,8 +83,9 @@ CASES = {
                                             causal=False, seed=29),
     "paged 48 leftpad, 352 keys": prefill(layout="paged", page_size=48, seqlens=(352, 530), leftpad=(16, 48),
                                           sq=176, seed=30),
-    # (192, 128)'s 80-key tiles (session 38): TMA boxes of 40 / 80 slots (pages of 40 divide the tile, 160 is
-    # two), lengths around multiples of 80; pages of 32 / 64 go by cp.async there (neither divides 80)
+    # (192, 128)'s 80-key tiles (sessions 38-49): TMA boxes of 40 / 80 slots (pages of 40 divide the tile, 160
+    # is two), lengths around multiples of 80; since its 128-key tiles (session 50) pages of 40 / 160 go by
+    # cp.async and 32 by TMA there: both producers over the split K / V stages
     "paged 40, lengths around 80": prefill(layout="paged", page_size=40, seqlens=(241, 80, 79), sq=81,
                                            causal=False, seed=31),
     "paged 160 leftpad, 400 keys": prefill(layout="paged", page_size=160, seqlens=(400, 161), leftpad=(80, 1),

@@ -14,6 +14,9 @@ struct PrefillTile {
   int stages;
   int regs_producer;  // setmaxnreg budgets: within what the launch gave the CTA (prefill_regs_fit)
   int regs_consumer;
+  // K and V of a stage on barriers of their own (full and empty each), so that a consumer frees K as soon
+  // as its Q K^T is done instead of with V after P V (cta.cuh kSplitKv).
+  bool split_kv = false;
 };
 
 // Per head dim (d = dv):
@@ -40,18 +43,21 @@ struct PrefillTile {
 //   keep one tile of slack; the price: Q K^T rereads 2 KiB of Q a 16-channel k-step whatever the key
 //   count, so 48 keys read 17% more shared memory per FLOP than 64. Consumers at 232 registers, the
 //   producer at 40 (40 + 2 x 232 = 3 x 168: what the 384-thread launch holds).
-// - (d, dv) = (192, 128) (DeepSeek's prefill, the one pair with dv != d): 80-key tiles in three stages of K
-//   (30 KiB) and V (20 KiB), 199 KiB with the 48-KiB Q of 128 rows: a consumer holds K of tile t and V of
-//   t - 1 at once, so two stages of 128 keys (80 KiB each) would expose each load's latency, as d 256 found;
-//   three of 80 keep d 128's slack. 64-key tiles carried 20.5k FLOPs a row a tile against d 256's 24.6k and
-//   ran 545 TFLOP/s on the H200 (d 256 599, session 38): each tile's fixed softmax and barrier work, spread
-//   over 25% more keys. S 40 and O 64 accumulators a thread: d 128's register budgets. fp8 caches
-//   (kv_fp8) keep 64 keys in four stages: produce_fp8 copies whole warp steps of an fp8 row's 12 chunks,
-//   which 20 rows a warp (80 keys) do not fill.
+// - (d, dv) = (192, 128) (DeepSeek's prefill, the one pair with dv != d): 128-key tiles in two stages of K
+//   (48 KiB) and two of V (32 KiB), each on barriers of its own (split_kv), 208 KiB with the 48-KiB Q of 128
+//   rows. A consumer holds K of tile t only during its Q K^T and V of t - 1 during its P V, so the producer
+//   loads K of t + 2 once Q K^T of t is done and V of t + 1 once P V of t - 1 is: one and a half tiles of
+//   slack, what three joint stages gave (a joint stage waits for its P V: two joint stages of 128 keys
+//   would leave half a tile). FA4's Hopper tile there: 128 keys, K and V in pipelines of two stages each.
+//   Until session 50: 80-key tiles in three joint stages (session 38: 80 spread each tile's fixed softmax and
+//   barrier work over 25% more keys than 64, which ran 545 TFLOP/s on the H200), 1.31x FA4's time at equal
+//   clocks on W6 full (session 48), 664 instructions a 128 keys against FA4's 453 (SASS, session 49). S 64
+//   and O 64 accumulators a thread: d 128's register budgets. fp8 caches (kv_fp8) keep 64 keys in four joint
+//   stages: produce_fp8 copies whole warp steps of an fp8 row's 12 chunks.
 constexpr PrefillTile prefill_tile(int head_dim, bool kv_fp8 = false) {
   return head_dim <= 64    ? PrefillTile{3, 128, 4, 32, 160}
          : head_dim <= 128 ? PrefillTile{2, 128, 3, 56, 224}
-         : head_dim == 192 ? (kv_fp8 ? PrefillTile{2, 64, 4, 56, 224} : PrefillTile{2, 80, 3, 56, 224})
+         : head_dim == 192 ? (kv_fp8 ? PrefillTile{2, 64, 4, 56, 224} : PrefillTile{2, 128, 2, 56, 224, true})
                            : PrefillTile{2, 48, 3, 40, 232};
 }
 // The value head dim of the kernel of head dim d: d, except 128 at d = 192 (the kernels take d = dv, and
@@ -82,9 +88,10 @@ constexpr size_t kPrefillUnitBytes = 192;
 // unit (16 bytes).
 constexpr size_t kPrefillPersistentBytes = 32 + 2 * kPrefillUnitBytes + 16;
 
-// Dynamic shared memory: 1024 bytes of alignment slack, Q, the K and V stages, two mbarriers a stage, and
-// the persistent kernel's ring. (No second Q buffer: at d 128 and 256 it does not fit in 227 KiB beside the
-// stages; the persistent kernel rewrites Q under the last tile's P V instead.)
+// Dynamic shared memory: 1024 bytes of alignment slack, Q, the K and V stages, two mbarriers a stage (four
+// with split_kv: V's two, after everything else), and the persistent kernel's ring. (No second Q buffer: at
+// d 128 and 256 it does not fit in 227 KiB beside the stages; the persistent kernel rewrites Q under the last
+// tile's P V instead.)
 // (fp8 caches: their tile (prefill_tile), and a third mbarrier a stage, the producer's "landed", for K / V
 // by TMA: produce_fp8_tma; the cp.async fp8 kernels leave it unused.)
 constexpr size_t prefill_smem_bytes(int head_dim, bool persistent = false, bool kv_fp8 = false) {
@@ -92,7 +99,7 @@ constexpr size_t prefill_smem_bytes(int head_dim, bool persistent = false, bool 
   return 1024 + size_t(64) * t.consumers * head_dim * 2 +
          size_t(t.stages) * t.block_n * (head_dim + prefill_head_dim_v(head_dim)) * 2 +
          16 * size_t(t.stages) + (persistent ? kPrefillPersistentBytes : 0) +
-         (kv_fp8 ? 8 * size_t(t.stages) : 0);
+         (kv_fp8 ? 8 * size_t(t.stages) : 0) + (t.split_kv ? 16 * size_t(t.stages) : 0);
 }
 static_assert(prefill_smem_bytes(64, true, true) <= 227 * 1024 &&
                   prefill_smem_bytes(128, true, true) <= 227 * 1024 &&

@@ -258,9 +258,15 @@ template <class WaitFull, class Last>
 struct WaitFullThenLast {
   const WaitFull& wait_full;
   const Last& last_;
-  __device__ __forceinline__ int operator()(int64_t tile) const { return wait_full(tile); }
+  template <class... V>
+  __device__ __forceinline__ int operator()(int64_t tile, V... v) const {
+    return wait_full(tile, v...);
+  }
   __device__ __forceinline__ void last() const { last_(); }
 };
+// wait_full(tile, VOperand{}): the tile's V, on its own barrier (Cfg::kSplitKv); wait_full(tile): its K
+// (joint stages: K and V).
+struct VOperand {};
 
 // Channels (S = Q K^T) and keys (O += P V) a wgmma k-step: 16 for 16-bit operands, 32 for e4m3 (32 bytes
 // either way).
@@ -486,8 +492,8 @@ __device__ __forceinline__ void softmax_exp2(float (&s)[kBlockN / 2], float fact
 // The pairs a row before run_tiles' P V wait: a third at d 128 and 256 (FA3's place: 5 of 16, 2 of 6; H100,
 // session 35, W6 against the wait after the softmax: 16x128 -2 to -5%, fp8 level; 8x256 -2 to -7%), all of
 // them at d 64 and (192, 128), where a third lost (32x64 +7 to +12%: three consumers, P through shared
-// memory; 16x192/128 +2 to +9%): there the kernels keep the wait after the softmax, their code as before
-// (kPvWaitMid false; SASS identical). SASS with a third: at most 1 LDL more a tile in a loop.
+// memory; 16x192/128 +2 to +9% with 80-key tiles): there the kernels keep the wait after the softmax, their
+// code as before (kPvWaitMid false; SASS identical). SASS with a third: at most 1 LDL more a tile in a loop.
 template <class Cfg>
 constexpr int kPairsBeforePv =
     Cfg::kHeadDim == 128 || Cfg::kHeadDim == 256 ? SoftmaxState<Cfg::kBlockN>::kPairs / 3
@@ -592,12 +598,14 @@ struct PingPong {
 };
 
 // The consumer's tiles, S and P V in flight: the softmax of tile t overlaps the P V of tile t - 1 on the
-// tensor cores. Per iteration, issue S_t = Q K_t and O += P_{t-1} V_{t-1}, wait for S_t, softmax it; at d 128
-// and 256 a third of the way into its exponentials (FA3's place: P V, issued after S_t, is expected done by
-// then; at d 64 and (192, 128) after all of them: kPairsBeforePv), wait for P V, release stage t - 1, rescale
+// tensor cores. Per iteration, issue S_t = Q K_t and O += P_{t-1} V_{t-1}, wait for S_t (split stages,
+// Cfg::kSplitKv: release K_t), softmax it; at d 128 and 256 a third of the way into its exponentials (FA3's
+// place: P V, issued after S_t, is expected done by then; at d 64 and (192, 128) after all of them:
+// kPairsBeforePv), wait for P V, release stage t - 1 (split stages: its V), rescale
 // O by tile t's correction, so that P's packing (and O's rescale's latency) run under the rest of the MUFU
 // stream instead of after it (bench/NOTES.md, sessions 34-35). wait_full(tile):
-// the tile's stage, once loaded; softmax(s, tile, correction, sums, rest): S -> P (the score mods, the online
+// the tile's stage, once its K (joint stages: K and V) is loaded; wait_full(tile, VOperand{}): its V (split
+// stages); softmax(s, tile, correction, sums, rest): S -> P (the score mods, the online
 // softmax) in two calls around the P V wait (consume). A WaitFullThenLast's
 // last() runs while the last P V is on the tensor cores (every Q K^T of the tiles is done then).
 // (The hook rides on wait_full: an added parameter, even unused, moved the other kernels' code.)
@@ -616,6 +624,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
   auto keep_p = [&](const float(&s)[kBlockN / 2]) { pack_p<Cfg>(s, pa); };
   auto issue_pv = [&](int stage) { issue_pv_tile<Cfg>(o, pa, v_desc, stage * Cfg::kVStageBytes); };
   auto fence_p = [&] { fence_fragments(reinterpret_cast<uint32_t(&)[kBlockN / kKStep<Cfg>][4]>(pa)); };
+  const uint32_t v_empty = v_bars_of<Cfg>(0, empty_bar).empty;  // (joint stages: empty_bar)
   int prev_stage = 0;
   if (n_tiles > 0) {
     float s[kBlockN / 2];
@@ -626,6 +635,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     issue_qk_tile<Cfg>(s, q_desc, k_desc, prev_stage * Cfg::kKStageBytes);
     turns.your_turn();
     wgmma_wait<0>();
+    if constexpr (Cfg::kSplitKv) warp_arrive(empty_bar + 8 * prev_stage);  // K_0 is read
     fence_registers(s);
     float correction[2];
     SoftmaxState<kBlockN> sums;
@@ -639,6 +649,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     KVATTN_PTL(ptl_stamp(tile, kPtlHead));
     KVATTN_PTL(pu_stamp(static_cast<int>(tile < kPuTiles ? tile : kPuTiles - 1)));
     const int stage = wait_full(tile);
+    if constexpr (Cfg::kSplitKv) wait_full(tile - 1, VOperand{});
     KVATTN_PTL(ptl_stamp(tile, kPtlStage));
     fence_p();
     fence_registers(o);
@@ -650,6 +661,8 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     turns.your_turn();
     KVATTN_PTL(ptl_stamp(tile, kPtlIssued));
     wgmma_wait<1>();  // S_t is done (P V may still run)
+    // (split stages: K_t is read)
+    if constexpr (Cfg::kSplitKv) warp_arrive(empty_bar + 8 * stage);
     fence_registers(s);
     KVATTN_PTL(ptl_stamp(tile, kPtlS));
     float correction[2];
@@ -660,7 +673,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     fence_registers(o);
     fence_p();
     KVATTN_PTL(ptl_stamp(tile, kPtlPv));
-    warp_arrive(empty_bar + 8 * prev_stage);  // (the warp is past its wait)
+    warp_arrive(v_empty + 8 * prev_stage);  // (the warp is past its wait)
     if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {  // once maxima settle: rare
 #pragma unroll
       for (int e = 0; e < kD / 2; ++e) o[e] *= correction[(e % 4) / 2];
@@ -675,6 +688,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     prev_stage = stage;
   }
   if (n_tiles > 0) {
+    if constexpr (Cfg::kSplitKv) wait_full(n_tiles - 1, VOperand{});
     fence_p();
     fence_registers(o);
     turns.my_turn();
@@ -687,7 +701,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     wgmma_wait<0>();
     KVATTN_PTL(pu_stamp(kPuTiles + kPuPvDone));
     fence_registers(o);
-    warp_arrive(empty_bar + 8 * prev_stage);  // (the warp is past its wait)
+    warp_arrive(v_empty + 8 * prev_stage);  // (the warp is past its wait)
   }
 }
 
@@ -699,13 +713,23 @@ __device__ __forceinline__ void idle_consumer(int consumer, int64_t n_tiles, uin
                                               uint32_t empty_bar) {
   if (n_tiles == 0) return;  // run_tiles takes no turn either
   PingPong<Cfg> turns(consumer, n_tiles);
+  const VBars v = v_bars_of<Cfg>(full_bar, empty_bar);
   for (int64_t tile = 0; tile <= n_tiles; ++tile) {
     if (tile < n_tiles) {
-      mbar_wait(full_bar + 8 * (tile % Cfg::kStages), static_cast<uint32_t>((tile / Cfg::kStages) & 1));
+      const int stage = static_cast<int>(tile % Cfg::kStages);
+      const uint32_t parity = static_cast<uint32_t>((tile / Cfg::kStages) & 1);
+      mbar_wait(full_bar + 8 * stage, parity);
+      if constexpr (Cfg::kSplitKv) {  // K and V freed as they land
+        warp_arrive(empty_bar + 8 * stage);
+        mbar_wait(v.full + 8 * stage, parity);
+        warp_arrive(v.empty + 8 * stage);
+      }
     }
     turns.my_turn();
     turns.your_turn();
-    if (tile > 0) warp_arrive(empty_bar + 8 * ((tile - 1) % Cfg::kStages));
+    if constexpr (!Cfg::kSplitKv) {
+      if (tile > 0) warp_arrive(empty_bar + 8 * ((tile - 1) % Cfg::kStages));
+    }
   }
 }
 
@@ -845,7 +869,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   // The fence rule as two values made once (the mode, a kernel parameter, was decoded again every tile).
   const bool fence_all = fence == kFenceEveryTile;
   const uint32_t fence_last = fence == kFenceEdgeTiles ? static_cast<uint32_t>(n_tiles - 1) : 0xffffffffu;
-  auto wait_full = [&](int64_t tile) {
+  const uint32_t v_full = v_bars_of<Cfg>(full_bar, empty_bar).full;  // (joint stages: full_bar)
+  auto wait_full = [&](int64_t tile, auto... v_operand) {
     const bool fence_now =
         fence_all || static_cast<uint32_t>(tile) == fence_last || (fence == kFenceEdgeTiles && tile == 0);
     if constexpr (kUnit) tile += unit.tile0;  // the CTA's tile (producer.cuh)
@@ -853,7 +878,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     // division by kStages cost ~20 instructions a tile.
     const uint32_t t = static_cast<uint32_t>(tile);
     const int stage = static_cast<int>(t % Cfg::kStages);
-    mbar_wait(full_bar + 8 * stage, (t / Cfg::kStages) & 1);
+    mbar_wait((sizeof...(v_operand) > 0 ? v_full : full_bar) + 8 * stage, (t / Cfg::kStages) & 1);
     if (fence_now) fence_proxy_async();
     return stage;
   };

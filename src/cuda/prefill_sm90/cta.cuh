@@ -82,6 +82,9 @@ struct PrefillConfig {
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kStages = kTile.stages;
+  // K and V of a stage on barriers of their own (config.hpp split_kv; (192, 128)): the consumers free K
+  // after Q K^T and V after P V, the producer fills each as it is freed (v_bars_of).
+  static constexpr bool kSplitKv = kTile.split_kv;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kPanels = kHeadDim / 64;           // 64-channel panels of a row of q / k
   static constexpr int kPanelsV = kHeadDimV / 64;         // of v
@@ -111,7 +114,7 @@ struct PrefillConfig {
                 "whole warp copy steps");
   static_assert(prefill_smem_bytes(kHeadDim, kPersistent) ==
                     1024 + kQBytes + kStages * (kKStageBytes + kVStageBytes) + 16 * kStages +
-                        (kPersistent ? kPrefillPersistentBytes : 0),
+                        (kPersistent ? kPrefillPersistentBytes : 0) + (kSplitKv ? 16 * kStages : 0),
                 "the launcher's shared memory is the kernel's");
 };
 
@@ -130,6 +133,8 @@ struct KvFp8 : Base {
   static constexpr PrefillTile kTile = prefill_tile(Base::kHeadDim, true);
   static constexpr int kBlockN = kTile.block_n;
   static constexpr int kStages = kTile.stages;
+  static constexpr bool kSplitKv = kTile.split_kv;
+  static_assert(!kSplitKv, "the fp8 producers fill joint stages");
   static constexpr int kKvPanelBytes = kBlockN * 128;
   static constexpr int kKStageBytes = kBlockN * Base::kHeadDim * 2;
   static constexpr int kVStageBytes = kBlockN * Base::kHeadDimV * 2;
@@ -166,6 +171,24 @@ struct WithFp8Tma : C {
   static constexpr bool kFp8Tma = true;
   static_assert(C::kKvFp8 && C::kHeadDim % 128 == 0 && C::kHeadDimV % 128 == 0, "e4m3 boxes of 128 channels");
 };
+
+// A stage's V barriers (full, empty): with kSplitKv V's own, after everything else in shared memory
+// (config.hpp prefill_smem_bytes: the stages' full and empty barriers, the persistent kernel's ring, fp8's
+// landed barriers); else the joint stage's (K's) own, so that code written for split stages runs on joint
+// ones unchanged.
+struct VBars {
+  uint32_t full, empty;
+};
+template <class Cfg>
+__host__ __device__ constexpr VBars v_bars_of(uint32_t full_bar, uint32_t empty_bar) {
+  if constexpr (Cfg::kSplitKv) {
+    const uint32_t full = empty_bar + 8 * Cfg::kStages +
+                          (Cfg::kPersistent ? static_cast<uint32_t>(kPrefillPersistentBytes) : 0u) +
+                          (Cfg::kFp8Tma ? 8 * Cfg::kStages : 0u);
+    return {full, full + 8 * Cfg::kStages};
+  }
+  return {full_bar, empty_bar};
+}
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 

@@ -105,7 +105,8 @@ struct KvRowStrides {
 };
 
 // The ring's barriers (thread 0, before the block's first barrier): a stage's "full" counts the producer
-// warps (TMA or cp.async), its "empty" the consumer warps (Cfg::kFullArrivals / kEmptyArrivals).
+// warps (TMA or cp.async), its "empty" the consumer warps (Cfg::kFullArrivals / kEmptyArrivals); with
+// Cfg::kSplitKv a second pair for the stage's V (v_bars_of), K's on the first.
 // fp8 caches: a third barrier a stage, "landed" (the producer's own: K / V in the stage before it converts
 // them; produce_fp8_tma), after everything else (config.hpp).
 template <class Cfg>
@@ -115,10 +116,15 @@ __device__ __forceinline__ uint32_t landed_bar_of(uint32_t empty_bar) {
 }
 template <class Cfg>
 __device__ __forceinline__ void init_stage_barriers(uint32_t full_bar, uint32_t empty_bar) {
+  const VBars v = v_bars_of<Cfg>(full_bar, empty_bar);
   for (int s = 0; s < Cfg::kStages; ++s) {
     mbar_init(full_bar + 8 * s, Cfg::kFullArrivals);
     mbar_init(empty_bar + 8 * s, Cfg::kEmptyArrivals);
     if constexpr (Cfg::kFp8Tma) mbar_init(landed_bar_of<Cfg>(empty_bar) + 8 * s, Cfg::kFullArrivals);
+    if constexpr (Cfg::kSplitKv) {
+      mbar_init(v.full + 8 * s, Cfg::kFullArrivals);
+      mbar_init(v.empty + 8 * s, Cfg::kEmptyArrivals);
+    }
   }
 }
 
@@ -514,6 +520,8 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
   const bool same_rows =
       p.k_cache.page_stride == p.v_cache.page_stride && p.k_cache.slot_stride == p.v_cache.slot_stride;
   const std::conditional_t<kPaired, RowPairCopy<Cfg>, NoPairCopy> copy(p, kv_head, warp, lane);
+  const VBars v = v_bars_of<Cfg>(full_bar, empty_bar);  // (joint stages: K's, the same barriers)
+  static_assert(!(Cfg::kSplitKv && kPaired), "split stages: the (192, 128) copies");
   // 32-bit tile counts and ring position: a unit's tiles number < 2^31 / kBlockN, tile0 < 2 kStages. The
   // tiles counted down (left: this one and those after it) and the diagnostic's first tile without copies
   // as a count too: one register less through the loop (the non-persistent kernels spilled the count).
@@ -537,10 +545,14 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
       const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache.ptr);
       const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache.ptr);
       copy_key_rows<kRowsPerWarp, Cfg::kChunks>(k_dst, k_base, off.k, warp, lane, Cfg::kKvPanelBytes, skip);
+      if constexpr (Cfg::kSplitKv) {  // K's share of the stage, then V's once the consumers free it
+        warp_arrive_after_copies(full_bar + 8 * stage);
+        mbar_wait(v.empty + 8 * stage, phase ^ 1u);
+      }
       copy_key_rows<kRowsPerWarp, Cfg::kChunksV>(v_dst, v_base, off.v, warp, lane, Cfg::kKvPanelBytes, skip);
     }
     // The stage is full once every producer thread's copies of it have landed (no wait here).
-    warp_arrive_after_copies(full_bar + 8 * stage);
+    warp_arrive_after_copies(v.full + 8 * stage);
     if (++stage == Cfg::kStages) {
       stage = 0;
       phase ^= 1u;
@@ -642,7 +654,8 @@ __device__ __forceinline__ void produce_fp8_tma(const PrefillArgs& a, const Sequ
 // contiguous row filled to its capacity, the last packed sequence): its slots past `end` are the TMA unit's
 // zeros. Any other tile reaching outside [leftpad, end) (at most the first and the last of a CTA) goes by
 // 16-byte cp.async, a key row a thread, its slots outside zero-filled, as the other producer does (they may
-// hold NaN, and P V needs 0 there).
+// hold NaN, and P V needs 0 there). Split stages (Cfg::kSplitKv): K's pairs on the stage's full barrier,
+// then, once the consumers have freed the stage's V (v_bars_of), V's on V's own.
 template <class Cfg>
 __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence& seq, int kv_head,
                                             int64_t slot0, int64_t n_tiles, uint32_t s_k, uint32_t s_v,
@@ -656,8 +669,6 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
   const AttnParams& p = a.p;
   const int ptid = threadIdx.x % 128, warp = ptid / 32, lane = ptid % 32;
   constexpr int kPairs = Cfg::kPanels + Cfg::kPanelsV;  // (K or V, panel): K's panels, then V's
-  constexpr int kWarpPairs = (kPairs - 1) / 4 + 1;      // at most, a warp
-  const int warp_pairs = (kPairs - warp + 3) / 4;       // this warp's: w, w + 4, ...
   const bool packed = p.seq.cu_seqlens_k != nullptr, paged = p.seq.page_table != nullptr && !packed;
   const TmaGeometry g = tma_geometry(packed, paged, p.seq.num_pages, p.seq.page_size, Cfg::kBlockN);
   const int boxes = Cfg::kBlockN / g.box;
@@ -670,47 +681,92 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
   }
   const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache.ptr);
   const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache.ptr);
+  const VBars vb = v_bars_of<Cfg>(full_bar, empty_bar);  // (joint stages: K's, the same barriers)
   for (int64_t tile = 0; tile < n_tiles; ++tile) {
     int64_t ring_tile = tile;
     if constexpr (Cfg::kPersistent) ring_tile += tile0;
     const int stage = static_cast<int>(ring_tile % Cfg::kStages);
     const uint32_t bar = full_bar + 8 * stage;
+    const uint32_t free_parity = static_cast<uint32_t>((ring_tile / Cfg::kStages) & 1) ^ 1u;
     const uint32_t k_dst = s_k + stage * Cfg::kKStageBytes, v_dst = s_v + stage * Cfg::kVStageBytes;
     const int64_t t0 = slot0 + tile * Cfg::kBlockN;
     const bool whole = t0 >= seq.leftpad && (t0 + Cfg::kBlockN <= seq.end || zero_tail);
     const int64_t box_slot = t0 + lane * g.box;
     const int32_t entry = paged && whole && lane < boxes ? page_entry(p.seq, seq, box_slot) : 0;
-    KVATTN_PTL(ptl_producer_stamp(tile, kPtlHead));
-    mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((ring_tile / Cfg::kStages) & 1) ^ 1u);
-    KVATTN_PTL(ptl_producer_stamp(tile, kPtlStage));
-    if (diag_no_load && tile >= Cfg::kStages) {
-      warp_arrive(bar);  // stale stage (timing only)
-    } else if (whole) {
-      // This stage's last writes may have been an edge tile's cp.async (generic proxy); the copies below
-      // write it through the async proxy.
-      fence_proxy_async();
-      if (lane == 0) mbar_arrive_expect_tx(bar, static_cast<uint32_t>(warp_pairs * Cfg::kKvPanelBytes));
+    // This warp's boxes of the pairs [kLo, kHi) (w, w + 4, ... of them), expected on barrier `on` first.
+    auto issue_boxes = [&](auto lo, auto hi, uint32_t on) {
+      constexpr int kLo = decltype(lo)::value, kHi = decltype(hi)::value;
+      const int first = kLo == 0 ? warp : kLo + ((warp - kLo) & 3);
+      if (lane == 0)
+        mbar_arrive_expect_tx(on, static_cast<uint32_t>((kHi - first + 3) / 4 * Cfg::kKvPanelBytes));
       __syncwarp();  // this warp's bytes are expected before any of its copies can land
       if (lane < boxes) {
         const SlotAddress box_at = slot_address_at(p.seq, seq, box_slot, entry);  // entries were checked
         const uint32_t rows_at = static_cast<uint32_t>(lane * g.box * 128);
 #pragma unroll
-        for (int k = 0; k < kWarpPairs; ++k) {
-          const int pair = warp + 4 * k;
+        for (int k = 0; k < (kHi - kLo - 1) / 4 + 1; ++k) {
+          const int pair = first + 4 * k;
           const int panel = Cfg::kPanelsV == Cfg::kPanels
                                 ? pair % Cfg::kPanels
                                 : (pair < Cfg::kPanels ? pair : pair - Cfg::kPanels);
-          if (pair >= kPairs) break;
+          if (pair >= kHi) break;
           const uint32_t at = panel * Cfg::kKvPanelBytes + rows_at;
           if (pair < Cfg::kPanels) {
-            tma_load_4d(k_dst + at, k_map, bar, 64 * panel, box_at.in_page, kv_head, box_at.page);
+            tma_load_4d(k_dst + at, k_map, on, 64 * panel, box_at.in_page, kv_head, box_at.page);
           } else {
-            tma_load_4d(v_dst + at, v_map, bar, 64 * panel, box_at.in_page, kv_head, box_at.page);
+            tma_load_4d(v_dst + at, v_map, on, 64 * panel, box_at.in_page, kv_head, box_at.page);
           }
         }
       }
+    };
+    // The edge tile's rows of one cache by cp.async (row r by thread r), its slots outside zero-filled.
+    auto copy_rows = [&](uint32_t dst, const unsigned char* base, bool v, auto chunks) {
+      for (int r = ptid; r < Cfg::kBlockN; r += 128) {
+        const int64_t s = t0 + r;
+        uint32_t off = kNoRow;
+        if (s >= seq.leftpad && s < seq.end) {  // entries of these slots were checked (check_pages)
+          const KvRowUnits row = kv_row_units(p, slot_address(p.seq, seq, s), kv_head);
+          off = v ? row.v : row.k;
+        }
+        const bool ok = off != kNoRow;
+#pragma unroll 4
+        for (int c = 0; c < decltype(chunks)::value; ++c) {
+          const uint32_t at = swizzled(r, c, Cfg::kKvPanelBytes);
+          cp_async_16(dst + at, base + static_cast<uint64_t>(ok ? off + c : 0) * 16, ok);
+        }
+      }
+    };
+    using KPairs = std::integral_constant<int, Cfg::kPanels>;
+    using AllPairs = std::integral_constant<int, kPairs>;
+    KVATTN_PTL(ptl_producer_stamp(tile, kPtlHead));
+    mbar_wait(empty_bar + 8 * stage, free_parity);
+    KVATTN_PTL(ptl_producer_stamp(tile, kPtlStage));
+    if (diag_no_load && tile >= Cfg::kStages) {
+      warp_arrive(bar);  // stale stage (timing only)
+      if constexpr (Cfg::kSplitKv) {
+        mbar_wait(vb.empty + 8 * stage, free_parity);
+        warp_arrive(vb.full + 8 * stage);
+      }
+    } else if (whole) {
+      // This stage's last writes may have been an edge tile's cp.async (generic proxy); the copies below
+      // write it through the async proxy.
+      fence_proxy_async();
+      if constexpr (Cfg::kSplitKv) {  // K's boxes, then V's once the consumers free the stage's V
+        issue_boxes(std::integral_constant<int, 0>{}, KPairs{}, bar);
+        mbar_wait(vb.empty + 8 * stage, free_parity);
+        fence_proxy_async();
+        issue_boxes(KPairs{}, AllPairs{}, vb.full + 8 * stage);
+      } else {
+        issue_boxes(std::integral_constant<int, 0>{}, AllPairs{}, bar);
+      }
       KVATTN_PTL(ptl_producer_stamp(tile, kPtlFenced));
       KVATTN_PTL(if (tile == 0) pu_stamp(kPuTiles + kPuProdFirst));
+    } else if constexpr (Cfg::kSplitKv) {
+      copy_rows(k_dst, k_base, false, std::integral_constant<int, Cfg::kChunks>{});
+      warp_arrive_after_copies(bar);
+      mbar_wait(vb.empty + 8 * stage, free_parity);
+      copy_rows(v_dst, v_base, true, std::integral_constant<int, Cfg::kChunksV>{});
+      warp_arrive_after_copies(vb.full + 8 * stage);
     } else {
       for (int r = ptid; r < Cfg::kBlockN; r += 128) {
         const int64_t s = t0 + r;
