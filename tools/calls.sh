@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
+LIBS="tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1 main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
 
 show() {
   cat << 'END'
@@ -42,6 +42,13 @@ Session 48: 85 (cbatch: landed, 4/1 b4 32k -10%), 84 (ptouch: level, not merged)
 entry there: the kernel's code prefetched into the L2, slower, not merged) ran on an H100, then the full run.
 Next (NOTES, session 48): 87 on branch clpad (its entry there; written, not run: the budget ran out), then
 the full run on an H200.
+Session 50: one H100 after ten refusals ran 90 (kv192: landed), p64turns' timing (turns lose) and a cut 91
+(kv256: -4%, one test failed); the calls of branches p64turns / kv192 / kv256 are on branch p64turns (91x
+first there). Here: 92, d 64's timeline.
+92. run(command="bash tools/calls.sh run 92", carry=[".dev/tl64.so.xz", ".whl"], timeout_s=200)   [tree at main]
+   where W6 32x64's tiles go (1.32x FA4's time per clock; session 50: not the turns): bench.prefill_timeline
+   at d 64 (stage wait, issue, S wait, softmax, P V wait, tail; the warpgroups' offset and their softmaxes'
+   overlap) on a timeline build: tools/dev_libs.sh tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1.
 87. run(command="bash tools/calls.sh run 87", carry=[".dev/cbatch128.so.xz", ".dev/clpad128.so.xz", ".whl"], timeout_s=400)   [tree at clpad]
    branch clpad (paged leftpads and window starts aligned to the 16-slot runs on the cluster form's TMA
    kernel): the cluster tests with test_cluster_paged_leftpad_tma, racecheck / memcheck, A (main) B (clpad)
@@ -239,6 +246,11 @@ case "${1:-show}" in
           KVATTN_AB_ENV_B="KVATTN_FORCE_PORTABLE=0" KVATTN_AB_SUITES=W3 KVATTN_AB_ROUNDS=2 \
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
+        ;;
+      92)  # session 50: d 64's prefill timeline (main's library with -DKVATTN_PREFILL_TIMELINE=1).
+        source tools/device_env.sh
+        L=$(device_lib .dev/tl64.so.xz tl64)
+        KVATTN_LIBRARY=$L timeout -k 5 150 python3 -m bench.prefill_timeline --d 64 2>&1 | tail -80
         ;;
       85)  # session 47 (not run): branch cbatch (batches past the bound on the cluster form, cluster_shape.hpp).
         F="tp|=W1 32/8 b4 32k p16|=W1 32/8 b1 32k p16|=W2 32/8 b128 zipf p16"
