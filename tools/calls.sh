@@ -50,7 +50,8 @@ tests at d 64 / 128 / 256, tree at review50), 92.
 91x. run(command="bash tools/calls.sh run 91x", carry=[".dev/kv256.so.xz", ".whl"], timeout_s=330)   [tree at main]
    kv256's d 256 prefill tests with -x (session 50: one failed, unnamed); then 91 once it is fixed.
 51. run(command="bash tools/calls.sh run 51", carry=[".dev/kv256.so.xz", ".dev/rv64.so.xz", ".dev/rv128.so.xz", ".dev/rv256.so.xz", ".whl"], timeout_s=590)   [tree at review50]
-   91x and 93 in one call, each step time-boxed, -v (a failure's name printed as it happens).
+   91x and 93 in one call, each step time-boxed, -v (a failure's name printed as it happens); less device
+   time left: KVATTN_T51="150 90 90 70 30" bash tools/calls.sh run 51 (~480 s).
 93. run(command="bash tools/calls.sh run 93", carry=[".dev/rv64.so.xz", ".dev/rv128.so.xz", ".dev/rv256.so.xz", ".whl"], timeout_s=520)   [tree at review50]
    branch review50 (the TMA producer's edge tiles through one copy loop; fp8's landed and the split V
    barriers from one past-the-ring offset): the prefill tests (16-bit and fp8 caches) at d 128, 256, 64 with
@@ -286,14 +287,16 @@ case "${1:-show}" in
           echo "$name rc=$? passed $(grep -c ' PASSED' /tmp/ab51/$name.log) failed $(grep -c ' FAILED' /tmp/ab51/$name.log) $(tail -1 /tmp/ab51/$name.log | cut -c1-120)"
           grep -E " FAILED|^E  " /tmp/ab51/$name.log | cut -c1-300 | head -12
         }
-        step kv256 "$(device_lib .dev/kv256.so.xz kv256)" 256 170 tests/python/test_cuda_prefill_sm90.py
-        for d in 128 256 64; do
-          step rv$d "$(device_lib .dev/rv$d.so.xz rv$d)" $d 100 tests/python/test_cuda_prefill_sm90.py \
+        read -r t_kv t128 t256 t64 t_san <<< "${KVATTN_T51:-170 100 100 100 40}"  # each step's seconds
+        step kv256 "$(device_lib .dev/kv256.so.xz kv256)" 256 "$t_kv" tests/python/test_cuda_prefill_sm90.py
+        for dt in 128:$t128 256:$t256 64:$t64; do
+          d=${dt%%:*}
+          step rv$d "$(device_lib .dev/rv$d.so.xz rv$d)" $d "${dt#*:}" tests/python/test_cuda_prefill_sm90.py \
             tests/python/test_cuda_prefill_sm90_fp8.py
         done
         L=$(device_lib .dev/rv128.so.xz rv128)
         for tool in racecheck memcheck; do
-          KVATTN_TEST_HEAD_DIMS=128 KVATTN_LIBRARY=$L timeout -k 5 40 compute-sanitizer --tool $tool \
+          KVATTN_TEST_HEAD_DIMS=128 KVATTN_LIBRARY=$L timeout -k 5 "$t_san" compute-sanitizer --tool $tool \
             --report-api-errors no python3 -m pytest -q -p no:cacheprovider tests/python/test_cuda_prefill_sm90.py \
             -k "persistent_contiguous_tma and leftpad" > /tmp/ab51/$tool.log 2>&1
           echo "$tool rc=$? $(grep -E 'SUMMARY' /tmp/ab51/$tool.log | tail -1) $(tail -1 /tmp/ab51/$tool.log)"
