@@ -45,18 +45,17 @@ the full run on an H200.
 Session 50: one H100 after ten refusals ran 90 (kv192: landed), p64turns' timing (turns lose) and a cut 91
 (kv256: -4%, one test failed); the calls of branches p64turns / kv192 / kv256 are on branch p64turns (91x
 first there). Here: 92, d 64's timeline.
-Session 51: 91x (kv256's d 256 tests, -x; its calls are here too now, tree at main), 93 (branch review50's
-tests at d 64 / 128 / 256, tree at review50), 92.
-91x. run(command="bash tools/calls.sh run 91x", carry=[".dev/kv256.so.xz", ".whl"], timeout_s=330)   [tree at main]
-   kv256's d 256 prefill tests with -x (session 50: one failed, unnamed); then 91 once it is fixed.
+Session 51 (no device): 51, session 50's two checks in one call (kv256's d 256 tests, review50's tests);
+it replaces 91x (on p64turns) and 93 (never run). Then 91 once kv256's test is fixed, and 92.
 51. run(command="bash tools/calls.sh run 51", carry=[".dev/kv256.so.xz", ".dev/rv64.so.xz", ".dev/rv128.so.xz", ".dev/rv256.so.xz", ".whl"], timeout_s=590)   [tree at review50]
-   91x and 93 in one call, each step time-boxed, -v (a failure's name printed as it happens); less device
-   time left: KVATTN_T51="150 90 90 70 30" bash tools/calls.sh run 51 (~480 s).
-93. run(command="bash tools/calls.sh run 93", carry=[".dev/rv64.so.xz", ".dev/rv128.so.xz", ".dev/rv256.so.xz", ".whl"], timeout_s=520)   [tree at review50]
-   branch review50 (the TMA producer's edge tiles through one copy loop; fp8's landed and the split V
-   barriers from one past-the-ring offset): the prefill tests (16-bit and fp8 caches) at d 128, 256, 64 with
-   -x, racecheck / memcheck on the TMA edge tiles. Libraries: tools/dev_libs.sh rv64:review50:64
-   rv128:review50:128 rv256:review50:256.
+   kv256's d 256 prefill tests (session 50: one failed, unnamed), then branch review50's (the TMA producer's
+   edge tiles through one copy loop; fp8's landed and the split V barriers from one past-the-ring offset)
+   prefill tests, 16-bit and fp8 caches, at d 128, 256, 64, racecheck / memcheck on the TMA edge tiles; each
+   step time-boxed, pytest -v (a failure's name printed as it happens). Less device time left:
+   KVATTN_T51="150 90 90 70 30" bash tools/calls.sh run 51 (~480 s). Libraries: tools/dev_libs.sh
+   kv256:kv256:256 rv64:review50:64 rv128:review50:128 rv256:review50:256.
+91. run(command="bash tools/calls.sh run 91", carry=[".dev/main256.so.xz", ".dev/kv256.so.xz", ".whl"], timeout_s=560)   [tree at kv256, once fixed]
+   kv256 against main at d 256: checks, then W6 8x256 full / causal A B A B (session 50: -4%, H100).
 92. run(command="bash tools/calls.sh run 92", carry=[".dev/tl64.so.xz", ".whl"], timeout_s=200)   [tree at main]
    where W6 32x64's tiles go (1.32x FA4's time per clock; session 50: not the turns): bench.prefill_timeline
    at d 64 (stage wait, issue, S wait, softmax, P V wait, tail; the warpgroups' offset and their softmaxes'
@@ -259,15 +258,6 @@ case "${1:-show}" in
           KVATTN_AB_FILTER="fp8kv|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
           bash tools/prefill_ab.sh
         ;;
-      91x)  # session 50: kv256's prefill tests at d 256, stopping at the first failure (one failed in session 50).
-        source tools/device_env.sh
-        L=$(device_lib .dev/kv256.so.xz kv256)
-        mkdir -p /tmp/ab91
-        env "${TEST_WORKER_ENV[@]}" KVATTN_TEST_HEAD_DIMS=256 KVATTN_LIBRARY=$L timeout -k 5 300 python3 -m pytest -q \
-          -p no:cacheprovider $(test_workers) -x tests/python/test_cuda_prefill_sm90.py > /tmp/ab91/x.log 2>&1
-        echo "tests rc=$? $(tail -1 /tmp/ab91/x.log)"
-        grep -E "^(FAILED|ERROR)|^E " /tmp/ab91/x.log | cut -c1-300 | head -30
-        ;;
       91)  # session 50: branch kv256 (d 256: 80-key tiles in two stages, K and V on barriers of their own).
         OUT=/tmp/ab91 KVATTN_AB_A=.dev/main256.so.xz KVATTN_AB_B=.dev/kv256.so.xz KVATTN_AB_DIMS=256 \
           KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W6 \
@@ -275,7 +265,7 @@ case "${1:-show}" in
           KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=180 KVATTN_AB_SAN_TIMEOUT=50 \
           bash tools/prefill_ab.sh
         ;;
-      51)  # session 51: 91x and 93 in one call (a start is what the device lacks), each step time-boxed; -v so
+      51)  # session 51: kv256's and review50's checks in one call (a start is what the device lacks), time-boxed; -v so
         # that a failure's name is in the log as it happens, even where the step's time runs out.
         source tools/device_env.sh
         mkdir -p /tmp/ab51
@@ -300,25 +290,6 @@ case "${1:-show}" in
             --report-api-errors no python3 -m pytest -q -p no:cacheprovider tests/python/test_cuda_prefill_sm90.py \
             -k "persistent_contiguous_tma and leftpad" > /tmp/ab51/$tool.log 2>&1
           echo "$tool rc=$? $(grep -E 'SUMMARY' /tmp/ab51/$tool.log | tail -1) $(tail -1 /tmp/ab51/$tool.log)"
-        done
-        ;;
-      93)  # session 51: branch review50's prefill tests at d 128, 256, 64 (its change reaches every head dim).
-        source tools/device_env.sh
-        mkdir -p /tmp/ab93
-        for d in 128 256 64; do
-          L=$(device_lib .dev/rv$d.so.xz rv$d)
-          env "${TEST_WORKER_ENV[@]}" KVATTN_TEST_HEAD_DIMS=$d KVATTN_LIBRARY=$L timeout -k 5 "${KVATTN_T93:-120}" \
-            python3 -m pytest -q -p no:cacheprovider $(test_workers) -x tests/python/test_cuda_prefill_sm90.py \
-            tests/python/test_cuda_prefill_sm90_fp8.py > /tmp/ab93/$d.log 2>&1
-          echo "d $d tests rc=$? $(tail -1 /tmp/ab93/$d.log)"
-          grep -E "^(FAILED|ERROR)|^E " /tmp/ab93/$d.log | cut -c1-300 | head -12
-        done
-        L=$(device_lib .dev/rv128.so.xz rv128)
-        for tool in racecheck memcheck; do
-          KVATTN_TEST_HEAD_DIMS=128 KVATTN_LIBRARY=$L timeout -k 5 45 compute-sanitizer --tool $tool \
-            --report-api-errors no python3 -m pytest -q -p no:cacheprovider tests/python/test_cuda_prefill_sm90.py \
-            -k "persistent_contiguous_tma and leftpad" > /tmp/ab93/$tool.log 2>&1
-          echo "$tool rc=$? $(grep -E 'SUMMARY' /tmp/ab93/$tool.log | tail -1) $(tail -1 /tmp/ab93/$tool.log)"
         done
         ;;
       92)  # session 50: d 64's prefill timeline (main's library with -DKVATTN_PREFILL_TIMELINE=1).
