@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="rv64:review50:64 rv128:review50:128 rv256:review50:256 kv256:kv256:256 tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1 main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
+LIBS="rv64:review50:64 rv128:review50:128 rv256:review50:256 dd64:dedup51:64 dd128:dedup51:128 dd256:dedup51:256 kv256:kv256:256 tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1 main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
 
 show() {
   cat << 'END'
@@ -53,7 +53,9 @@ it replaces 91x (on p64turns) and 93 (never run). Then 91 once kv256's test is f
    prefill tests, 16-bit and fp8 caches, at d 128, 256, 64, racecheck / memcheck on the TMA edge tiles; each
    step time-boxed, pytest -v (a failure's name printed as it happens). Less device time left:
    KVATTN_T51="150 90 90 70 30" bash tools/calls.sh run 51 (~480 s). Libraries: tools/dev_libs.sh
-   kv256:kv256:256 rv64:review50:64 rv128:review50:128 rv256:review50:256.
+   kv256:kv256:256 rv64:review50:64 rv128:review50:128 rv256:review50:256. Branch dedup51 (on review50)
+   instead of review50, both checked at once (tree at dedup51): KVATTN_R51=dd, carry .dev/dd{64,128,256}
+   (tools/dev_libs.sh dd64:dedup51:64 dd128:dedup51:128 dd256:dedup51:256).
 91. run(command="bash tools/calls.sh run 91", carry=[".dev/main256.so.xz", ".dev/kv256.so.xz", ".whl"], timeout_s=560)   [tree at kv256, once fixed]
    kv256 against main at d 256: checks, then W6 8x256 full / causal A B A B (session 50: -4%, H100).
 92. run(command="bash tools/calls.sh run 92", carry=[".dev/tl64.so.xz", ".whl"], timeout_s=200)   [tree at main]
@@ -278,13 +280,14 @@ case "${1:-show}" in
           grep -E " FAILED|^E  " /tmp/ab51/$name.log | cut -c1-300 | head -12
         }
         read -r t_kv t128 t256 t64 t_san <<< "${KVATTN_T51:-170 100 100 100 40}"  # each step's seconds
+        R=${KVATTN_R51:-rv}  # the checked libraries .dev/$R{128,256,64}: rv (review50) or dd (dedup51, on it)
         step kv256 "$(device_lib .dev/kv256.so.xz kv256)" 256 "$t_kv" tests/python/test_cuda_prefill_sm90.py
         for dt in 128:$t128 256:$t256 64:$t64; do
           d=${dt%%:*}
-          step rv$d "$(device_lib .dev/rv$d.so.xz rv$d)" $d "${dt#*:}" tests/python/test_cuda_prefill_sm90.py \
+          step $R$d "$(device_lib .dev/$R$d.so.xz $R$d)" $d "${dt#*:}" tests/python/test_cuda_prefill_sm90.py \
             tests/python/test_cuda_prefill_sm90_fp8.py
         done
-        L=$(device_lib .dev/rv128.so.xz rv128)
+        L=$(device_lib .dev/${R}128.so.xz ${R}128)
         for tool in racecheck memcheck; do
           KVATTN_TEST_HEAD_DIMS=128 KVATTN_LIBRARY=$L timeout -k 5 "$t_san" compute-sanitizer --tool $tool \
             --report-api-errors no python3 -m pytest -q -p no:cacheprovider tests/python/test_cuda_prefill_sm90.py \
