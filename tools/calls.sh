@@ -58,6 +58,8 @@ it replaces 91x (on p64turns) and 93 (never run). Then 91 once kv256's test is f
    (tools/dev_libs.sh dd64:dedup51:64 dd128:dedup51:128 dd256:dedup51:256).
 91. run(command="bash tools/calls.sh run 91", carry=[".dev/main256.so.xz", ".dev/kv256.so.xz", ".whl"], timeout_s=560)   [tree at kv256, once fixed]
    kv256 against main at d 256: checks, then W6 8x256 full / causal A B A B (session 50: -4%, H100).
+52. run(command="bash tools/calls.sh run 52", carry=[".dev/tl64.so.xz", ".dev/kv256.so.xz", ".dev/dd64.so.xz", ".dev/dd128.so.xz", ".dev/dd256.so.xz", ".whl"], timeout_s=595)   [tree at dedup51]
+   92, then 51 on dedup51's libraries with its steps cut to ~420 s: one start for both (~580 s).
 92. run(command="bash tools/calls.sh run 92", carry=[".dev/tl64.so.xz", ".whl"], timeout_s=200)   [tree at main]
    where W6 32x64's tiles go (1.32x FA4's time per clock; session 50: not the turns): bench.prefill_timeline
    at d 64 (stage wait, issue, S wait, softmax, P V wait, tail; the warpgroups' offset and their softmaxes'
@@ -294,6 +296,12 @@ case "${1:-show}" in
             -k "persistent_contiguous_tma and leftpad" > /tmp/ab51/$tool.log 2>&1
           echo "$tool rc=$? $(grep -E 'SUMMARY' /tmp/ab51/$tool.log | tail -1) $(tail -1 /tmp/ab51/$tool.log)"
         done
+        ;;
+      52)  # session 52: 92 then 51 (dedup51's libraries), one start for both (starts are what the device lacks).
+        echo "== 92"
+        bash tools/calls.sh run 92 2>&1 | tail -60
+        echo "== 51"
+        KVATTN_R51=${KVATTN_R51:-dd} KVATTN_T51=${KVATTN_T51:-"140 90 90 70 30"} bash tools/calls.sh run 51
         ;;
       92)  # session 50: d 64's prefill timeline (main's library with -DKVATTN_PREFILL_TIMELINE=1).
         source tools/device_env.sh
