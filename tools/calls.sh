@@ -276,6 +276,7 @@ case "${1:-show}" in
         step() {  # name, library, head dim, seconds, test files...
           local name=$1 lib=$2 d=$3 secs=$4
           shift 4
+          [ "$secs" -gt 0 ] || { echo "$name skipped (0 s)"; return; }  # (timeout 0 would not limit it)
           env "${TEST_WORKER_ENV[@]}" KVATTN_TEST_HEAD_DIMS=$d KVATTN_LIBRARY=$lib timeout -k 5 "$secs" \
             python3 -m pytest -v -p no:cacheprovider $(test_workers) "$@" > /tmp/ab51/$name.log 2>&1
           echo "$name rc=$? passed $(grep -c ' PASSED' /tmp/ab51/$name.log) failed $(grep -c ' FAILED' /tmp/ab51/$name.log) $(tail -1 /tmp/ab51/$name.log | cut -c1-120)"
@@ -291,6 +292,7 @@ case "${1:-show}" in
         done
         L=$(device_lib .dev/${R}128.so.xz ${R}128)
         for tool in racecheck memcheck; do
+          [ "$t_san" -gt 0 ] || break
           KVATTN_TEST_HEAD_DIMS=128 KVATTN_LIBRARY=$L timeout -k 5 "$t_san" compute-sanitizer --tool $tool \
             --report-api-errors no python3 -m pytest -q -p no:cacheprovider tests/python/test_cuda_prefill_sm90.py \
             -k "persistent_contiguous_tma and leftpad" > /tmp/ab51/$tool.log 2>&1
