@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="rv64:review50:64 rv128:review50:128 rv256:review50:256 dd64:dedup51:64 dd128:dedup51:128 dd256:dedup51:256 kv256:kv256:256 tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1 main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
+LIBS="rv64:review50:64 rv128:review50:128 rv256:review50:256 dd64:dedup51:64 dd128:dedup51:128 dd256:dedup51:256 pt64:ptrim:64 kv256:kv256:256 tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1 main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
 
 show() {
   cat << 'END'
@@ -60,6 +60,8 @@ it replaces 91x (on p64turns) and 93 (never run). Then 91 once kv256's test is f
    kv256 against main at d 256: checks, then W6 8x256 full / causal A B A B (session 50: -4%, H100).
 52. run(command="bash tools/calls.sh run 52", carry=[".dev/tl64.so.xz", ".dev/kv256.so.xz", ".dev/dd64.so.xz", ".dev/dd128.so.xz", ".dev/dd256.so.xz", ".whl"], timeout_s=595)   [tree at dedup51]
    92, then 51 on dedup51's libraries with its steps cut to ~420 s: one start for both (~580 s).
+94. run(command="bash tools/calls.sh run 94", carry=[".dev/dd64.so.xz", ".dev/pt64.so.xz", ".whl"], timeout_s=560)   [tree at ptrim]
+   ptrim against dedup51 at d 64: checks, then W6 32x64 full / causal A B A B (predicted level to -1.5%).
 92. run(command="bash tools/calls.sh run 92", carry=[".dev/tl64.so.xz", ".whl"], timeout_s=200)   [tree at main]
    where W6 32x64's tiles go (1.32x FA4's time per clock; session 50: not the turns): bench.prefill_timeline
    at d 64 (stage wait, issue, S wait, softmax, P V wait, tail; the warpgroups' offset and their softmaxes'
@@ -298,6 +300,13 @@ case "${1:-show}" in
             -k "persistent_contiguous_tma and leftpad" > /tmp/ab51/$tool.log 2>&1
           echo "$tool rc=$? $(grep -E 'SUMMARY' /tmp/ab51/$tool.log | tail -1) $(tail -1 /tmp/ab51/$tool.log)"
         done
+        ;;
+      94)  # session 52: branch ptrim (d 64's TMA producer warps without a pair skip the entry and box address).
+        OUT=/tmp/ab94 KVATTN_AB_A=.dev/dd64.so.xz KVATTN_AB_B=.dev/pt64.so.xz KVATTN_AB_DIMS=64 \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W6 \
+          KVATTN_AB_FILTER="=W6 prefill 16k 32x64 full|=W6 prefill 16k 32x64 causal" \
+          KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=150 KVATTN_AB_SAN_TIMEOUT=50 \
+          bash tools/prefill_ab.sh
         ;;
       52)  # session 52: 92 then 51 (dedup51's libraries), one start for both (starts are what the device lacks).
         echo "== 92"
