@@ -47,6 +47,8 @@ Session 50: one H100 after ten refusals ran 90 (kv192: landed), p64turns' timing
 first there). Here: 92, d 64's timeline.
 Session 51 (no device): 51, session 50's two checks in one call (kv256's d 256 tests, review50's tests);
 it replaces 91x (on p64turns) and 93 (never run). Then 91 once kv256's test is fixed, and 92.
+Session 52 (no device): 52 first (92 and 51 on dedup51's libraries, one start), then 91 once kv256 is fixed,
+94 (branch ptrim).
 51. run(command="bash tools/calls.sh run 51", carry=[".dev/kv256.so.xz", ".dev/rv64.so.xz", ".dev/rv128.so.xz", ".dev/rv256.so.xz", ".whl"], timeout_s=590)   [tree at review50]
    kv256's d 256 prefill tests (session 50: one failed, unnamed), then branch review50's (the TMA producer's
    edge tiles through one copy loop; fp8's landed and the split V barriers from one past-the-ring offset)
