@@ -61,7 +61,7 @@ Session 52 (no device): 52 first (92 and 51 on dedup51's libraries, one start), 
 91. run(command="bash tools/calls.sh run 91", carry=[".dev/main256.so.xz", ".dev/kv256.so.xz", ".whl"], timeout_s=560)   [tree at kv256, once fixed]
    kv256 against main at d 256: checks, then W6 8x256 full / causal A B A B (session 50: -4%, H100).
 52. run(command="bash tools/calls.sh run 52", carry=[".dev/tl64.so.xz", ".dev/kv256.so.xz", ".dev/dd64.so.xz", ".dev/dd128.so.xz", ".dev/dd256.so.xz", ".whl"], timeout_s=595)   [tree at dedup51]
-   92, then 51 on dedup51's libraries with its steps cut to ~420 s: one start for both (~580 s).
+   92, then 51 on dedup51's libraries with its steps cut to ~450 s: one start for both (~580 s).
 94. run(command="bash tools/calls.sh run 94", carry=[".dev/dd64.so.xz", ".dev/pt64.so.xz", ".whl"], timeout_s=560)   [tree at ptrim]
    ptrim against dedup51 at d 64: checks, then W6 32x64 full / causal A B A B (predicted level to -1.5%).
 92. run(command="bash tools/calls.sh run 92", carry=[".dev/tl64.so.xz", ".whl"], timeout_s=200)   [tree at main]
@@ -294,7 +294,7 @@ case "${1:-show}" in
           step $R$d "$(device_lib .dev/$R$d.so.xz $R$d)" $d "${dt#*:}" tests/python/test_cuda_prefill_sm90.py \
             tests/python/test_cuda_prefill_sm90_fp8.py
         done
-        L=$(device_lib .dev/${R}128.so.xz ${R}128)
+        [ "$t_san" -gt 0 ] && L=$(device_lib .dev/${R}128.so.xz ${R}128)
         for tool in racecheck memcheck; do
           [ "$t_san" -gt 0 ] || break
           KVATTN_TEST_HEAD_DIMS=128 KVATTN_LIBRARY=$L timeout -k 5 "$t_san" compute-sanitizer --tool $tool \
