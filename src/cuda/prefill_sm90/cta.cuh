@@ -172,19 +172,22 @@ struct WithFp8Tma : C {
   static_assert(C::kKvFp8 && C::kHeadDim % 128 == 0 && C::kHeadDimV % 128 == 0, "e4m3 boxes of 128 channels");
 };
 
-// A stage's V barriers (full, empty): with kSplitKv V's own, after everything else in shared memory
-// (config.hpp prefill_smem_bytes: the stages' full and empty barriers, the persistent kernel's ring, fp8's
-// landed barriers); else the joint stage's (K's) own, so that code written for split stages runs on joint
-// ones unchanged.
+// Shared memory past the stages' empty barriers and the persistent kernel's ring (config.hpp
+// prefill_smem_bytes): fp8's landed barriers (producer.cuh landed_bar_of), then split stages' V barriers.
+template <class Cfg>
+__host__ __device__ constexpr uint32_t past_ring_of(uint32_t empty_bar) {
+  return empty_bar + 8 * Cfg::kStages +
+         (Cfg::kPersistent ? static_cast<uint32_t>(kPrefillPersistentBytes) : 0u);
+}
+// A stage's V barriers (full, empty): with kSplitKv V's own, after everything else; else the joint stage's
+// (K's) own, so that code written for split stages runs on joint ones unchanged.
 struct VBars {
   uint32_t full, empty;
 };
 template <class Cfg>
 __host__ __device__ constexpr VBars v_bars_of(uint32_t full_bar, uint32_t empty_bar) {
   if constexpr (Cfg::kSplitKv) {
-    const uint32_t full = empty_bar + 8 * Cfg::kStages +
-                          (Cfg::kPersistent ? static_cast<uint32_t>(kPrefillPersistentBytes) : 0u) +
-                          (Cfg::kFp8Tma ? 8 * Cfg::kStages : 0u);
+    const uint32_t full = past_ring_of<Cfg>(empty_bar) + (Cfg::kFp8Tma ? 8 * Cfg::kStages : 0u);
     return {full, full + 8 * Cfg::kStages};
   }
   return {full_bar, empty_bar};

@@ -111,8 +111,7 @@ struct KvRowStrides {
 // them; produce_fp8_tma), after everything else (config.hpp).
 template <class Cfg>
 __device__ __forceinline__ uint32_t landed_bar_of(uint32_t empty_bar) {
-  return empty_bar + 8 * Cfg::kStages +
-         (Cfg::kPersistent ? static_cast<uint32_t>(kPrefillPersistentBytes) : 0u);
+  return past_ring_of<Cfg>(empty_bar);
 }
 template <class Cfg>
 __device__ __forceinline__ void init_stage_barriers(uint32_t full_bar, uint32_t empty_bar) {
@@ -761,32 +760,14 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
       }
       KVATTN_PTL(ptl_producer_stamp(tile, kPtlFenced));
       KVATTN_PTL(if (tile == 0) pu_stamp(kPuTiles + kPuProdFirst));
-    } else if constexpr (Cfg::kSplitKv) {
+    } else {  // K's rows, then V's (split stages: once the consumers free the stage's V)
       copy_rows(k_dst, k_base, false, std::integral_constant<int, Cfg::kChunks>{});
-      warp_arrive_after_copies(bar);
-      mbar_wait(vb.empty + 8 * stage, free_parity);
+      if constexpr (Cfg::kSplitKv) {
+        warp_arrive_after_copies(bar);
+        mbar_wait(vb.empty + 8 * stage, free_parity);
+      }
       copy_rows(v_dst, v_base, true, std::integral_constant<int, Cfg::kChunksV>{});
       warp_arrive_after_copies(vb.full + 8 * stage);
-    } else {
-      for (int r = ptid; r < Cfg::kBlockN; r += 128) {
-        const int64_t s = t0 + r;
-        uint32_t k_off = kNoRow, v_off = kNoRow;
-        if (s >= seq.leftpad && s < seq.end) {  // entries of these slots were checked (check_pages)
-          const KvRowUnits row = kv_row_units(p, slot_address(p.seq, seq, s), kv_head);
-          k_off = row.k;
-          v_off = row.v;
-        }
-        const bool ok = k_off != kNoRow;
-#pragma unroll 4
-        for (int c = 0; c < Cfg::kChunks; ++c) {
-          const uint32_t at = swizzled(r, c, Cfg::kKvPanelBytes);
-          cp_async_16(k_dst + at, k_base + static_cast<uint64_t>(ok ? k_off + c : 0) * 16, ok);
-          if (Cfg::kChunksV == Cfg::kChunks || c < Cfg::kChunksV) {
-            cp_async_16(v_dst + at, v_base + static_cast<uint64_t>(ok ? v_off + c : 0) * 16, ok);
-          }
-        }
-      }
-      warp_arrive_after_copies(bar);
     }
   }
   if (!Cfg::kPersistent || drain) cp_async_wait_all();
