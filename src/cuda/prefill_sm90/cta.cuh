@@ -221,6 +221,21 @@ struct CtaRows {
   int64_t m0;
 };
 
+// A unit's kBlockN-key tiles over keys [first, last]. With TMA (tma), keys.first first moves down to a
+// multiple of tma_geometry's align (from slot 0), so that each of produce_tma's boxes lies in one page.
+template <class Cfg>
+__device__ __forceinline__ int64_t unit_tiles(const SeqParams& sp, const Sequence& seq, bool tma,
+                                              KeyRange& keys) {
+  if (tma && keys.last >= keys.first) {
+    const bool packed = sp.cu_seqlens_k != nullptr;
+    const int align =
+        tma_geometry(packed, sp.page_table != nullptr && !packed, sp.num_pages, sp.page_size, Cfg::kBlockN)
+            .align;
+    keys.first -= (seq.leftpad + keys.first) % align;
+  }
+  return keys.last >= keys.first ? (keys.last - keys.first + Cfg::kBlockN) / Cfg::kBlockN : 0;
+}
+
 // A split kernel's CTA (PrefillConfig::kSplit) as the epilogue's piece: static split blockIdx.y of
 // p.num_splits (1: the whole unit, written to out).
 __device__ __forceinline__ Piece split_piece(const CtaRows& c) {

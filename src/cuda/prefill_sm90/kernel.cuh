@@ -78,14 +78,7 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
   }
   KeyRange keys = key_range(p, seq, cta.m0, Cfg::kBlockM, Cfg::kBlockN);
   const bool tma = (!Cfg::kKvFp8 || Cfg::kFp8Tma) && (a.flags & kTma) != 0;
-  if (tma && keys.last >= keys.first) {  // the first tile starts at a multiple of align (produce_tma)
-    const bool packed = p.seq.cu_seqlens_k != nullptr;
-    const int align = tma_geometry(packed, p.seq.page_table != nullptr && !packed, p.seq.num_pages,
-                                   p.seq.page_size, Cfg::kBlockN)
-                          .align;
-    keys.first -= (seq.leftpad + keys.first) % align;
-  }
-  int64_t n_tiles = keys.last >= keys.first ? (keys.last - keys.first + Cfg::kBlockN) / Cfg::kBlockN : 0;
+  int64_t n_tiles = unit_tiles<Cfg>(p.seq, seq, tma, keys);
   if constexpr (Cfg::kSplit) {
     // Split blockIdx.y's share of the unit's whole tiles (attention/prologue.cuh's rule: an equal share, or
     // deterministic mode's chunk_keys a split; from the aligned first tile, so a split's first tile is

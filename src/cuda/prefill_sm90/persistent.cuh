@@ -96,15 +96,8 @@ __device__ __forceinline__ void produce_units(const PrefillArgs& a, uint32_t s_k
       state = ok ? kUnitRun : kUnitNan;
       if (ok) {
         KeyRange keys = key_range(p, seq, cta.m0, Cfg::kBlockM, Cfg::kBlockN);
-        if (tma && keys.last >= keys.first) {  // the first tile starts at a multiple of align (produce_tma)
-          const bool packed = p.seq.cu_seqlens_k != nullptr;
-          const int align = tma_geometry(packed, p.seq.page_table != nullptr && !packed, p.seq.num_pages,
-                                         p.seq.page_size, Cfg::kBlockN)
-                                .align;
-          keys.first -= (seq.leftpad + keys.first) % align;
-        }
+        n_tiles = unit_tiles<Cfg>(p.seq, seq, tma, keys);
         first_key = keys.first;
-        n_tiles = keys.last >= keys.first ? (keys.last - keys.first + Cfg::kBlockN) / Cfg::kBlockN : 0;
       }
     }
     if (threadIdx.x == 0) {

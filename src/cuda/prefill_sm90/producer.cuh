@@ -560,6 +560,37 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
   if (!Cfg::kPersistent || drain) cp_async_wait_all();  // nothing in flight when the producer leaves
 }
 
+// A TMA producer's source (produce_tma, produce_fp8_tma): tma_geometry's boxes over the cache, the maps
+// (prefetched by the warpgroup's thread 0) and which tiles go as whole boxes: those inside [leftpad, end),
+// and a last tile reaching past `end` where `end` is the map's end (a contiguous row filled to its
+// capacity, the last packed sequence), whose slots past it the TMA unit writes as zeros.
+template <class Cfg>
+struct TmaSource {
+  bool paged;
+  TmaGeometry g;
+  int boxes;       // a tile's boxes of a panel
+  bool zero_tail;  // the slots from `end` on lie past the map's slot dim
+  uint64_t k_map, v_map;
+  __device__ __forceinline__ TmaSource(const PrefillArgs& a, const Sequence& seq, int ptid) {
+    const SeqParams& sp = a.p.seq;
+    const bool packed = sp.cu_seqlens_k != nullptr;
+    paged = sp.page_table != nullptr && !packed;
+    g = tma_geometry(packed, paged, sp.num_pages, sp.page_size, Cfg::kBlockN);
+    boxes = Cfg::kBlockN / g.box;
+    zero_tail = !paged && slot_address_at(sp, seq, seq.end, 0).in_page == g.slots;
+    k_map = reinterpret_cast<uint64_t>(&a.k_map);
+    v_map = reinterpret_cast<uint64_t>(&a.v_map);
+    if (ptid == 0) {
+      tma_prefetch_map(k_map);
+      tma_prefetch_map(v_map);
+    }
+  }
+  // Whether the tile of slots [t0, t0 + kBlockN) goes as whole boxes.
+  __device__ __forceinline__ bool whole(const Sequence& seq, int64_t t0) const {
+    return t0 >= seq.leftpad && (t0 + Cfg::kBlockN <= seq.end || zero_tail);
+  }
+};
+
 // fp8 caches by TMA (the WithFp8Tma kernels: d and dv multiples of 128; make_kv_maps): produce_tma's boxes
 // and edge tiles at 128 e4m3 channels a box (one 128-byte swizzled row), landing on the stage's "landed"
 // barrier; every producer thread waits for it, then converts or transposes (fp8_stage_finish). Edge tiles
@@ -577,15 +608,8 @@ __device__ __forceinline__ void produce_fp8_tma(const PrefillArgs& a, const Sequ
                 "a pair a warp at most");
   constexpr int kKChunks = Cfg::kHeadDim / 16, kVChunks = Cfg::kHeadDimV / 16;
   const bool has_pair = warp < kPairs;
-  const bool packed = p.seq.cu_seqlens_k != nullptr, paged = p.seq.page_table != nullptr && !packed;
-  const TmaGeometry g = tma_geometry(packed, paged, p.seq.num_pages, p.seq.page_size, Cfg::kBlockN);
-  const int boxes = Cfg::kBlockN / g.box;
-  const bool zero_tail = !paged && slot_address_at(p.seq, seq, seq.end, 0).in_page == g.slots;
-  const uint64_t k_map = reinterpret_cast<uint64_t>(&a.k_map), v_map = reinterpret_cast<uint64_t>(&a.v_map);
-  if (ptid == 0) {
-    tma_prefetch_map(k_map);
-    tma_prefetch_map(v_map);
-  }
+  const TmaSource<Cfg> src(a, seq, ptid);
+  const TmaGeometry& g = src.g;
   const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache.ptr);
   const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache.ptr);
   const uint32_t landed = landed_bar_of<Cfg>(empty_bar);
@@ -596,23 +620,23 @@ __device__ __forceinline__ void produce_fp8_tma(const PrefillArgs& a, const Sequ
     const uint32_t bar = landed + 8 * stage;
     const uint32_t k_dst = s_k + stage * Cfg::kKStageBytes, v_dst = s_v + stage * Cfg::kVStageBytes;
     const int64_t t0 = slot0 + tile * Cfg::kBlockN;
-    const bool whole = t0 >= seq.leftpad && (t0 + Cfg::kBlockN <= seq.end || zero_tail);
+    const bool whole = src.whole(seq, t0);
     const int64_t box_slot = t0 + lane * g.box;
-    const int32_t entry = paged && whole && lane < boxes ? page_entry(p.seq, seq, box_slot) : 0;
+    const int32_t entry = src.paged && whole && lane < src.boxes ? page_entry(p.seq, seq, box_slot) : 0;
     mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((ring_tile / Cfg::kStages) & 1) ^ 1u);
     if (whole) {
       fence_proxy_async();  // (the stage's last writes were generic: the conversion, or an edge tile)
       if (lane == 0) mbar_arrive_expect_tx(bar, has_pair ? static_cast<uint32_t>(Cfg::kKvPanelBytes) : 0u);
       __syncwarp();
-      if (has_pair && lane < boxes) {
+      if (has_pair && lane < src.boxes) {
         const SlotAddress box_at = slot_address_at(p.seq, seq, box_slot, entry);
         const uint32_t rows_at = static_cast<uint32_t>(lane * g.box * 128);
         const int panel = warp < kPanelsK ? warp : warp - kPanelsK;
         const uint32_t at = panel * Cfg::kKvPanelBytes + rows_at;
         if (warp < kPanelsK) {
-          tma_load_4d(k_dst + at, k_map, bar, 128 * panel, box_at.in_page, kv_head, box_at.page);
+          tma_load_4d(k_dst + at, src.k_map, bar, 128 * panel, box_at.in_page, kv_head, box_at.page);
         } else {
-          tma_load_4d(v_dst + at, v_map, bar, 128 * panel, box_at.in_page, kv_head, box_at.page);
+          tma_load_4d(v_dst + at, src.v_map, bar, 128 * panel, box_at.in_page, kv_head, box_at.page);
         }
       }
     } else {
@@ -649,9 +673,8 @@ __device__ __forceinline__ void produce_fp8_tma(const PrefillArgs& a, const Sequ
 // is free). Four warps, not one: a TMA instruction takes ~85 SM clocks to issue whatever its box, so page
 // 16's 32 boxes a tile from one warp took ~3,000 clocks, longer than the consumers' tile (bench/NOTES.md,
 // session 17). Each warp expects its own bytes before its copies; the full barrier (a warp's lane 0 each)
-// completes when all have landed. So is a last tile reaching past `end` where `end` is the map's end (a
-// contiguous row filled to its capacity, the last packed sequence): its slots past `end` are the TMA unit's
-// zeros. Any other tile reaching outside [leftpad, end) (at most the first and the last of a CTA) goes by
+// completes when all have landed. So is a last tile reaching past `end` into the map's zeros (TmaSource).
+// Any other tile reaching outside [leftpad, end) (at most the first and the last of a CTA) goes by
 // 16-byte cp.async, a key row a thread, its slots outside zero-filled, as the other producer does (they may
 // hold NaN, and P V needs 0 there). Split stages (Cfg::kSplitKv): K's pairs on the stage's full barrier,
 // then, once the consumers have freed the stage's V (v_bars_of), V's on V's own.
@@ -668,16 +691,8 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
   const AttnParams& p = a.p;
   const int ptid = threadIdx.x % 128, warp = ptid / 32, lane = ptid % 32;
   constexpr int kPairs = Cfg::kPanels + Cfg::kPanelsV;  // (K or V, panel): K's panels, then V's
-  const bool packed = p.seq.cu_seqlens_k != nullptr, paged = p.seq.page_table != nullptr && !packed;
-  const TmaGeometry g = tma_geometry(packed, paged, p.seq.num_pages, p.seq.page_size, Cfg::kBlockN);
-  const int boxes = Cfg::kBlockN / g.box;
-  // The slots from `end` on lie past the map's slot dim (zeros): contiguous and packed caches only.
-  const bool zero_tail = !paged && slot_address_at(p.seq, seq, seq.end, 0).in_page == g.slots;
-  const uint64_t k_map = reinterpret_cast<uint64_t>(&a.k_map), v_map = reinterpret_cast<uint64_t>(&a.v_map);
-  if (ptid == 0) {
-    tma_prefetch_map(k_map);
-    tma_prefetch_map(v_map);
-  }
+  const TmaSource<Cfg> src(a, seq, ptid);
+  const TmaGeometry& g = src.g;
   const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache.ptr);
   const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache.ptr);
   const VBars vb = v_bars_of<Cfg>(full_bar, empty_bar);  // (joint stages: K's, the same barriers)
@@ -689,9 +704,9 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
     const uint32_t free_parity = static_cast<uint32_t>((ring_tile / Cfg::kStages) & 1) ^ 1u;
     const uint32_t k_dst = s_k + stage * Cfg::kKStageBytes, v_dst = s_v + stage * Cfg::kVStageBytes;
     const int64_t t0 = slot0 + tile * Cfg::kBlockN;
-    const bool whole = t0 >= seq.leftpad && (t0 + Cfg::kBlockN <= seq.end || zero_tail);
+    const bool whole = src.whole(seq, t0);
     const int64_t box_slot = t0 + lane * g.box;
-    const int32_t entry = paged && whole && lane < boxes ? page_entry(p.seq, seq, box_slot) : 0;
+    const int32_t entry = src.paged && whole && lane < src.boxes ? page_entry(p.seq, seq, box_slot) : 0;
     // This warp's boxes of the pairs [kLo, kHi) (w, w + 4, ... of them), expected on barrier `on` first.
     auto issue_boxes = [&](auto lo, auto hi, uint32_t on) {
       constexpr int kLo = decltype(lo)::value, kHi = decltype(hi)::value;
@@ -699,7 +714,7 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
       if (lane == 0)
         mbar_arrive_expect_tx(on, static_cast<uint32_t>((kHi - first + 3) / 4 * Cfg::kKvPanelBytes));
       __syncwarp();  // this warp's bytes are expected before any of its copies can land
-      if (lane < boxes) {
+      if (lane < src.boxes) {
         const SlotAddress box_at = slot_address_at(p.seq, seq, box_slot, entry);  // entries were checked
         const uint32_t rows_at = static_cast<uint32_t>(lane * g.box * 128);
 #pragma unroll
@@ -711,9 +726,9 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
           if (pair >= kHi) break;
           const uint32_t at = panel * Cfg::kKvPanelBytes + rows_at;
           if (pair < Cfg::kPanels) {
-            tma_load_4d(k_dst + at, k_map, on, 64 * panel, box_at.in_page, kv_head, box_at.page);
+            tma_load_4d(k_dst + at, src.k_map, on, 64 * panel, box_at.in_page, kv_head, box_at.page);
           } else {
-            tma_load_4d(v_dst + at, v_map, on, 64 * panel, box_at.in_page, kv_head, box_at.page);
+            tma_load_4d(v_dst + at, src.v_map, on, 64 * panel, box_at.in_page, kv_head, box_at.page);
           }
         }
       }
