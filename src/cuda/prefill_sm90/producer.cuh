@@ -706,7 +706,9 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
     const int64_t t0 = slot0 + tile * Cfg::kBlockN;
     const bool whole = src.whole(seq, t0);
     const int64_t box_slot = t0 + lane * g.box;
-    const int32_t entry = src.paged && whole && lane < src.boxes ? page_entry(p.seq, seq, box_slot) : 0;
+    // (warps past the pairs, d 64's 2 and 3, have no boxes: no entry, no box address)
+    const int32_t entry =
+        src.paged && whole && lane < src.boxes && warp < kPairs ? page_entry(p.seq, seq, box_slot) : 0;
     // This warp's boxes of the pairs [kLo, kHi) (w, w + 4, ... of them), expected on barrier `on` first.
     auto issue_boxes = [&](auto lo, auto hi, uint32_t on) {
       constexpr int kLo = decltype(lo)::value, kHi = decltype(hi)::value;
@@ -714,7 +716,7 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
       if (lane == 0)
         mbar_arrive_expect_tx(on, static_cast<uint32_t>((kHi - first + 3) / 4 * Cfg::kKvPanelBytes));
       __syncwarp();  // this warp's bytes are expected before any of its copies can land
-      if (lane < src.boxes) {
+      if (lane < src.boxes && first < kHi) {
         const SlotAddress box_at = slot_address_at(p.seq, seq, box_slot, entry);  // entries were checked
         const uint32_t rows_at = static_cast<uint32_t>(lane * g.box * 128);
 #pragma unroll
