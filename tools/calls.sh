@@ -304,6 +304,24 @@ case "${1:-show}" in
           done
         fi
         ;;
+      95)  # session 53: the MUFU forms' rates (bench/mufu_rate.cu), then branch kv256 rebased on main (d 256 on
+        # 80-key split stages) against main's d 256 (dd256: dedup51 = main at d 256), its fp8 tests too.
+        source tools/device_env.sh
+        echo "== mufu_rate"
+        timeout 60 .probe/mufu_rate
+        echo "== kv256 fp8 tests (d 256)"
+        env "${TEST_WORKER_ENV[@]}" KVATTN_TEST_HEAD_DIMS=256 KVATTN_LIBRARY="$(device_lib .dev/kv256.so.xz kv256)" \
+          timeout -k 5 90 python3 -m pytest -q -p no:cacheprovider $(test_workers) \
+          tests/python/test_cuda_prefill_sm90_fp8.py > /tmp/kv256fp8.log 2>&1
+        echo "fp8 rc=$? $(tail -1 /tmp/kv256fp8.log)"
+        grep -E "^(FAILED|ERROR)" /tmp/kv256fp8.log | head -8
+        echo "== kv256 vs main (d 256)"
+        OUT=/tmp/ab95 KVATTN_AB_A=.dev/dd256.so.xz KVATTN_AB_B=.dev/kv256.so.xz KVATTN_AB_DIMS=256 \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W6 \
+          KVATTN_AB_FILTER="=W6 prefill 16k 8x256 full|=W6 prefill 16k 8x256 causal" \
+          KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=180 KVATTN_AB_SAN_TIMEOUT=50 \
+          bash tools/prefill_ab.sh
+        ;;
       94)  # session 52: branch ptrim (d 64's TMA producer warps without a pair skip the entry and box address).
         OUT=/tmp/ab94 KVATTN_AB_A=.dev/dd64.so.xz KVATTN_AB_B=.dev/pt64.so.xz KVATTN_AB_DIMS=64 \
           KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W6 \
