@@ -5,7 +5,7 @@ CTAs), so these small shapes (several 128-row blocks, several 128-key tiles, len
 of either) run on it wherever it covers the problem (d = dv in 64, 128, 256 and (d, dv) = (192, 128): every
 case runs at each of them, dv_of; fp16/bf16 caches (fp8 caches: test_cuda_prefill_sm90_fp8.py), no qv;
 (192, 128) first passed on a GPU in session 34). Paged cases whose page size (a multiple of 8) divides the key tile or is a
-multiple of it take its TMA producer (tiles of 128 keys at d 64, 128 and (192, 128), 48 at d 256:
+multiple of it take its TMA producer (tiles of 128 keys at d 64, 128 and (192, 128), 80 at d 256:
 pages that neither divide the tile nor are multiples of it go by cp.async there), and so do contiguous caches whose rows hold a tile and packed caches of a tile of tokens
 (CONTIGUOUS_TMA_CASES, written without a GPU); page 1 and the rest take its cp.async one. On a device
 that is not sm_90, or a build without 90a, the same cases run on the portable kernel and still must pass.
@@ -76,8 +76,8 @@ CASES = {
     "leftpad paged": prefill(layout="paged", page_size=16, leftpad=(33, 7), seed=17),
     "paged 8 window": prefill(layout="paged", page_size=8, window=(150, 0), causal=False, seed=26),
     "paged 256 leftpad": prefill(layout="paged", page_size=256, seqlens=(700, 300), leftpad=(200, 0), seed=27),
-    # pages whose size neither divides the key tile nor is a multiple of it (cp.async at d 64 / 128's
-    # 128-key tiles, TMA boxes of 24 / 48 at d 256's 48), lengths around multiples of 176 (branch kv176's
+    # pages whose size neither divides the key tile nor is a multiple of it (cp.async at 128- and 80-key
+    # tiles; TMA boxes of 24 / 48 at d 256's 48-key tiles until session 50), lengths around multiples of 176 (branch kv176's
     # d 128 tile: TMA boxes of gcd(page, 176) = 8 / 16 slots)
     "paged 24, lengths around 176": prefill(layout="paged", page_size=24, seqlens=(353, 176, 177), sq=175,
                                             causal=False, seed=29),

@@ -36,13 +36,15 @@ struct PrefillTile {
 // - d = 128: a 128 x 128 S and O per CTA, 64 fp32 accumulators each a consumer thread (plus S of the next
 //   tile and P of the previous one while they overlap), three 64 KiB K/V stages (225 KiB of shared memory
 //   with Q: the most that fits in 227 KiB).
-// - d = 256: O alone is 128 accumulators a thread, and Q takes 64 KiB, so 48-key tiles (S 24, P 12
-//   registers) in three 48 KiB stages (209 KiB with Q). Two 64-key stages would fit, but a consumer holds
-//   two stages at once (K of tile t, V of tile t - 1 under the softmax overlap), so with two the next
-//   tile's load could only start when its compute is due: its whole latency exposed every tile. Three
-//   keep one tile of slack; the price: Q K^T rereads 2 KiB of Q a 16-channel k-step whatever the key
-//   count, so 48 keys read 17% more shared memory per FLOP than 64. Consumers at 232 registers, the
-//   producer at 40 (40 + 2 x 232 = 3 x 168: what the 384-thread launch holds).
+// - d = 256: O alone is 128 accumulators a thread, and Q takes 64 KiB: 80-key tiles (S 40, P 20 registers;
+//   FA3's Hopper tile there) in two stages of K and two of V on barriers of their own (split_kv: (192, 128)
+//   has the reasoning), 225 KiB with Q and the persistent kernel's ring. Until session 50: 48-key tiles in
+//   three joint 48 KiB stages (209 KiB with Q; a consumer holds K of tile t and V of t - 1, so joint stages
+//   need three for a tile of slack, and 48 keys is what three fit); the price was Q K^T's rereads of Q (2
+//   KiB a 16-channel k-step whatever the key count: 48 keys read 17% more shared memory per FLOP than 64,
+//   80 keys 40% less than 48) and each tile's fixed softmax and barrier work over fewer keys. fp8 caches
+//   keep the 48-key tile. Consumers at 232 registers, the producer at 40 (40 + 2 x 232 = 3 x 168: what the
+//   384-thread launch holds); at 80 keys ptxas spills ~30 local loads and stores into the tile loop.
 // - (d, dv) = (192, 128) (DeepSeek's prefill, the one pair with dv != d): 128-key tiles in two stages of K
 //   (48 KiB) and two of V (32 KiB), each on barriers of its own (split_kv), 208 KiB with the 48-KiB Q of 128
 //   rows. A consumer holds K of tile t only during its Q K^T and V of t - 1 during its P V, so the producer
@@ -58,7 +60,7 @@ constexpr PrefillTile prefill_tile(int head_dim, bool kv_fp8 = false) {
   return head_dim <= 64    ? PrefillTile{3, 128, 4, 32, 160}
          : head_dim <= 128 ? PrefillTile{2, 128, 3, 56, 224}
          : head_dim == 192 ? (kv_fp8 ? PrefillTile{2, 64, 4, 56, 224} : PrefillTile{2, 128, 2, 56, 224, true})
-                           : PrefillTile{2, 48, 3, 40, 232};
+                           : (kv_fp8 ? PrefillTile{2, 48, 3, 40, 232} : PrefillTile{2, 80, 2, 40, 232, true});
 }
 // The value head dim of the kernel of head dim d: d, except 128 at d = 192 (the kernels take d = dv, and
 // (192, 128)).
@@ -105,7 +107,8 @@ static_assert(prefill_smem_bytes(64, true, true) <= 227 * 1024 &&
                   prefill_smem_bytes(128, true, true) <= 227 * 1024 &&
                   prefill_smem_bytes(192, true) <= 227 * 1024 &&
                   prefill_smem_bytes(192, true, true) <= 227 * 1024 &&
-                  prefill_smem_bytes(256, true, true) <= 227 * 1024,
+                  prefill_smem_bytes(256, true, true) <= 227 * 1024 &&
+                  prefill_smem_bytes(256, true) <= 227 * 1024,
               "the opt-in shared memory of a CTA on sm_90");
 
 // The TMA producer's view of a KV cache (kernel.cuh produce_tma, launch.cuh make_kv_maps): every layout as

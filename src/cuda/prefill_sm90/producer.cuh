@@ -451,16 +451,19 @@ struct RowPairCopy {
   // off: this lane's row's offsets less the kv head's (KvRowStrides without it), 0 where it is none (a
   // source in range); rows: the warp's ballot of rows (lane l's bit: its row is one; the others' copies
   // are zero-filled); same_rows: the caches' page and slot strides are equal, so are the offsets (K and V
-  // of one layout, the common case: one shuffle a step).
+  // of one layout, the common case: one shuffle a step). kParts: kBoth, or K's or V's copies alone (split
+  // stages: Cfg::kSplitKv).
+  static constexpr int kK = 1, kV = 2, kBoth = 3;
+  template <int kParts = kBoth>
   __device__ __forceinline__ void operator()(uint32_t k_dst, uint32_t v_dst, const KvRowUnits& off,
                                              uint32_t rows, bool same_rows) const {
     if (same_rows) {
-      steps<true>(k_dst, v_dst, off, rows);
+      steps<true, kParts>(k_dst, v_dst, off, rows);
     } else {
-      steps<false>(k_dst, v_dst, off, rows);
+      steps<false, kParts>(k_dst, v_dst, off, rows);
     }
   }
-  template <bool kSameRows>
+  template <bool kSameRows, int kParts>
   __device__ __forceinline__ void steps(uint32_t k_dst, uint32_t v_dst, const KvRowUnits& off,
                                         uint32_t rows) const {
     const uint32_t mine = rows >> segment;
@@ -477,8 +480,9 @@ struct RowPairCopy {
                 : ((k_dst + at[0]) ^ Steps::dst_phase(k)) + Steps::dst_rows(k) + Steps::dst_step(j);
       const uint32_t v_to = k_to + (v_dst - k_dst);
       const void* k_at = plus_rows16(k_src, k_row);
-      cp_async_16(k_to, k_at, ok);
-      if constexpr (kSameRows) {
+      if constexpr ((kParts & kK) != 0) cp_async_16(k_to, k_at, ok);
+      if constexpr ((kParts & kV) == 0) {
+      } else if constexpr (kSameRows) {
         cp_async_16(v_to, reinterpret_cast<const void*>(reinterpret_cast<uint64_t>(k_at) + v_minus_k), ok);
       } else {
         cp_async_16(v_to, plus_rows16(v_src, __shfl_sync(0xffffffffu, off.v, j, kC)), ok);
@@ -520,7 +524,6 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
       p.k_cache.page_stride == p.v_cache.page_stride && p.k_cache.slot_stride == p.v_cache.slot_stride;
   const std::conditional_t<kPaired, RowPairCopy<Cfg>, NoPairCopy> copy(p, kv_head, warp, lane);
   const VBars v = v_bars_of<Cfg>(full_bar, empty_bar);  // (joint stages: K's, the same barriers)
-  static_assert(!(Cfg::kSplitKv && kPaired), "split stages: the (192, 128) copies");
   // 32-bit tile counts and ring position: a unit's tiles number < 2^31 / kBlockN, tile0 < 2 kStages. The
   // tiles counted down (left: this one and those after it) and the diagnostic's first tile without copies
   // as a count too: one register less through the loop (the non-persistent kernels spilled the count).
@@ -538,7 +541,13 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
     mbar_wait(empty_bar + 8 * stage, phase ^ 1u);
     const uint32_t k_dst = s_k + stage * Cfg::kKStageBytes, v_dst = s_v + stage * Cfg::kVStageBytes;
     const bool skip = left <= copies_until;
-    if constexpr (kPaired) {
+    if constexpr (kPaired && Cfg::kSplitKv) {  // K's share of the stage, then V's once the consumers free it
+      using Copy = RowPairCopy<Cfg>;
+      if (!skip) copy.template operator()<Copy::kK>(k_dst, v_dst, off, rows, same_rows);
+      warp_arrive_after_copies(full_bar + 8 * stage);
+      mbar_wait(v.empty + 8 * stage, phase ^ 1u);
+      if (!skip) copy.template operator()<Copy::kV>(k_dst, v_dst, off, rows, same_rows);
+    } else if constexpr (kPaired) {
       if (!skip) copy(k_dst, v_dst, off, rows, same_rows);
     } else {  // (d, dv) = (192, 128): each cache's rows at its own width
       const unsigned char* k_base = static_cast<const unsigned char*>(p.k_cache.ptr);
