@@ -24,13 +24,13 @@
 
 namespace {
 
-#define CHECK(x)                                                              \
-  do {                                                                        \
-    cudaError_t e = (x);                                                      \
-    if (e != cudaSuccess) {                                                   \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e));            \
-      std::exit(1);                                                           \
-    }                                                                         \
+#define CHECK(x)                                                   \
+  do {                                                             \
+    cudaError_t e = (x);                                           \
+    if (e != cudaSuccess) {                                        \
+      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); \
+      std::exit(1);                                                \
+    }                                                              \
   } while (0)
 
 constexpr int kThreads = 1024, kChains = 8, kIters = 4096;
