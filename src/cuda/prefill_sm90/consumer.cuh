@@ -803,6 +803,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   // see, so the array stays in local memory and the copies are loads (in the masked tiles' branch and the
   // epilogue); otherwise row itself.
   QueryRow row_mem[2] = {row[0], row[1]};
+  const QueryRow(&row_ref)[2] = row;  // (returned by reference: nvcc's #836 took `row` itself for a local)
   const auto rows = [&](QueryRow(&copy)[2]) -> const QueryRow(&)[2] {
     if constexpr (kLeanTileLoop<Cfg>) {
       const int k = opaque(0);
@@ -810,7 +811,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
       copy[1] = row_mem[k + 1];
       return copy;
     } else {
-      return row;
+      return row_ref;
     }
   };
 
