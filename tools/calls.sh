@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="rv64:review50:64 rv128:review50:128 rv256:review50:256 dd64:dedup51:64 dd128:dedup51:128 dd256:dedup51:256 pt64:ptrim:64 kv256:kv256:256 tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1 main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
+LIBS="tm128:tma1w:128 tm64:tma1w:64 rv64:review50:64 rv128:review50:128 rv256:review50:256 dd64:dedup51:64 dd128:dedup51:128 dd256:dedup51:256 pt64:ptrim:64 kv256:kv256:256 tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1 main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
 
 show() {
   cat << 'END'
@@ -49,6 +49,8 @@ Session 51 (no device): 51, session 50's two checks in one call (kv256's d 256 t
 it replaces 91x (on p64turns) and 93 (never run). Then 91 once kv256's test is fixed, and 92.
 Session 52 (no device): 52 first (92 and 51 on dedup51's libraries, one start), then 91 once kv256 is fixed,
 94 (branch ptrim).
+Session 53 (one H100): 52, 94, 91, 95 ran: review50, dedup51, ptrim and kv256 landed (95: kv256 rebased, and
+bench/mufu_rate.cu: packed ex2 forms give no more results a clock); 96 (branch tma1w) slower, not merged.
 51. run(command="bash tools/calls.sh run 51", carry=[".dev/kv256.so.xz", ".dev/rv64.so.xz", ".dev/rv128.so.xz", ".dev/rv256.so.xz", ".whl"], timeout_s=590)   [tree at review50]
    kv256's d 256 prefill tests (session 50: one failed, unnamed), then branch review50's (the TMA producer's
    edge tiles through one copy loop; fp8's landed and the split V barriers from one past-the-ring offset)
@@ -303,6 +305,21 @@ case "${1:-show}" in
             echo "$tool rc=$? $(grep -E 'SUMMARY' /tmp/ab51/$tool.log | tail -1) $(tail -1 /tmp/ab51/$tool.log)"
           done
         fi
+        ;;
+      96)  # session 53: branch tma1w (whole TMA tiles of <= 8 boxes from the producer's warp 0 alone) against main
+        # at d 128 (W6 16x128) then d 64 (W6 32x64; pt64 = main at d 64). Tree at tma1w (its tests).
+        OUT=/tmp/ab96a KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/tm128.so.xz KVATTN_AB_DIMS=128 \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W6 \
+          KVATTN_AB_FILTER="=W6 prefill 16k 16x128 full|=W6 prefill 16k 16x128 causal" \
+          KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=${KVATTN_T96:-120} KVATTN_AB_SAN_TIMEOUT=50 \
+          KVATTN_AB_RACE_K="tma_warps and persistent and (contiguous or 256)" \
+          bash tools/prefill_ab.sh
+        OUT=/tmp/ab96b KVATTN_AB_A=.dev/pt64.so.xz KVATTN_AB_B=.dev/tm64.so.xz KVATTN_AB_DIMS=64 \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W6 \
+          KVATTN_AB_FILTER="=W6 prefill 16k 32x64 full|=W6 prefill 16k 32x64 causal" \
+          KVATTN_AB_SMOKE_TIMEOUT=60 KVATTN_AB_TEST_TIMEOUT=${KVATTN_T96:-120} KVATTN_AB_SAN_TIMEOUT=30 \
+          KVATTN_AB_RACE_K="tma_warps and persistent and (contiguous or 256)" \
+          bash tools/prefill_ab.sh
         ;;
       95)  # session 53: the MUFU forms' rates (bench/mufu_rate.cu), then branch kv256 rebased on main (d 256 on
         # 80-key split stages) against main's d 256 (dd256: dedup51 = main at d 256), its fp8 tests too.
