@@ -306,6 +306,26 @@ case "${1:-show}" in
           done
         fi
         ;;
+      97)  # session 53: main's full build (build-ci/libkvattn.so.xz: both dtypes, every head dim). The A/B libraries
+        # are bf16 only, so the fp16 kernels of the split stages ((192, 128) since session 50, d 256 since 53)
+        # never ran on a GPU: every fp16 case of the prefill tests (16-bit and fp8 caches) at every head dim, then
+        # the bf16 persistent cases at d 256 and 192, then memcheck on a d 256 fp16 case.
+        source tools/device_env.sh
+        L=$(device_lib build-ci/libkvattn.so.xz full)
+        P="python3 -m pytest -q -p no:cacheprovider"
+        F="tests/python/test_cuda_prefill_sm90.py tests/python/test_cuda_prefill_sm90_fp8.py"
+        env "${TEST_WORKER_ENV[@]}" KVATTN_LIBRARY=$L timeout -k 5 ${KVATTN_T97:-120} $P $(test_workers) $F \
+          -k fp16 > /tmp/t97a.log 2>&1
+        echo "fp16 rc=$? $(tail -1 /tmp/t97a.log)"; grep -E "^(FAILED|ERROR)" /tmp/t97a.log | cut -c1-300 | head -8
+        env "${TEST_WORKER_ENV[@]}" KVATTN_LIBRARY=$L KVATTN_TEST_HEAD_DIMS="192 256" timeout -k 5 90 $P \
+          $(test_workers) tests/python/test_cuda_prefill_sm90.py -k "persistent and not fp16" > /tmp/t97b.log 2>&1
+        echo "bf16 persistent d 192 / 256 rc=$? $(tail -1 /tmp/t97b.log)"
+        grep -E "^(FAILED|ERROR)" /tmp/t97b.log | cut -c1-300 | head -8
+        KVATTN_LIBRARY=$L KVATTN_TEST_HEAD_DIMS=256 timeout -k 5 60 compute-sanitizer --tool memcheck \
+          --report-api-errors no $P tests/python/test_cuda_prefill_sm90.py -k "MHA and fp16 and persistent" \
+          > /tmp/t97c.log 2>&1
+        echo "memcheck rc=$? $(grep 'ERROR SUMMARY' /tmp/t97c.log | tail -1) $(tail -1 /tmp/t97c.log)"
+        ;;
       96)  # session 53: branch tma1w (whole TMA tiles of <= 8 boxes from the producer's warp 0 alone) against main
         # at d 128 (W6 16x128) then d 64 (W6 32x64; pt64 = main at d 64). Tree at tma1w (its tests).
         OUT=/tmp/ab96a KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/tm128.so.xz KVATTN_AB_DIMS=128 \
