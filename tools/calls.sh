@@ -50,7 +50,9 @@ it replaces 91x (on p64turns) and 93 (never run). Then 91 once kv256's test is f
 Session 52 (no device): 52 first (92 and 51 on dedup51's libraries, one start), then 91 once kv256 is fixed,
 94 (branch ptrim).
 Session 53 (one H100): 52, 94, 91, 95 ran: review50, dedup51, ptrim and kv256 landed (95: kv256 rebased, and
-bench/mufu_rate.cu: packed ex2 forms give no more results a clock); 96 (branch tma1w) slower, not merged.
+bench/mufu_rate.cu: packed ex2 forms give no more results a clock); 96 (branch tma1w) slower, not merged;
+97 (main's full build: 81 fp16 prefill cases at every head dim, the split stages' 130 bf16 persistent cases,
+memcheck: all passed; its first run skipped the fp16 cases under run's KVATTN_TEST_DTYPES=bf16, now unset).
 51. run(command="bash tools/calls.sh run 51", carry=[".dev/kv256.so.xz", ".dev/rv64.so.xz", ".dev/rv128.so.xz", ".dev/rv256.so.xz", ".whl"], timeout_s=590)   [tree at review50]
    kv256's d 256 prefill tests (session 50: one failed, unnamed), then branch review50's (the TMA producer's
    edge tiles through one copy loop; fp8's landed and the split V barriers from one past-the-ring offset)
@@ -311,6 +313,7 @@ case "${1:-show}" in
         # never ran on a GPU: every fp16 case of the prefill tests (16-bit and fp8 caches) at every head dim, then
         # the bf16 persistent cases at d 256 and 192, then memcheck on a d 256 fp16 case.
         source tools/device_env.sh
+        unset KVATTN_TEST_DTYPES  # (a full build has both dtypes; set, the fp16 cases skip: session 53's first run)
         L=$(device_lib build-ci/libkvattn.so.xz full)
         P="python3 -m pytest -q -p no:cacheprovider"
         F="tests/python/test_cuda_prefill_sm90.py tests/python/test_cuda_prefill_sm90_fp8.py"
