@@ -53,6 +53,18 @@ Session 53 (one H100): 52, 94, 91, 95 ran: review50, dedup51, ptrim and kv256 la
 bench/mufu_rate.cu: packed ex2 forms give no more results a clock); 96 (branch tma1w) slower, not merged;
 97 (main's full build: 81 fp16 prefill cases at every head dim, the split stages' 130 bf16 persistent cases,
 memcheck: all passed; its first run skipped the fp16 cases under run's KVATTN_TEST_DTYPES=bf16, now unset).
+Next (NOTES, session 53), in order: 98, then 87 (both written and their libraries built this session).
+98. run(command="bash tools/calls.sh run 98", carry=[".dev/gb256.so.xz", ".dev/gb128.so.xz", ".whl"], timeout_s=420)   [tree at gcdbox]
+   branch gcdbox: paged TMA boxes of gcd(page, tile) >= 16 slots (d 256 at pages 32-256, page 48 everywhere):
+   its prefill tests at d 256 (16-bit and fp8 caches) and the paged ones at d 128, racecheck / memcheck on
+   the new boxes, then bench/page_probe.py (TMA against forced cp.async by page size, d 256 full / causal,
+   d 128 page 48). Libraries: tools/dev_libs.sh gb256:gcdbox:256 gb128:gcdbox:128.
+87. run(command="bash tools/calls.sh run 87", carry=[".dev/main128.so.xz", ".dev/clpad128.so.xz", ".whl"], timeout_s=480)   [tree at clpad]
+   branch clpad merged with main in session 53 (A: main128; KVATTN_T87 the test step's seconds, 240).
+97. run(command="bash tools/calls.sh run 97", carry=["build-ci/libkvattn.so.xz", ".whl"], timeout_s=300)   [tree at main]
+   main's full build (xz of a CI build-cuda/libkvattn.so): the fp16 prefill cases at every head dim.
+95 / 96 (session 53, ran): 95 carried ".probe" (git-ignored since session 53: a probe binary travels only
+when carried).
 51. run(command="bash tools/calls.sh run 51", carry=[".dev/kv256.so.xz", ".dev/rv64.so.xz", ".dev/rv128.so.xz", ".dev/rv256.so.xz", ".whl"], timeout_s=590)   [tree at review50]
    kv256's d 256 prefill tests (session 50: one failed, unnamed), then branch review50's (the TMA producer's
    edge tiles through one copy loop; fp8's landed and the split V barriers from one past-the-ring offset)
@@ -72,7 +84,7 @@ memcheck: all passed; its first run skipped the fp16 cases under run's KVATTN_TE
    where W6 32x64's tiles go (1.32x FA4's time per clock; session 50: not the turns): bench.prefill_timeline
    at d 64 (stage wait, issue, S wait, softmax, P V wait, tail; the warpgroups' offset and their softmaxes'
    overlap) on a timeline build: tools/dev_libs.sh tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1.
-87. run(command="bash tools/calls.sh run 87", carry=[".dev/cbatch128.so.xz", ".dev/clpad128.so.xz", ".whl"], timeout_s=400)   [tree at clpad]
+87 (session 48's form, superseded by the line above). run(command="bash tools/calls.sh run 87", carry=[".dev/cbatch128.so.xz", ".dev/clpad128.so.xz", ".whl"], timeout_s=400)   [tree at clpad]
    branch clpad (paged leftpads and window starts aligned to the 16-slot runs on the cluster form's TMA
    kernel): the cluster tests with test_cluster_paged_leftpad_tma, racecheck / memcheck, A (main) B (clpad)
    over W1's lpad cases. Predicted (H100): b1 32k p16+scat+lpad 61 -> ~54 us, b1 128k ~193 -> ~185.
