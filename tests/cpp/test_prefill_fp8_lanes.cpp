@@ -62,7 +62,7 @@ TEST(PrefillFp8Lanes, CopyStepsCoverEachChunkOnceAtItsSwizzledPlace) {
   check_copy_steps<12, 16>(48 * 128);   // d 256, 48-key tiles
   check_copy_steps<32, 16>(128 * 128);  // 16-bit rows (d 64's are <32, 8>): d 128
   check_copy_steps<12, 32>(48 * 128);   // d 256
-  check_copy_steps<20, 32>(80 * 128);   // d 256, 80-key tiles (since session 50)
+  check_copy_steps<20, 32>(80 * 128);   // d 256, 80-key tiles (since session 53)
 }
 
 // The row holders (the 16-bit producer): each of the warp's kRows rows is held by one lane, and step j's

@@ -77,7 +77,7 @@ CASES = {
     "paged 8 window": prefill(layout="paged", page_size=8, window=(150, 0), causal=False, seed=26),
     "paged 256 leftpad": prefill(layout="paged", page_size=256, seqlens=(700, 300), leftpad=(200, 0), seed=27),
     # pages whose size neither divides the key tile nor is a multiple of it (cp.async at 128- and 80-key
-    # tiles; TMA boxes of 24 / 48 at d 256's 48-key tiles until session 50), lengths around multiples of 176 (branch kv176's
+    # tiles; TMA boxes of 24 / 48 at d 256's 48-key tiles until session 53), lengths around multiples of 176 (branch kv176's
     # d 128 tile: TMA boxes of gcd(page, 176) = 8 / 16 slots)
     "paged 24, lengths around 176": prefill(layout="paged", page_size=24, seqlens=(353, 176, 177), sq=175,
                                             causal=False, seed=29),

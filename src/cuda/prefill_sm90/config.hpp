@@ -38,7 +38,7 @@ struct PrefillTile {
 //   with Q: the most that fits in 227 KiB).
 // - d = 256: O alone is 128 accumulators a thread, and Q takes 64 KiB: 80-key tiles (S 40, P 20 registers;
 //   FA3's Hopper tile there) in two stages of K and two of V on barriers of their own (split_kv: (192, 128)
-//   has the reasoning), 225 KiB with Q and the persistent kernel's ring. Until session 50: 48-key tiles in
+//   has the reasoning), 225 KiB with Q and the persistent kernel's ring. Until session 53: 48-key tiles in
 //   three joint 48 KiB stages (209 KiB with Q; a consumer holds K of tile t and V of t - 1, so joint stages
 //   need three for a tile of slack, and 48 keys is what three fit); the price was Q K^T's rereads of Q (2
 //   KiB a 16-channel k-step whatever the key count: 48 keys read 17% more shared memory per FLOP than 64,
