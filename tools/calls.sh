@@ -53,7 +53,10 @@ Session 53 (one H100): 52, 94, 91, 95 ran: review50, dedup51, ptrim and kv256 la
 bench/mufu_rate.cu: packed ex2 forms give no more results a clock); 96 (branch tma1w) slower, not merged;
 97 (main's full build: 81 fp16 prefill cases at every head dim, the split stages' 130 bf16 persistent cases,
 memcheck: all passed; its first run skipped the fp16 cases under run's KVATTN_TEST_DTYPES=bf16, now unset).
-Next (NOTES, session 53), in order: 98, then 87 (both written and their libraries built this session).
+Next (NOTES, session 53), in order: 98, 99, then 87 (written and their libraries built this session).
+99. run(command="bash tools/calls.sh run 99", carry=[".dev/main128.so.xz", ".dev/fe128.so.xz", ".dev/main64.so.xz", ".dev/fe64.so.xz", ".whl"], timeout_s=420)   [tree at fence1]
+   branch fence1 against main, d 128 then d 64: tests, sanitizers, W6 A B A B. Libraries: tools/dev_libs.sh
+   fe64:fence1:64 fe128:fence1:128 main64:main:64 (main128 as built).
 98. run(command="bash tools/calls.sh run 98", carry=[".dev/gb256.so.xz", ".dev/gb128.so.xz", ".whl"], timeout_s=420)   [tree at gcdbox]
    branch gcdbox: paged TMA boxes of gcd(page, tile) >= 16 slots (d 256 at pages 32-256, page 48 everywhere):
    its prefill tests at d 256 (16-bit and fp8 caches) and the paged ones at d 128, racecheck / memcheck on
