@@ -251,6 +251,16 @@ w1_short_abc() {
   python3 tools/gpu_ab.py "${dirs[@]}" 2>&1 | tail -9
 }
 
+# W6 full and causal at one head dim, A B A B after B's checks (tools/prefill_ab.sh): w6_ab OUT A B DIM SHAPE
+# SMOKE_S TEST_S SAN_S [RACE_K] (SHAPE as the cases name it, e.g. 16x128).
+w6_ab() {
+  local race=()
+  [ -n "${9:-}" ] && race=(KVATTN_AB_RACE_K="$9")
+  env "${race[@]}" OUT="$1" KVATTN_AB_A="$2" KVATTN_AB_B="$3" KVATTN_AB_DIMS="$4" KVATTN_AB_ROUNDS=2 \
+    KVATTN_AB_SUITES=W6 KVATTN_AB_FILTER="=W6 prefill 16k $5 full|=W6 prefill 16k $5 causal" \
+    KVATTN_AB_SMOKE_TIMEOUT="$6" KVATTN_AB_TEST_TIMEOUT="$7" KVATTN_AB_SAN_TIMEOUT="$8" bash tools/prefill_ab.sh
+}
+
 # A prefill_ab.sh run's summary (its rounds, the cases' table, the tests' failures) on stdout and the failed
 # tests' error lines into $OUT/test_errors.txt: ab_report DIR FILE (DIR its OUT, FILE its output in $OUT).
 ab_report() {
@@ -346,18 +356,9 @@ case "${1:-show}" in
         ;;
       96)  # session 53: branch tma1w (whole TMA tiles of <= 8 boxes from the producer's warp 0 alone) against main
         # at d 128 (W6 16x128) then d 64 (W6 32x64; pt64 = main at d 64). Tree at tma1w (its tests).
-        OUT=/tmp/ab96a KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/tm128.so.xz KVATTN_AB_DIMS=128 \
-          KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W6 \
-          KVATTN_AB_FILTER="=W6 prefill 16k 16x128 full|=W6 prefill 16k 16x128 causal" \
-          KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=${KVATTN_T96:-120} KVATTN_AB_SAN_TIMEOUT=50 \
-          KVATTN_AB_RACE_K="tma_warps and persistent and (contiguous or 256)" \
-          bash tools/prefill_ab.sh
-        OUT=/tmp/ab96b KVATTN_AB_A=.dev/pt64.so.xz KVATTN_AB_B=.dev/tm64.so.xz KVATTN_AB_DIMS=64 \
-          KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W6 \
-          KVATTN_AB_FILTER="=W6 prefill 16k 32x64 full|=W6 prefill 16k 32x64 causal" \
-          KVATTN_AB_SMOKE_TIMEOUT=60 KVATTN_AB_TEST_TIMEOUT=${KVATTN_T96:-120} KVATTN_AB_SAN_TIMEOUT=30 \
-          KVATTN_AB_RACE_K="tma_warps and persistent and (contiguous or 256)" \
-          bash tools/prefill_ab.sh
+        R="tma_warps and persistent and (contiguous or 256)"
+        w6_ab /tmp/ab96a .dev/main128.so.xz .dev/tm128.so.xz 128 16x128 90 "${KVATTN_T96:-120}" 50 "$R"
+        w6_ab /tmp/ab96b .dev/pt64.so.xz .dev/tm64.so.xz 64 32x64 60 "${KVATTN_T96:-120}" 30 "$R"
         ;;
       95)  # session 53: the MUFU forms' rates (bench/mufu_rate.cu), then branch kv256 rebased on main (d 256 on
         # 80-key split stages) against main's d 256 (dd256: dedup51 = main at d 256), its fp8 tests too.
@@ -371,11 +372,7 @@ case "${1:-show}" in
         echo "fp8 rc=$? $(tail -1 /tmp/kv256fp8.log)"
         grep -E "^(FAILED|ERROR)" /tmp/kv256fp8.log | head -8
         echo "== kv256 vs main (d 256)"
-        OUT=/tmp/ab95 KVATTN_AB_A=.dev/dd256.so.xz KVATTN_AB_B=.dev/kv256.so.xz KVATTN_AB_DIMS=256 \
-          KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W6 \
-          KVATTN_AB_FILTER="=W6 prefill 16k 8x256 full|=W6 prefill 16k 8x256 causal" \
-          KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=180 KVATTN_AB_SAN_TIMEOUT=50 \
-          bash tools/prefill_ab.sh
+        w6_ab /tmp/ab95 .dev/dd256.so.xz .dev/kv256.so.xz 256 8x256 90 180 50
         ;;
       94)  # session 52: branch ptrim (d 64's TMA producer warps without a pair skip the entry and box address).
         OUT=/tmp/ab94 KVATTN_AB_A=.dev/dd64.so.xz KVATTN_AB_B=.dev/pt64.so.xz KVATTN_AB_DIMS=64 \
