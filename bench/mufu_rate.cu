@@ -12,8 +12,6 @@
 // Build here, run on the GPU machine:
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a bench/mufu_rate.cu -o .probe/mufu_rate
 //   .probe/mufu_rate        (a table: form, results a clock an SM, instructions a clock a sub-partition)
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
