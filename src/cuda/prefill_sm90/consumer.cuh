@@ -739,7 +739,7 @@ template <class Cfg, class Unit = int64_t>
 __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
                                         const KeyRange& cta_keys, int64_t n_tiles, unsigned char* s_q_all,
                                         uint32_t s_k, uint32_t s_v, uint32_t full_bar, uint32_t empty_bar,
-                                        ReaderFence fence, bool diag_no_softmax, Unit unit = 0) {
+                                        uint32_t fence_from, bool diag_no_softmax, Unit unit = 0) {
   using T = typename Cfg::T;
   constexpr int kBlockN = Cfg::kBlockN, kD = Cfg::kHeadDimV;  // (O's channels)
   const int consumer = threadIdx.x / 128 - 1;
@@ -867,13 +867,9 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     }
     return true;
   };
-  // The fence rule as two values made once (the mode, a kernel parameter, was decoded again every tile).
-  const bool fence_all = fence == kFenceEveryTile;
-  const uint32_t fence_last = fence == kFenceEdgeTiles ? static_cast<uint32_t>(n_tiles - 1) : 0xffffffffu;
   const uint32_t v_full = v_bars_of<Cfg>(full_bar, empty_bar).full;  // (joint stages: full_bar)
   auto wait_full = [&](int64_t tile, auto... v_operand) {
-    const bool fence_now =
-        fence_all || static_cast<uint32_t>(tile) == fence_last || (fence == kFenceEdgeTiles && tile == 0);
+    const bool fence_now = fences_tile(fence_from, tile);
     if constexpr (kUnit) tile += unit.tile0;  // the CTA's tile (producer.cuh)
     // 32-bit: a unit's tiles number < 2^31 / kBlockN (int32 lengths) and tile0 < 2 kStages; a 64-bit
     // division by kStages cost ~20 instructions a tile.

@@ -36,6 +36,28 @@ enum ReaderFence : int { kFenceNone = 0, kFenceEdgeTiles = 1, kFenceEveryTile = 
 __host__ __device__ constexpr ReaderFence reader_fence(uint32_t flags) {
   return (flags & kNoReaderFence) ? kFenceNone : (flags & kTma) ? kFenceEdgeTiles : kFenceEveryTile;
 }
+// The rule for a CTA's (a unit's) n_tiles as one threshold, which the consumers test each tile (fences_tile):
+// tile t is fenced when t - 1 >= fence_from as 32-bit unsigned numbers, so tile 0 always (t - 1 wraps), every
+// tile from 0, the edge tiles from n_tiles - 2; kFenceNone (the A/B diagnostic) keeps tile 0's fence. Made
+// where the tiles are counted: the mode's three tests, made from the kernel's flags, ptxas rebuilt every tile
+// (~12 instructions of a d 64 tile's head).
+__host__ __device__ constexpr uint32_t fence_from(ReaderFence fence, int64_t n_tiles) {
+  return fence == kFenceEveryTile   ? 0u
+         : fence == kFenceEdgeTiles ? static_cast<uint32_t>(n_tiles - 2)  // (n_tiles 1: tile 0 alone)
+                                    : 0xffffffffu;
+}
+__host__ __device__ constexpr bool fences_tile(uint32_t fence_from, int64_t tile) {
+  return static_cast<uint32_t>(tile) - 1u >= fence_from;
+}
+static_assert(fences_tile(fence_from(kFenceEdgeTiles, 5), 0) &&
+                  fences_tile(fence_from(kFenceEdgeTiles, 5), 4) &&
+                  !fences_tile(fence_from(kFenceEdgeTiles, 5), 1) &&
+                  !fences_tile(fence_from(kFenceEdgeTiles, 5), 3),
+              "edge tiles: the first and the last");
+static_assert(fences_tile(fence_from(kFenceEdgeTiles, 1), 0) &&
+                  fences_tile(fence_from(kFenceEveryTile, 9), 7) &&
+                  !fences_tile(fence_from(kFenceNone, 9), 8),
+              "one tile; every tile; none but tile 0");
 
 struct PrefillArgs {
   AttnParams p;

@@ -109,8 +109,8 @@ __device__ __forceinline__ void prefill_cta(const PrefillArgs& a) {
     }
   } else {
     regs_alloc<Cfg::kRegsConsumer>();
-    consume<Cfg>(p, seq, cta, keys, n_tiles, s_q, s_k, s_v, full_bar, empty_bar, reader_fence(a.flags),
-                 (a.flags & kDiagNoSoftmax) != 0);
+    consume<Cfg>(p, seq, cta, keys, n_tiles, s_q, s_k, s_v, full_bar, empty_bar,
+                 fence_from(reader_fence(a.flags), n_tiles), (a.flags & kDiagNoSoftmax) != 0);
   }
 }
 

@@ -48,6 +48,10 @@ struct PrefillUnit {
   int64_t first_key;  // the first tile's first key (key_range's first, TMA-aligned)
   int64_t n_tiles;
   int32_t state;
+  // The consumers' reader-fence rule and the diagnostic flag, as values of the unit: from the kernel's
+  // parameters, ptxas made them again every tile.
+  uint32_t fence_from;
+  bool diag_no_softmax;
 };
 static_assert(sizeof(PrefillUnit) <= kPrefillUnitBytes, "config.hpp's descriptor slot holds a unit");
 
@@ -67,7 +71,7 @@ __device__ __forceinline__ void produce_units(const PrefillArgs& a, uint32_t s_k
   using Producers = LeadingThreads<Cfg::kProducerBarrier, 128>;
   const AttnParams& p = a.p;
   const bool tma = (!Cfg::kKvFp8 || Cfg::kFp8Tma) && (a.flags & kTma) != 0,
-             diag_no_load = (a.flags & kDiagNoLoad) != 0;
+             diag_no_load = (a.flags & kDiagNoLoad) != 0, diag_no_softmax = (a.flags & kDiagNoSoftmax) != 0;
   // (< 2^31: the launcher's grid limit)
   const unsigned units = static_cast<unsigned>(a.m_blocks) * p.seq.batch * p.num_kv_heads;
   unsigned* counter = reinterpret_cast<unsigned*>(p.unit_pieces);
@@ -100,9 +104,10 @@ __device__ __forceinline__ void produce_units(const PrefillArgs& a, uint32_t s_k
         first_key = keys.first;
       }
     }
+    const uint32_t unit_fence = fence_from(reader_fence(a.flags), n_tiles);
     if (threadIdx.x == 0) {
       mbar_wait(unit_empty + 8 * slot, static_cast<uint32_t>((n / 2) & 1) ^ 1u);
-      ring[slot] = PrefillUnit{seq, cta, first_key, n_tiles, state};
+      ring[slot] = PrefillUnit{seq, cta, first_key, n_tiles, state, unit_fence, diag_no_softmax};
       mbar_arrive(unit_full + 8 * slot);  // (release: the descriptor's stores before the arrival)
     }
     KVATTN_PTL(pu_stamp(kPuTiles + kPuProdDesc, n));
@@ -141,8 +146,6 @@ __device__ __forceinline__ void consume_units(const PrefillArgs& a, unsigned cha
   const AttnParams& p = a.p;
   const int consumer = threadIdx.x / 128 - 1;
   unsigned char* s_q = s_q_all + consumer * (Cfg::kQBytes / Cfg::kConsumers);  // this warpgroup's rows
-  const ReaderFence fence = reader_fence(a.flags);
-  const bool diag_no_softmax = (a.flags & kDiagNoSoftmax) != 0;
   // Descriptor n, once the producer has written it (waiting twice is harmless: the slot is not rewritten
   // before this warpgroup frees it).
   auto wait_unit = [&](int n) -> const PrefillUnit& {
@@ -177,8 +180,8 @@ __device__ __forceinline__ void consume_units(const PrefillArgs& a, unsigned cha
       };
       KeyRange keys;
       keys.first = u.first_key;
-      consume<Cfg>(p, u.seq, u.cta, keys, u.n_tiles, s_q_all, s_k, s_v, full_bar, empty_bar, fence,
-                   diag_no_softmax, UnitTiles<decltype(next_q_load)>{at, q_loaded, next_q_load});
+      consume<Cfg>(p, u.seq, u.cta, keys, u.n_tiles, s_q_all, s_k, s_v, full_bar, empty_bar, u.fence_from,
+                   u.diag_no_softmax, UnitTiles<decltype(next_q_load)>{at, q_loaded, next_q_load});
       at = ring_after<Cfg>(at, u.n_tiles);
       q_used = true;
     }
