@@ -716,8 +716,7 @@ __device__ __forceinline__ void idle_consumer(int consumer, int64_t n_tiles, uin
   const VBars v = v_bars_of<Cfg>(full_bar, empty_bar);
   for (int64_t tile = 0; tile <= n_tiles; ++tile) {
     if (tile < n_tiles) {
-      const int stage = static_cast<int>(tile % Cfg::kStages);
-      const uint32_t parity = static_cast<uint32_t>((tile / Cfg::kStages) & 1);
+      const auto [stage, parity] = ring_slot<Cfg>(tile, 0);
       mbar_wait(full_bar + 8 * stage, parity);
       if constexpr (Cfg::kSplitKv) {  // K and V freed as they land
         warp_arrive(empty_bar + 8 * stage);
@@ -728,7 +727,7 @@ __device__ __forceinline__ void idle_consumer(int consumer, int64_t n_tiles, uin
     turns.my_turn();
     turns.your_turn();
     if constexpr (!Cfg::kSplitKv) {
-      if (tile > 0) warp_arrive(empty_bar + 8 * ((tile - 1) % Cfg::kStages));
+      if (tile > 0) warp_arrive(empty_bar + 8 * ring_slot<Cfg>(tile - 1, 0).stage);
     }
   }
 }
@@ -870,14 +869,12 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
   const uint32_t v_full = v_bars_of<Cfg>(full_bar, empty_bar).full;  // (joint stages: full_bar)
   auto wait_full = [&](int64_t tile, auto... v_operand) {
     const bool fence_now = fences_tile(fence_from, tile);
-    if constexpr (kUnit) tile += unit.tile0;  // the CTA's tile (producer.cuh)
-    // 32-bit: a unit's tiles number < 2^31 / kBlockN (int32 lengths) and tile0 < 2 kStages; a 64-bit
-    // division by kStages cost ~20 instructions a tile.
-    const uint32_t t = static_cast<uint32_t>(tile);
-    const int stage = static_cast<int>(t % Cfg::kStages);
-    mbar_wait((sizeof...(v_operand) > 0 ? v_full : full_bar) + 8 * stage, (t / Cfg::kStages) & 1);
+    int64_t tile0 = 0;  // the unit's first tile in the CTA's ring (producer.cuh)
+    if constexpr (kUnit) tile0 = unit.tile0;
+    const RingSlot ring = ring_slot<Cfg>(tile, tile0);
+    mbar_wait((sizeof...(v_operand) > 0 ? v_full : full_bar) + 8 * ring.stage, ring.parity);
     if (fence_now) fence_proxy_async();
-    return stage;
+    return ring.stage;
   };
 
   PingPong<Cfg> turns(consumer, n_tiles);

@@ -59,6 +59,20 @@ static_assert(fences_tile(fence_from(kFenceEdgeTiles, 1), 0) &&
                   !fences_tile(fence_from(kFenceNone, 9), 8),
               "one tile; every tile; none but tile 0");
 
+// Tile `tile` of a unit whose first tile is the CTA's tile tile0 of the stage ring (the persistent kernel's
+// units so far; 0 elsewhere): its stage and the parity of the stage's phase. In 32 bits: a unit's tiles
+// number < 2^31 / kBlockN (int32 lengths) and tile0 < 2 kStages; a 64-bit division by kStages (3 at d 128)
+// cost ~12 instructions a tile.
+struct RingSlot {
+  int stage;
+  uint32_t parity;
+};
+template <class Cfg>
+__host__ __device__ constexpr RingSlot ring_slot(int64_t tile, int64_t tile0) {
+  const uint32_t t = static_cast<uint32_t>(tile) + static_cast<uint32_t>(Cfg::kPersistent ? tile0 : 0);
+  return RingSlot{static_cast<int>(t % Cfg::kStages), (t / Cfg::kStages) & 1u};
+}
+
 struct PrefillArgs {
   AttnParams p;
   int32_t m_blocks;

@@ -308,9 +308,8 @@ __device__ __forceinline__ void produce_fp8(const AttnParams& p, const Sequence&
   };
   int32_t entry = entry_of(0);
   for (int64_t tile = 0; tile < n_tiles; ++tile) {
-    int64_t ring_tile = tile;
-    if constexpr (Cfg::kPersistent) ring_tile += tile0;
-    const int stage = static_cast<int>(ring_tile % Cfg::kStages);
+    const RingSlot ring = ring_slot<Cfg>(tile, tile0);
+    const int stage = ring.stage;
     const int64_t s = slot0 + tile * Cfg::kBlockN + key_row;
     uint32_t k_off = kNoRow, v_off = kNoRow;
     if (owns_row && s < seq.end) {
@@ -319,7 +318,7 @@ __device__ __forceinline__ void produce_fp8(const AttnParams& p, const Sequence&
       v_off = row.v;
     }
     entry = entry_of(tile + 1);
-    mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((ring_tile / Cfg::kStages) & 1) ^ 1u);
+    mbar_wait(empty_bar + 8 * stage, ring.parity ^ 1u);
     // (The timing diagnostic of a -DKVATTN_PREFILL_FP8_DIAG=1 developer build, KVATTN_SM90_DIAG=4: past the
     // first kStages tiles no copy and no conversion, stale stages; compiled out otherwise.)
     if (!(KVATTN_PREFILL_FP8_DIAG && diag_no_load && tile >= Cfg::kStages)) {
@@ -529,8 +528,8 @@ __device__ __forceinline__ void produce(const AttnParams& p, const Sequence& seq
   // as a count too: one register less through the loop (the non-persistent kernels spilled the count).
   const int tiles = static_cast<int>(n_tiles);
   const int copies_until = diag_no_load ? tiles - Cfg::kStages : 0;  // left <= this: no copies
-  uint32_t stage = static_cast<uint32_t>(tile0) % Cfg::kStages;
-  uint32_t phase = static_cast<uint32_t>(tile0) / Cfg::kStages & 1u;
+  const RingSlot first = ring_slot<Cfg>(0, tile0);
+  uint32_t stage = first.stage, phase = first.parity;
   for (int left = tiles; left > 0; --left) {
     const bool valid = walk.valid();
     KvRowUnits off = walk.offsets(strides);
@@ -623,16 +622,15 @@ __device__ __forceinline__ void produce_fp8_tma(const PrefillArgs& a, const Sequ
   const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache.ptr);
   const uint32_t landed = landed_bar_of<Cfg>(empty_bar);
   for (int64_t tile = 0; tile < n_tiles; ++tile) {
-    int64_t ring_tile = tile;
-    if constexpr (Cfg::kPersistent) ring_tile += tile0;
-    const int stage = static_cast<int>(ring_tile % Cfg::kStages);
+    const RingSlot ring = ring_slot<Cfg>(tile, tile0);
+    const int stage = ring.stage;
     const uint32_t bar = landed + 8 * stage;
     const uint32_t k_dst = s_k + stage * Cfg::kKStageBytes, v_dst = s_v + stage * Cfg::kVStageBytes;
     const int64_t t0 = slot0 + tile * Cfg::kBlockN;
     const bool whole = src.whole(seq, t0);
     const int64_t box_slot = t0 + lane * g.box;
     const int32_t entry = src.paged && whole && lane < src.boxes ? page_entry(p.seq, seq, box_slot) : 0;
-    mbar_wait(empty_bar + 8 * stage, static_cast<uint32_t>((ring_tile / Cfg::kStages) & 1) ^ 1u);
+    mbar_wait(empty_bar + 8 * stage, ring.parity ^ 1u);
     if (whole) {
       fence_proxy_async();  // (the stage's last writes were generic: the conversion, or an edge tile)
       if (lane == 0) mbar_arrive_expect_tx(bar, has_pair ? static_cast<uint32_t>(Cfg::kKvPanelBytes) : 0u);
@@ -668,7 +666,7 @@ __device__ __forceinline__ void produce_fp8_tma(const PrefillArgs& a, const Sequ
       }
       warp_arrive_after_copies(bar);
     }
-    mbar_wait(bar, static_cast<uint32_t>((ring_tile / Cfg::kStages) & 1));
+    mbar_wait(bar, ring.parity);
     fp8_stage_finish<Cfg>(k_dst, v_dst, warp, Cfg::kFp8Mma ? lane : opaque(lane), full_bar + 8 * stage);
   }
 }
@@ -706,11 +704,10 @@ __device__ __forceinline__ void produce_tma(const PrefillArgs& a, const Sequence
   const unsigned char* v_base = static_cast<const unsigned char*>(p.v_cache.ptr);
   const VBars vb = v_bars_of<Cfg>(full_bar, empty_bar);  // (joint stages: K's, the same barriers)
   for (int64_t tile = 0; tile < n_tiles; ++tile) {
-    int64_t ring_tile = tile;
-    if constexpr (Cfg::kPersistent) ring_tile += tile0;
-    const int stage = static_cast<int>(ring_tile % Cfg::kStages);
+    const RingSlot ring = ring_slot<Cfg>(tile, tile0);
+    const int stage = ring.stage;
     const uint32_t bar = full_bar + 8 * stage;
-    const uint32_t free_parity = static_cast<uint32_t>((ring_tile / Cfg::kStages) & 1) ^ 1u;
+    const uint32_t free_parity = ring.parity ^ 1u;
     const uint32_t k_dst = s_k + stage * Cfg::kKStageBytes, v_dst = s_v + stage * Cfg::kVStageBytes;
     const int64_t t0 = slot0 + tile * Cfg::kBlockN;
     const bool whole = src.whole(seq, t0);
