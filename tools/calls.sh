@@ -54,7 +54,9 @@ bench/mufu_rate.cu: packed ex2 forms give no more results a clock); 96 (branch t
 97 (main's full build: 81 fp16 prefill cases at every head dim, the split stages' 130 bf16 persistent cases,
 memcheck: all passed; its first run skipped the fp16 cases under run's KVATTN_TEST_DTYPES=bf16, now unset).
 Next (NOTES, session 53), in order: 98, 99, then 87 (written and their libraries built this session).
-99. run(command="bash tools/calls.sh run 99", carry=[".dev/main128.so.xz", ".dev/fe128.so.xz", ".dev/main64.so.xz", ".dev/fe64.so.xz", ".whl"], timeout_s=420)   [tree at fence1]
+Session 54: the checkout came back without .dev/, .peerkit/ and branches gcdbox, fence1, clpad; fence1
+rewritten from its notes (the same SASS counts), call 99 below.
+99. run(command="bash tools/calls.sh run 99", carry=[".dev/main128.so.xz", ".dev/fe128.so.xz", ".dev/main64.so.xz", ".dev/fe64.so.xz", ".whl"], timeout_s=560)   [tree at fence1]
    branch fence1 against main, d 128 then d 64: tests, sanitizers, W6 A B A B. Libraries: tools/dev_libs.sh
    fe64:fence1:64 fe128:fence1:128 main64:main:64 (main128 as built).
 98. run(command="bash tools/calls.sh run 98", carry=[".dev/gb256.so.xz", ".dev/gb128.so.xz", ".whl"], timeout_s=420)   [tree at gcdbox]
@@ -332,6 +334,11 @@ case "${1:-show}" in
             echo "$tool rc=$? $(grep -E 'SUMMARY' /tmp/ab51/$tool.log | tail -1) $(tail -1 /tmp/ab51/$tool.log)"
           done
         fi
+        ;;
+      99)  # session 54: branch fence1 (the consumers' reader-fence rule as one threshold a unit; the ring position
+        # in 32 bits) against main at d 128 (W6 16x128), then d 64 (W6 32x64).
+        w6_ab /tmp/ab99a .dev/main128.so.xz .dev/fe128.so.xz 128 16x128 90 "${KVATTN_T99:-110}" 40
+        w6_ab /tmp/ab99b .dev/main64.so.xz .dev/fe64.so.xz 64 32x64 60 "${KVATTN_T99:-110}" 30
         ;;
       97)  # session 53: main's full build (build-ci/libkvattn.so.xz: both dtypes, every head dim). The A/B libraries
         # are bf16 only, so the fp16 kernels of the split stages ((192, 128) since session 50, d 256 since 53)
