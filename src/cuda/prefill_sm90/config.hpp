@@ -116,9 +116,9 @@ static_assert(prefill_smem_bytes(64, true, true) <= 227 * 1024 &&
 // slot_address_at (common/sequence.cuh): a paged cache's pages; a contiguous cache's rows (one page a row,
 // page size = the row's capacity); a packed cache's total_k token rows as one page. A tile of block_n keys
 // is block_n / box boxes of `box` slots each, tiles starting at a multiple of `align` slots. Paged: box =
-// align = min(page size, block_n), so no box crosses a page (the launcher takes page sizes that are
-// multiples of 8 dividing block_n or multiples of it). Contiguous and packed: one box of block_n slots at
-// any slot (align 1); a box reaching past the page's end is filled with zeros by the TMA unit.
+// align = gcd(page size, block_n), which divides both, so a tile is whole boxes and no box crosses a page
+// (the launcher's page sizes: tma_pages_ok). Contiguous and packed: one box of block_n slots at any slot
+// (align 1); a box reaching past the page's end is filled with zeros by the TMA unit.
 struct TmaGeometry {
   int64_t slots;  // slots a page (the map's dim 1)
   int64_t pages;  // the map's dim 3
@@ -129,14 +129,36 @@ constexpr TmaGeometry tma_geometry(bool packed, bool paged, int64_t num_pages, i
                                    int block_n) {
   if (packed) return {num_pages, 1, block_n, 1};
   if (!paged) return {page_size, num_pages, block_n, 1};
-  const int box = page_size < block_n ? static_cast<int>(page_size) : block_n;
-  return {page_size, num_pages, box, box};
+  // (Euclid's gcd: std::gcd is not constexpr under C++17)
+  int64_t a = page_size, b = block_n;
+  while (b != 0) {
+    const int64_t r = a % b;
+    a = b;
+    b = r;
+  }
+  return {page_size, num_pages, static_cast<int>(a), static_cast<int>(a)};
+}
+// Paged caches the TMA producer takes: page sizes that are multiples of 8 (16-byte rows of the box's slot dim
+// start aligned) and either divide the key tile (a box a page, as few as 8 slots: pages of 8 always went by
+// TMA) or share with it a factor of 16 or more (gcd boxes: d 256's 80-key tiles at pages 32-256, page 48 at
+// every tile, 96 and 160 at 128-key tiles). Smaller shared boxes go by cp.async: a TMA instruction issues in
+// ~85 clocks whatever its size, and 8-slot boxes at a page that does not divide the tile gain no page entry.
+constexpr bool tma_pages_ok(int64_t page_size, int block_n) {
+  return page_size > 0 && page_size % 8 == 0 &&
+         (block_n % page_size == 0 || tma_geometry(false, true, 1, page_size, block_n).box >= 16);
 }
 // Pages of 16 under 128-key tiles: 8 boxes a tile, tiles on page boundaries; pages of 256: a box a tile.
 static_assert(tma_geometry(false, true, 100, 16, 128).box == 16 &&
               tma_geometry(false, true, 100, 16, 128).align == 16);
 static_assert(tma_geometry(false, true, 100, 256, 128).box == 128 &&
               tma_geometry(false, true, 100, 256, 128).align == 128);
+// Pages of 48 under 80-key tiles: boxes of 16, tiles at multiples of 16; pages of 256 there: the same.
+static_assert(tma_geometry(false, true, 100, 48, 80).box == 16 &&
+              tma_geometry(false, true, 100, 256, 80).box == 16);
+static_assert(tma_pages_ok(8, 128) && tma_pages_ok(48, 128) && tma_pages_ok(96, 128) &&
+              tma_pages_ok(32, 80) && tma_pages_ok(256, 80) && tma_pages_ok(40, 80) &&
+              !tma_pages_ok(24, 128) && !tma_pages_ok(40, 128) && !tma_pages_ok(24, 80) &&
+              !tma_pages_ok(12, 48) && !tma_pages_ok(1, 128));
 // A contiguous cache of 4 rows x 1000 slots: 4 pages of 1000; packed 4097 tokens: one page of 4097.
 static_assert(tma_geometry(false, false, 4, 1000, 128).slots == 1000 &&
               tma_geometry(false, false, 4, 1000, 128).pages == 4 &&
