@@ -14,21 +14,13 @@ import os
 import torch
 
 import kvattn
+from bench.prefill_sm90_check import paged_cache
 from bench.timing import time_cuda
 
 
 def paged_inputs(b, sk, hq, hk, d, page, gen):
-    pages_per_seq = (sk + page - 1) // page
-    n_pages = b * pages_per_seq + 3
-    k = torch.randn(n_pages, page, hk, d, generator=gen, device="cuda").to(torch.bfloat16)
-    v = torch.randn(n_pages, page, hk, d, generator=gen, device="cuda").to(torch.bfloat16)
-    table = torch.randperm(n_pages, generator=gen, device="cuda")[: b * pages_per_seq]
-    table = table.view(b, pages_per_seq).to(torch.int32)
-    tail = pages_per_seq * page - sk
-    if tail:
-        last = table[:, -1].long()
-        k[last, page - tail:] = float("nan")
-        v[last, page - tail:] = float("nan")
+    """q and a paged cache of b sequences of sk tokens (prefill_sm90_check's: shuffled pages, NaN past sk)."""
+    k, v, table = paged_cache(b, sk, hk, d, page, torch.bfloat16, gen)
     q = torch.randn(b, sk, hq, d, generator=gen, device="cuda").to(torch.bfloat16)
     seqlens = torch.full((b,), sk, dtype=torch.int32, device="cuda")
     return q, k, v, table, seqlens
