@@ -59,7 +59,7 @@ rewritten from its notes (the same SASS counts), call 99 below.
 99. run(command="bash tools/calls.sh run 99", carry=[".dev/main128.so.xz", ".dev/fe128.so.xz", ".dev/main64.so.xz", ".dev/fe64.so.xz", ".whl"], timeout_s=560)   [tree at fence1]
    branch fence1 against main, d 128 then d 64: tests, sanitizers, W6 A B A B. Libraries: tools/dev_libs.sh
    fe64:fence1:64 fe128:fence1:128 main64:main:64 (main128 as built).
-98. run(command="bash tools/calls.sh run 98", carry=[".dev/gb256.so.xz", ".dev/gb128.so.xz", ".whl"], timeout_s=420)   [tree at gcdbox]
+98. run(command="bash tools/calls.sh run 98", carry=[".dev/gb256.so.xz", ".dev/gb128.so.xz", ".whl"], timeout_s=480)   [tree at gcdbox]
    branch gcdbox: paged TMA boxes of gcd(page, tile) >= 16 slots (d 256 at pages 32-256, page 48 everywhere):
    its prefill tests at d 256 (16-bit and fp8 caches) and the paged ones at d 128, racecheck / memcheck on
    the new boxes, then bench/page_probe.py (TMA against forced cp.async by page size, d 256 full / causal,
@@ -339,6 +339,30 @@ case "${1:-show}" in
         # in 32 bits) against main at d 128 (W6 16x128), then d 64 (W6 32x64).
         w6_ab /tmp/ab99a .dev/main128.so.xz .dev/fe128.so.xz 128 16x128 90 "${KVATTN_T99:-110}" 40
         w6_ab /tmp/ab99b .dev/main64.so.xz .dev/fe64.so.xz 64 32x64 60 "${KVATTN_T99:-110}" 30
+        ;;
+      98)  # session 54: branch gcdbox (paged TMA boxes of gcd(page, tile) slots where that is 16 or more): its
+        # prefill tests at d 256 (16-bit and fp8 caches) and d 128 (pages 32-256 at d 256, 48 and 96 at both
+        # take TMA now), memcheck and racecheck on the gcd-box cases, then bench.page_probe at both head dims.
+        source tools/device_env.sh
+        P="python3 -m pytest -q -p no:cacheprovider"
+        for d in 256 128; do
+          L=$(device_lib .dev/gb$d.so.xz gb$d)
+          env "${TEST_WORKER_ENV[@]}" KVATTN_TEST_HEAD_DIMS=$d KVATTN_LIBRARY=$L timeout -k 5 "${KVATTN_T98:-100}" \
+            $P $(test_workers) tests/python/test_cuda_prefill_sm90.py tests/python/test_cuda_prefill_sm90_fp8.py \
+            > /tmp/t98_$d.log 2>&1
+          echo "d $d tests rc=$? $(tail -1 /tmp/t98_$d.log)"; grep -E "^(FAILED|ERROR)" /tmp/t98_$d.log | cut -c1-300 | head -8
+        done
+        L=$(device_lib .dev/gb256.so.xz gb256)
+        for tool in memcheck racecheck; do
+          KVATTN_TEST_HEAD_DIMS=256 KVATTN_LIBRARY=$L timeout -k 5 50 compute-sanitizer --tool $tool \
+            --report-api-errors no $P tests/python/test_cuda_prefill_sm90.py -k "test_prefill_sm90 and (48 or 96)" \
+            > /tmp/t98_$tool.log 2>&1
+          echo "$tool rc=$? $(grep 'ERROR SUMMARY\|RACECHECK SUMMARY' /tmp/t98_$tool.log | tail -1) $(tail -1 /tmp/t98_$tool.log)"
+        done
+        for d in 256 128; do
+          KVATTN_LIBRARY=$(device_lib .dev/gb$d.so.xz gb$d) PYTHONPATH=python:. timeout -k 5 60 \
+            python3 -m bench.page_probe --d $d 2>&1 | tail -9
+        done
         ;;
       97)  # session 53: main's full build (build-ci/libkvattn.so.xz: both dtypes, every head dim). The A/B libraries
         # are bf16 only, so the fp16 kernels of the split stages ((192, 128) since session 50, d 256 since 53)

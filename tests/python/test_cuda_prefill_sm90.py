@@ -4,9 +4,10 @@ KVATTN_FORCE_SM90_PREFILL=1 drops the kernel's shape rule (>= 128 packed rows a 
 CTAs), so these small shapes (several 128-row blocks, several 128-key tiles, lengths that are not multiples
 of either) run on it wherever it covers the problem (d = dv in 64, 128, 256 and (d, dv) = (192, 128): every
 case runs at each of them, dv_of; fp16/bf16 caches (fp8 caches: test_cuda_prefill_sm90_fp8.py), no qv;
-(192, 128) first passed on a GPU in session 34). Paged cases whose page size (a multiple of 8) divides the key tile or is a
-multiple of it take its TMA producer (tiles of 128 keys at d 64, 128 and (192, 128), 80 at d 256:
-pages that neither divide the tile nor are multiples of it go by cp.async there), and so do contiguous caches whose rows hold a tile and packed caches of a tile of tokens
+(192, 128) first passed on a GPU in session 34). Paged cases whose page size (a multiple of 8) divides the key tile or
+is a multiple of it take its TMA producer (tiles of 128 keys at d 64, 128 and (192, 128), 80 at d 256), at d 256 also
+those sharing 16 slots or more with the tile, in boxes of gcd(page, 80) slots (pages 32-256, 48, 96, 160; not 24),
+and so do contiguous caches whose rows hold a tile and packed caches of a tile of tokens
 (CONTIGUOUS_TMA_CASES, written without a GPU); page 1 and the rest take its cp.async one. On a device
 that is not sm_90, or a build without 90a, the same cases run on the portable kernel and still must pass.
 One case checks with the profiler that the kernel really ran on Hopper.
@@ -76,9 +77,9 @@ CASES = {
     "leftpad paged": prefill(layout="paged", page_size=16, leftpad=(33, 7), seed=17),
     "paged 8 window": prefill(layout="paged", page_size=8, window=(150, 0), causal=False, seed=26),
     "paged 256 leftpad": prefill(layout="paged", page_size=256, seqlens=(700, 300), leftpad=(200, 0), seed=27),
-    # pages whose size neither divides the key tile nor is a multiple of it (cp.async at 128- and 80-key
-    # tiles; TMA boxes of 24 / 48 at d 256's 48-key tiles until session 53), lengths around multiples of 176 (branch kv176's
-    # d 128 tile: TMA boxes of gcd(page, 176) = 8 / 16 slots)
+    # pages whose size neither divides the key tile nor is a multiple of it: by cp.async at 128-key tiles; at
+    # d 256's 80 keys 24 by cp.async (gcd 8), 48 by TMA boxes of 16 (since session 54); lengths around
+    # multiples of 176 (branch kv176's d 128 tile)
     "paged 24, lengths around 176": prefill(layout="paged", page_size=24, seqlens=(353, 176, 177), sq=175,
                                             causal=False, seed=29),
     "paged 48 leftpad, 352 keys": prefill(layout="paged", page_size=48, seqlens=(352, 530), leftpad=(16, 48),
@@ -91,6 +92,12 @@ CASES = {
     "paged 160 leftpad, 400 keys": prefill(layout="paged", page_size=160, seqlens=(400, 161), leftpad=(80, 1),
                                            sq=160, seed=32),
     "paged 32, 80-key tiles": prefill(layout="paged", page_size=32, seqlens=(330, 161), sq=120, seed=33),
+    # d 256's gcd boxes (session 54), tiles starting inside a page: page 48 (boxes of 16) under leftpads
+    # that are not multiples of 16 and a window; page 96 (boxes of 16); cp.async at 128-key tiles
+    "paged 48, leftpads 5 / 21, window": prefill(layout="paged", page_size=48, seqlens=(500, 283),
+                                                 leftpad=(5, 21), window=(130, 0), causal=False, sq=140, seed=34),
+    "paged 96 leftpad, lengths around 80": prefill(layout="paged", page_size=96, seqlens=(611, 241),
+                                                   leftpad=(0, 17), sq=150, seed=35),
     # GQA widths and dtypes
     "MHA": prefill(hq=4, hk=4, seed=18),
     "GQA 8": prefill(hq=16, hk=2, seqlens=(300, 100), sq=100, seed=19),

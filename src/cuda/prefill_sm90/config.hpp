@@ -17,6 +17,11 @@ struct PrefillTile {
   // K and V of a stage on barriers of their own (full and empty each), so that a consumer frees K as soon
   // as its Q K^T is done instead of with V after P V (cta.cuh kSplitKv).
   bool split_kv = false;
+  // Paged caches whose page size neither divides block_n nor is a multiple of it take TMA boxes of gcd(page,
+  // block_n) slots where that is 16 or more (tma_pages_ok). d 256's 80-key tile only: there pages 32-256
+  // had no TMA, and boxes of 16 run 3-8% faster than its cp.async producer (H100, session 54); at 128-key
+  // tiles pages 48 / 96 by boxes of 16 / 32 measured level to 5% slower than d 128's cp.async producer.
+  bool gcd_boxes = false;
 };
 
 // Per head dim (d = dv):
@@ -59,8 +64,9 @@ struct PrefillTile {
 constexpr PrefillTile prefill_tile(int head_dim, bool kv_fp8 = false) {
   return head_dim <= 64    ? PrefillTile{3, 128, 4, 32, 160}
          : head_dim <= 128 ? PrefillTile{2, 128, 3, 56, 224}
-         : head_dim == 192 ? (kv_fp8 ? PrefillTile{2, 64, 4, 56, 224} : PrefillTile{2, 128, 2, 56, 224, true})
-                           : (kv_fp8 ? PrefillTile{2, 48, 3, 40, 232} : PrefillTile{2, 80, 2, 40, 232, true});
+         : head_dim == 192
+             ? (kv_fp8 ? PrefillTile{2, 64, 4, 56, 224} : PrefillTile{2, 128, 2, 56, 224, true})
+             : (kv_fp8 ? PrefillTile{2, 48, 3, 40, 232} : PrefillTile{2, 80, 2, 40, 232, true, true});
 }
 // The value head dim of the kernel of head dim d: d, except 128 at d = 192 (the kernels take d = dv, and
 // (192, 128)).
@@ -116,9 +122,9 @@ static_assert(prefill_smem_bytes(64, true, true) <= 227 * 1024 &&
 // slot_address_at (common/sequence.cuh): a paged cache's pages; a contiguous cache's rows (one page a row,
 // page size = the row's capacity); a packed cache's total_k token rows as one page. A tile of block_n keys
 // is block_n / box boxes of `box` slots each, tiles starting at a multiple of `align` slots. Paged: box =
-// align = min(page size, block_n), so no box crosses a page (the launcher takes page sizes that are
-// multiples of 8 dividing block_n or multiples of it). Contiguous and packed: one box of block_n slots at
-// any slot (align 1); a box reaching past the page's end is filled with zeros by the TMA unit.
+// align = gcd(page size, block_n), which divides both, so a tile is whole boxes and no box crosses a page
+// (the launcher's page sizes: tma_pages_ok). Contiguous and packed: one box of block_n slots at any slot
+// (align 1); a box reaching past the page's end is filled with zeros by the TMA unit.
 struct TmaGeometry {
   int64_t slots;  // slots a page (the map's dim 1)
   int64_t pages;  // the map's dim 3
@@ -129,14 +135,36 @@ constexpr TmaGeometry tma_geometry(bool packed, bool paged, int64_t num_pages, i
                                    int block_n) {
   if (packed) return {num_pages, 1, block_n, 1};
   if (!paged) return {page_size, num_pages, block_n, 1};
-  const int box = page_size < block_n ? static_cast<int>(page_size) : block_n;
-  return {page_size, num_pages, box, box};
+  // (Euclid's gcd: std::gcd is not constexpr under C++17)
+  int64_t a = page_size, b = block_n;
+  while (b != 0) {
+    const int64_t r = a % b;
+    a = b;
+    b = r;
+  }
+  return {page_size, num_pages, static_cast<int>(a), static_cast<int>(a)};
+}
+// Paged caches the TMA producer takes: page sizes that are multiples of 8 (16-byte rows of the box's slot dim
+// start aligned) that divide the key tile (a box a page, as few as 8 slots) or are multiples of it, and, for
+// a tile with gcd_boxes, any that shares 16 slots or more with it (a TMA instruction issues in ~85 clocks
+// whatever its size: smaller shared boxes stay on cp.async).
+constexpr bool tma_pages_ok(int64_t page_size, int block_n, bool gcd_boxes) {
+  if (page_size <= 0 || page_size % 8 != 0) return false;
+  if (block_n % page_size == 0 || page_size % block_n == 0) return true;
+  return gcd_boxes && tma_geometry(false, true, 1, page_size, block_n).box >= 16;
 }
 // Pages of 16 under 128-key tiles: 8 boxes a tile, tiles on page boundaries; pages of 256: a box a tile.
 static_assert(tma_geometry(false, true, 100, 16, 128).box == 16 &&
               tma_geometry(false, true, 100, 16, 128).align == 16);
 static_assert(tma_geometry(false, true, 100, 256, 128).box == 128 &&
               tma_geometry(false, true, 100, 256, 128).align == 128);
+// Pages of 48 under 80-key tiles: boxes of 16, tiles at multiples of 16; pages of 256 there: the same.
+static_assert(tma_geometry(false, true, 100, 48, 80).box == 16 &&
+              tma_geometry(false, true, 100, 256, 80).box == 16);
+static_assert(tma_pages_ok(8, 128, false) && tma_pages_ok(256, 128, false) && !tma_pages_ok(48, 128, false) &&
+              tma_pages_ok(48, 128, true) && tma_pages_ok(32, 80, true) && tma_pages_ok(256, 80, true) &&
+              tma_pages_ok(40, 80, false) && !tma_pages_ok(32, 80, false) && !tma_pages_ok(24, 80, true) &&
+              !tma_pages_ok(12, 48, true) && !tma_pages_ok(1, 128, true));
 // A contiguous cache of 4 rows x 1000 slots: 4 pages of 1000; packed 4097 tokens: one page of 4097.
 static_assert(tma_geometry(false, false, 4, 1000, 128).slots == 1000 &&
               tma_geometry(false, false, 4, 1000, 128).pages == 4 &&

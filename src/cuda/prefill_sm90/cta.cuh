@@ -25,8 +25,8 @@ enum PrefillFlags : uint32_t {
   // (then signals stale stages), or the consumers skip the score mods and the softmax.
   kDiagNoLoad = 4,
   kDiagNoSoftmax = 8,
-  // K/V by TMA (k_map / v_map valid): paged caches whose page size is a multiple of 8 and divides the key
-  // tile or is a multiple of it, contiguous and packed caches of at least a tile (tma_geometry).
+  // K/V by TMA (k_map / v_map valid): paged caches of tma_pages_ok's page sizes, contiguous and packed
+  // caches of at least a tile (tma_geometry).
   kTma = 16,
 };
 // Which stages the consumers fence (fence.proxy.async) after the full barrier, before wgmma reads them:

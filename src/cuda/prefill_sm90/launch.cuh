@@ -41,15 +41,15 @@ bool prefill_kernel_loaded() {
 
 // K/V by TMA (kernel.cuh, produce_tma) where the cache allows it, else the cp.async producer (any layout and
 // page size); KVATTN_SM90_TMA=0 forces the cp.async one (A/B). One 4-D map per cache over the pages of
-// tma_geometry (config.hpp): paged caches whose page size is a multiple of 8 that divides the key tile or
-// is a multiple of it, contiguous caches whose rows hold at least a tile, packed caches of at least a tile
-// of tokens. Every documented precondition of cuTensorMapEncodeTiled is checked here and declines rather
-// than fails: a 16-byte aligned base (prefill_sm90_supports checked it too), strides multiples of 16 bytes
-// below 2^40, dims in [1, 2^32]; and ours: a box within the slot dim (the box copies a whole tile from any
-// slot; a box larger than the tensor is not documented either way), coordinates within int32. The driver's
-// own refusal declines too.
-// fp8 caches: only the WithFp8Tma kernels (head dims multiples of 128: launch_prefill_kernel), e4m3 boxes of
-// 128 channels (one 128-byte swizzle row; produce_fp8_tma).
+// tma_geometry (config.hpp): paged caches of tma_pages_ok's page sizes (multiples of 8 that divide the key
+// tile or are multiples of it; d 256's tile: or share 16 slots or more with it), contiguous caches whose rows
+// hold at least a tile, packed caches of at least a tile of tokens. Every documented precondition of
+// cuTensorMapEncodeTiled is checked here and declines rather than fails: a 16-byte aligned base
+// (prefill_sm90_supports checked it too), strides multiples of 16 bytes below 2^40, dims in [1, 2^32]; and
+// ours: a box within the slot dim (the box copies a whole tile from any slot; a box larger than the tensor is
+// not documented either way), coordinates within int32. The driver's own refusal declines too. fp8 caches:
+// only the WithFp8Tma kernels (head dims multiples of 128: launch_prefill_kernel), e4m3 boxes of 128 channels
+// (one 128-byte swizzle row; produce_fp8_tma).
 template <class Cfg>
 bool make_kv_maps(const AttnParams& params, PrefillArgs& a) {
   using TKV = typename Cfg::TKV;
@@ -58,10 +58,7 @@ bool make_kv_maps(const AttnParams& params, PrefillArgs& a) {
   const SeqParams& sp = params.seq;
   if (const char* v = std::getenv("KVATTN_SM90_TMA"); v != nullptr && std::strcmp(v, "0") == 0) return false;
   const bool packed = sp.cu_seqlens_k != nullptr, paged = sp.page_table != nullptr && !packed;
-  if (paged && (sp.page_size <= 0 || sp.page_size % 8 != 0 ||
-                (Cfg::kBlockN % sp.page_size != 0 && sp.page_size % Cfg::kBlockN != 0))) {
-    return false;
-  }
+  if (paged && !tma_pages_ok(sp.page_size, Cfg::kBlockN, Cfg::kTile.gcd_boxes)) return false;
   if (params.head_dim != Cfg::kHeadDim || params.head_dim_v != Cfg::kHeadDimV) return false;
   const TmaGeometry g = tma_geometry(packed, paged, sp.num_pages, sp.page_size, Cfg::kBlockN);
   const CUtensorMapDataType dtype = std::is_same_v<TKV, __nv_fp8_e4m3> ? CU_TENSOR_MAP_DATA_TYPE_UINT8
