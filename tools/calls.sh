@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="tm128:tma1w:128 tm64:tma1w:64 rv64:review50:64 rv128:review50:128 rv256:review50:256 dd64:dedup51:64 dd128:dedup51:128 dd256:dedup51:256 pt64:ptrim:64 kv256:kv256:256 tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1 main128:main:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
+LIBS="tm128:tma1w:128 tm64:tma1w:64 rv64:review50:64 rv128:review50:128 rv256:review50:256 dd64:dedup51:64 dd128:dedup51:128 dd256:dedup51:256 pt64:ptrim:64 kv256:kv256:256 tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1 main128:main:128 clpad128:clpad:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
 
 show() {
   cat << 'END'
@@ -65,7 +65,12 @@ rewritten from its notes (the same SASS counts), call 99 below.
    the new boxes, then bench/page_probe.py (TMA against forced cp.async by page size, d 256 full / causal,
    d 128 page 48). Libraries: tools/dev_libs.sh gb256:gcdbox:256 gb128:gcdbox:128.
 87. run(command="bash tools/calls.sh run 87", carry=[".dev/main128.so.xz", ".dev/clpad128.so.xz", ".whl"], timeout_s=480)   [tree at clpad]
-   branch clpad merged with main in session 53 (A: main128; KVATTN_T87 the test step's seconds, 240).
+   branch clpad (re-created on main: its session-48 checkout was lost): paged leftpads and
+   window starts on the cluster form's TMA kernel. test_cluster_paged_leftpad_tma as the smoke test, the
+   decode file's cluster / dispatch tests (KVATTN_T87 the step's seconds, 200), racecheck / memcheck on the
+   new test's short and S = 3 cases, then A (main128) B (clpad128) over W1 b1 p16+scat+lpad and b1 32k p16
+   (the control). Libraries: tools/dev_libs.sh clpad128:clpad:128. Predicted (H100): 32/8 and 64/8 b1 32k
+   p16+scat+lpad 61 -> ~54 us, 32/8 b1 128k ~193 -> ~185, p16 level.
 97. run(command="bash tools/calls.sh run 97", carry=["build-ci/libkvattn.so.xz", ".whl"], timeout_s=300)   [tree at main]
    main's full build (xz of a CI build-cuda/libkvattn.so): the fp16 prefill cases at every head dim.
 95 / 96 (session 53, ran): 95 carried ".probe" (git-ignored since session 53: a probe binary travels only
@@ -422,6 +427,18 @@ case "${1:-show}" in
         source tools/device_env.sh
         L=$(device_lib .dev/tl64.so.xz tl64)
         KVATTN_LIBRARY=$L timeout -k 5 150 python3 -m bench.prefill_timeline --d 64 2>&1 | tail -80
+        ;;
+      87)  # session 48, re-created (its checkout was lost): branch clpad (the cluster form's TMA kernel over a
+        # paged cache starts a unit's tiles at its first visible key's 16-slot run: leftpads, window starts).
+        F="=W1 32/8 b1 32k p16+scat+lpad|=W1 64/8 b1 32k p16+scat+lpad|=W1 32/8 b1 128k p16+scat+lpad|=W1 32/8 b1 32k p16"
+        OUT=/tmp/ab87 KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/clpad128.so.xz KVATTN_AB_DIMS=128 \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py \
+          KVATTN_AB_K="cluster or dispatch" KVATTN_AB_SMOKE_K="cluster_paged_leftpad_tma" \
+          KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=${KVATTN_T87:-200} KVATTN_AB_SAN_TIMEOUT=45 \
+          KVATTN_AB_RACE_K="cluster_paged_leftpad_tma and p16_short" \
+          KVATTN_AB_MEM_K="cluster_paged_leftpad_tma and (p16_short or p16_batch_s3)" \
+          KVATTN_AB_SUITES=W1 KVATTN_AB_FILTER="$F" bash tools/prefill_ab.sh > "$OUT/ab.txt" 2>&1
+        ab_report /tmp/ab87 ab.txt
         ;;
       85)  # session 47 (not run): branch cbatch (batches past the bound on the cluster form, cluster_shape.hpp).
         F="tp|=W1 32/8 b4 32k p16|=W1 32/8 b1 32k p16|=W2 32/8 b128 zipf p16"

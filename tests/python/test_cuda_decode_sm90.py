@@ -342,8 +342,9 @@ _FORCED = dict(KVATTN_DECODE_CLUSTER_LONG="1")  # without the card's bandwidth t
     # Past the capacity bound (16,384 slots > 4,096): the cluster form for batch 1 where its TMA kernel can
     # take the stages and the model of the two forms' times says it is faster (launch.cu, cluster_faster:
     # 67 MB over 64 CTAs on any Hopper card; 537 MB (131,072 slots) by card: BY_CARD; 2 kv heads, 32 CTAs:
-    # 17 MB yes, 134 MB no; =1 skips the model), else the persistent kernel: a paged leftpad, page 8, an fp8
-    # cache, batch 2, TMA off, or when switched off
+    # 17 MB yes, 134 MB no; =1 skips the model; a paged leftpad too: the TMA kernel's tiles start at the
+    # first key's 16-slot run), else the persistent kernel: page 8, an fp8 cache, batch 2, TMA off, or when
+    # switched off
     (dict(_LONG), "cluster kernel, * CTAs a unit, K/V by TMA"),
     (dict(_LONG, CAP="131072"), "BY_CARD"),
     (dict(_LONG, HK="2"), "cluster kernel, 8 CTAs a unit, K/V by TMA, clusters a unit: 4"),
@@ -362,7 +363,7 @@ _FORCED = dict(KVATTN_DECODE_CLUSTER_LONG="1")  # without the card's bandwidth t
     (dict(_LONG, **_FORCED), "cluster kernel, * CTAs a unit, K/V by TMA"),
     (dict(_LONG, PAGE="16", **_FORCED), "cluster kernel, * CTAs a unit, K/V by TMA"),
     (dict(_LONG, LPAD="1", **_FORCED), "cluster kernel, * CTAs a unit, K/V by TMA"),  # contiguous
-    (dict(_LONG, PAGE="16", LPAD="1", **_FORCED), "kernel, 8 producer warps"),
+    (dict(_LONG, PAGE="16", LPAD="1", **_FORCED), "cluster kernel, * CTAs a unit, K/V by TMA"),
     (dict(_LONG, PAGE="8", **_FORCED), "kernel, 8 producer warps"),
     (dict(_LONG, KV="fp8", **_FORCED), "kernel, 4 producer warps"),
     (dict(_LONG, B="2", HK="4", **_FORCED), "kernel, 8 producer warps"),  # =1: batch 1 only
@@ -532,6 +533,52 @@ def test_cluster_features(features, kv_fp8, tma, hk, monkeypatch):
     if kw.get("leftpad"):
         kw["seqlens"] = tuple(n + lp for n, lp in zip(kw["seqlens"], kw["leftpad"]))
     run_and_compare(Case(**kw), DEVICE)
+
+
+# Paged leftpads on the TMA kernel (cluster.cuh: a unit's tiles start at its first visible key's 16-slot
+# run, the up to 15 keys before it masked and copied as that key; the leftpad slots hold NaN): leftpads 0-100
+# and window starts off the runs at pages 16 / 32 / 64 and HND, GQA 4, causal over 2 query rows (their first
+# keys one apart), S = 3 clusters a unit over a batch, and short lengths that only KVATTN_DECODE_TMA=force
+# puts on the TMA kernel. The first case takes the TMA kernel by its own rule (>= 512 keys a CTA).
+_PAGED_LEFTPAD_TMA = {
+    "p16_lpad": ({}, dict(page_size=16, seqlens=(13000, 9001, 700, 20), leftpad=(100, 37, 0, 5),
+                          sinks="fp32")),
+    "p32_lpad_window_softcap": (dict(KVATTN_DECODE_TMA="force"),
+                                dict(page_size=32, seqlens=(9000, 3000), leftpad=(61, 100), window=(1000, -1),
+                                     softcap=20.0)),
+    "p64_lpad_window_alibi": (dict(KVATTN_DECODE_TMA="force"),
+                              dict(page_size=64, seqlens=(6000, 2500, 90), leftpad=(17, 64, 3), window=(777, -1),
+                                   alibi="bh", batch_idx="scattered")),
+    "p16_causal_sq2": (dict(KVATTN_DECODE_TMA="force"),
+                       dict(page_size=16, seqlens=(5000, 1000), leftpad=(9, 100), sq=2, causal=True,
+                            window=(500, 0), sinks="bf16")),
+    "p16_batch_s3": (dict(KVATTN_DECODE_TMA="force", KVATTN_DECODE_CLUSTER="8", KVATTN_DECODE_CLUSTER_SPLITS="3"),
+                     dict(page_size=16, hq=4, hk=1, seqlens=(0, 1, 5000, 2049, 65), leftpad=(3, 0, 100, 47, 1),
+                          window=(1500, -1))),
+    "p16_short": (dict(KVATTN_DECODE_TMA="force"),
+                  dict(page_size=16, hq=4, hk=1, seqlens=(1, 15, 16, 17, 33, 100), leftpad=(0, 1, 15, 16, 17, 99),
+                       sinks="fp32")),
+    "p32_hnd": (dict(KVATTN_DECODE_TMA="force"),
+                dict(page_size=32, hnd=True, seqlens=(7000, 300), leftpad=(100, 23), window=(2000, -1))),
+}
+
+
+def _paged_leftpad_case(name):
+    env, extra = _PAGED_LEFTPAD_TMA[name]
+    kw = dict(dtype="bf16", d=128, hq=8, hk=2, sq=1, layout="paged", num_splits=0, extra_slots=300,
+              seed=len(name))
+    kw.update(extra)
+    kw["seqlens"] = tuple(n + lp for n, lp in zip(kw["seqlens"], kw["leftpad"]))
+    return env, Case(**kw)
+
+
+@pytest.mark.usefixtures("_cluster_on")
+@pytest.mark.parametrize("name", list(_PAGED_LEFTPAD_TMA))
+def test_cluster_paged_leftpad_tma(name, monkeypatch):
+    env, case = _paged_leftpad_case(name)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    run_and_compare(case, DEVICE)
 
 
 @pytest.mark.usefixtures("_cluster_on")

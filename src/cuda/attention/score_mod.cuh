@@ -37,7 +37,8 @@ __device__ __forceinline__ QueryRow query_row(const AttnParams& p, const Sequenc
   q.head = kv_head * p.group + split.g;
   q.alibi_slope =
       p.alibi_slopes && q.attends ? p.alibi_slopes[i * p.alibi_batch_stride + q.head] * kLog2e : 0.f;
-  // (kp >= 0 always: a first key past int32 or a last key below -1 hides every key all the same.)
+  // (kp < 0, the decode cluster form's run-aligned first stage, is below key_first >= 0: a first key past
+  // int32 or a last key below -1 hides every key all the same.)
   q.key_first = static_cast<int32_t>(min(p.mask.first_key(q.qp), int64_t{INT32_MAX}));
   q.key_last = static_cast<int32_t>(max(p.mask.last_key(q.qp, kv_len), int64_t{-1}));
   return q;

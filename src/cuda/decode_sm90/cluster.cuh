@@ -13,7 +13,9 @@
 // issue a copy, and two warps share each scheduler (bench/NOTES.md, session 42: one warp a scheduler left the
 // 4k case's ~14 us to the warps' own instruction latency). 16-bit caches: the stages are swizzled
 // (DecodeCfg::kv_offset) and a stage of whole runs of 16 slots comes by TMA (issue_stage), so that a producer
-// hands the copy engine 8 boxes instead of issuing 32 copies a lane (bench/NOTES.md, session 44).
+// hands the copy engine 8 boxes instead of issuing 32 copies a lane (bench/NOTES.md, session 44). On paged
+// caches the unit's tiles then start at its first visible key's run (`origin`), so that a leftpad or a
+// window's first key off the runs leaves only the first stage to cp.async (bench/NOTES.md, session 48).
 //   grid (C S, kv heads, batch), cluster (C, 1, 1): blockIdx.x is C g + rank (rank: the CTA's in its
 //   cluster).
 #pragma once
@@ -28,14 +30,27 @@ namespace kvattn::cuda::sm90 {
 // decode's start each instruction-cache line executed for the first time costs a fetch (H100, session 43:
 // W1 b1 1k-4k -3 to -6% rolled by 1 or by 4 against fully unrolled).
 constexpr int kClusterCopyUnroll = 4;
+// A TMA box's slots: a page's runs start at slot multiples of this (the maps take page sizes that are
+// multiples of it).
+constexpr int kRunSlots = 16;
+
+// The key lane `lane` copies as row j * 32 + lane of stage s: the piece's, clamped into [keys.first, kp_end)
+// past its end and before the first visible key (the run-aligned tiles' first stage): a finite row of the
+// sequence (unused slots may hold NaN) whose score the mask drops, so that P = 0 meets a finite V.
+template <class Cfg>
+__device__ __forceinline__ int32_t stage_key(const PieceKeys& pk, int s, int j, int lane) {
+  const int32_t kp = pk.kp_begin + s * Cfg::kStageKeys + j * 32 + lane;
+  return min(max(kp, static_cast<int32_t>(pk.keys.first)), pk.kp_end - 1);
+}
 
 // This warp's copies of one stage (CTA-wide stage s of the piece) into `dst`, completing on `full` (one
-// arrival a lane): lane k owns keys j * 32 + k (entry: their page-table entries), past the piece's keys its
-// last key, a bad page id a row of zeros; one warp instruction covers whole rows. Swizzled stages (16-bit
-// caches) whose keys are all the piece's and lie in runs of 16 consecutive slots of a page go by TMA
-// instead (maps, where tma says so): lane 0 issues the stage's 8 boxes (2 runs x 2 panels, K and V) with the
-// bytes to expect, the other lanes arrive. Returns false when one of this lane's entries is out of range (the
-// error recorded).
+// arrival a lane): lane k owns keys j * 32 + k (entry: their page-table entries), clamped by stage_key, a bad
+// page id a row of zeros; one warp instruction covers whole rows. Swizzled stages (16-bit caches) whose keys
+// are all the piece's and lie in runs of 16 consecutive slots of a page go by TMA instead (maps, where tma
+// says so): lane 0 issues the stage's 8 boxes (2 runs x 2 panels, K and V) with the bytes to expect, the
+// other lanes arrive. (A stage that starts before the first visible key has lane 0 clamped to that key, off
+// its run's start: by cp.async.) Returns false when one of this lane's entries is out of range (the error
+// recorded).
 template <class Cfg>
 __device__ __forceinline__ bool issue_stage(const AttnParams& p, const DecodeKvMaps& maps, bool tma,
                                             const PieceKeys& pk, int kv_head, int s,
@@ -53,8 +68,7 @@ __device__ __forceinline__ bool issue_stage(const AttnParams& p, const DecodeKvM
   SlotAddress at[Cfg::kKeysPerLane];
 #pragma unroll
   for (int j = 0; j < Cfg::kKeysPerLane; ++j) {
-    const int32_t kp = min(pk.kp_begin + s * Cfg::kStageKeys + j * 32 + lane, pk.kp_end - 1);
-    const int64_t slot = seq.leftpad + kp;
+    const int64_t slot = seq.leftpad + stage_key<Cfg>(pk, s, j, lane);
     at[j] = slot_address_at(p.seq, seq, slot, entry[j]);
     if (at[j].page < 0) {
       ok = false;
@@ -69,12 +83,11 @@ __device__ __forceinline__ bool issue_stage(const AttnParams& p, const DecodeKvM
   }
   if constexpr (Cfg::kSwizzled) {
     static_assert(Cfg::kKeysPerLane == 1 && Cfg::kStageKeys == 32, "a stage: one key a lane, 2 runs of 16");
-    // A page's runs start at slot multiples of 16 (the maps are made for page sizes that are multiples of
-    // 16); contiguous and packed caches: any slot.
+    // A page's runs start at slot multiples of kRunSlots; contiguous and packed caches: any slot.
     const bool paged = p.seq.page_table != nullptr && p.seq.cu_seqlens_k == nullptr;
     const bool whole = pk.kp_begin + (s + 1) * Cfg::kStageKeys <= pk.kp_end;
     if (__all_sync(0xffffffffu, tma && whole && at[0].page >= 0 &&
-                                    (!paged || lane % 16 != 0 || at[0].in_page % 16 == 0))) {
+                                    (!paged || lane % kRunSlots != 0 || at[0].in_page % kRunSlots == 0))) {
       const int page[2] = {__shfl_sync(0xffffffffu, at[0].page, 0), __shfl_sync(0xffffffffu, at[0].page, 16)};
       const int in_page[2] = {__shfl_sync(0xffffffffu, at[0].in_page, 0),
                               __shfl_sync(0xffffffffu, at[0].in_page, 16)};
@@ -132,8 +145,9 @@ __device__ __forceinline__ void stage_entries(const AttnParams& p, const PieceKe
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int j = 0; j < Cfg::kKeysPerLane; ++j) {
-    const int32_t kp = min(pk.kp_begin + s * Cfg::kStageKeys + j * 32 + lane, pk.kp_end - 1);
-    entry[j] = paged && s < pk.stages ? page_entry(p.seq, pk.seq, pk.seq.leftpad + kp) : 0;
+    entry[j] = paged && s < pk.stages
+                   ? page_entry(p.seq, pk.seq, pk.seq.leftpad + stage_key<Cfg>(pk, s, j, lane))
+                   : 0;
   }
 }
 
@@ -187,11 +201,19 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
   const Sequence& seq = pk.seq;
   const bool has_rows = seq.rows_known && seq.q_len > 0;  // the same on every CTA of the cluster
   pk.keys = has_rows ? key_range(p, seq, 0, Cfg::kRows, Cfg::kBlockN) : KeyRange{};
+  // The TMA kernel over a paged cache: the tiles start at the first visible key's run (origin, at most
+  // kRunSlots - 1 keys early, in its page), so that every whole stage is two runs whatever the leftpad or
+  // the window's first key; the keys before the first are masked (kp < every row's first key) and copied as
+  // that key (stage_key).
+  const bool run_tiles = Cfg::kSwizzled && maps.tma != 0 && p.seq.page_table != nullptr &&
+                         p.seq.cu_seqlens_k == nullptr && pk.keys.tiles > 0;
+  const int64_t origin = pk.keys.first - (run_tiles ? (seq.leftpad + pk.keys.first) % kRunSlots : 0);
+  if (run_tiles) pk.keys.tiles = (pk.keys.last - origin + Cfg::kBlockN) / Cfg::kBlockN;
   const int share = split * ctas + rank, shares = splits * ctas;
   pk.tile_begin = pk.keys.tiles * share / shares;
   pk.tile_end = pk.keys.tiles * (share + 1) / shares;
-  pk.kp_begin = static_cast<int32_t>(pk.keys.first + pk.tile_begin * Cfg::kBlockN);
-  pk.kp_end = static_cast<int32_t>(min(pk.keys.last + 1, pk.keys.first + pk.tile_end * Cfg::kBlockN));
+  pk.kp_begin = static_cast<int32_t>(origin + pk.tile_begin * Cfg::kBlockN);
+  pk.kp_end = static_cast<int32_t>(min(pk.keys.last + 1, origin + pk.tile_end * Cfg::kBlockN));
   pk.stages = pk.kp_end > pk.kp_begin ? (pk.kp_end - pk.kp_begin + Cfg::kStageKeys - 1) / Cfg::kStageKeys : 0;
   // The CTA's piece: S > 1, split `split`'s partial rows (piece_partial_row; else out directly).
   const Piece w{i, kv_head, 0, splits > 1 ? split : -1, pk.tile_begin, pk.tile_end, -1, -1};
@@ -254,7 +276,10 @@ __global__ void __launch_bounds__(DecodeClusterShape::kThreads, 1)
     asm volatile("cp.async.wait_all;" ::: "memory");
   } else if (has_rows) {
     const QRows<Cfg> q = load_q<Cfg>(p, seq, i, kv_head, tid);
-    ok &= piece_ok<Cfg>(p, w, pk, tid);
+    // (Its check of the slots before the unit's keys stops at the first visible key, not at origin.)
+    PieceKeys visible = pk;
+    visible.kp_begin = max(pk.kp_begin, static_cast<int32_t>(pk.keys.first));
+    ok &= piece_ok<Cfg>(p, w, visible, tid);
     KVATTN_TL(if (tid == 0 && ok != (pk.stages == -1)) tl_stamp_piece(0, kTlpChecked));
     uint32_t q_frag[Cfg::kHeadDim / 16][4];
     const float q_unscale = load_q_fragments<Cfg>(q, s_q, s_qmax, 0, q_frag, 0);

@@ -72,18 +72,18 @@ inline double cluster_us(double bytes, int64_t ctas, int size, int splits, int64
 }
 
 // Past the capacity bound the cluster form streams on its TMA kernel's layouts only (tma_eligible; by
-// cp.async it streams slower: page 1 +14%, a paged leftpad off the 16-slot grid +45%, fp8 +33%, H100; a
-// leftpad is a value, so a paged cache with one stays on the persistent kernel), where the model says it
-// beats the persistent kernel on the whole capacity, and, for a batch, also where one sequence holding the
-// whole capacity alone (the others empty) streams on its own clusters no slower than the persistent kernel
-// would stream it over every SM: the lengths are on the device, and the persistent kernel's balanced
-// schedule spreads a long sequence among short ones over every SM where the cluster form keeps it on its
-// units' clusters. (4/1 b4 x 32k passes, on 24 CTAs a unit; 8/2 b4 x 32k, 8 CTAs a unit, and b4 x 128k do
-// not.) KVATTN_DECODE_CLUSTER_LONG=1 skips the model, for batch 1 only.
+// cp.async it streams slower: page 1 +14%, a paged leftpad's stages all off the 16-slot runs +45%, fp8
+// +33%, H100; a leftpad or a window start is a value, so the TMA kernel starts a paged unit's tiles at its
+// first key's run: cluster.cuh), where the model says it beats the persistent kernel on the whole capacity,
+// and, for a batch, also where one sequence holding the whole capacity alone (the others empty) streams on
+// its own clusters no slower than the persistent kernel would stream it over every SM: the lengths are on
+// the device, and the persistent kernel's balanced schedule spreads a long sequence among short ones over
+// every SM where the cluster form keeps it on its units' clusters. (4/1 b4 x 32k passes, on 24 CTAs a unit;
+// 8/2 b4 x 32k, 8 CTAs a unit, and b4 x 128k do not.) KVATTN_DECODE_CLUSTER_LONG=1 skips the model, for
+// batch 1 only.
 inline bool cluster_streams_long(const FwdProblem& p, bool tma_eligible, const ClusterCard& card,
                                  const ClusterAsk& ask, ClusterShape c, int64_t units) {
   if (ask.long_rule == 0 || p.batch < 1 || !tma_eligible) return false;
-  if (paged_cache(p) && p.cache_leftpad != nullptr) return false;
   if (ask.long_rule == 1) return p.batch == 1;
   if (card.dram_bytes_per_us <= 0) return false;
   auto faster = [&](double bytes, int64_t ctas) {
