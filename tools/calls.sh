@@ -54,8 +54,10 @@ bench/mufu_rate.cu: packed ex2 forms give no more results a clock); 96 (branch t
 97 (main's full build: 81 fp16 prefill cases at every head dim, the split stages' 130 bf16 persistent cases,
 memcheck: all passed; its first run skipped the fp16 cases under run's KVATTN_TEST_DTYPES=bf16, now unset).
 Next (NOTES, session 53), in order: 98, 99, then 87 (written and their libraries built this session).
-Session 54: the checkout came back without .dev/, .peerkit/ and branches gcdbox, fence1, clpad; fence1
-rewritten from its notes (the same SASS counts), call 99 below.
+Session 54: the checkout came back without .dev/, .peerkit/ and branches gcdbox, fence1, clpad; all three
+rewritten from their notes (clpad by a helper). 87, 99, 98 ran on one H100 (after ~12 refused asks): clpad
+and fence1 landed, gcdbox landed for d 256's tile only (its d 128 boxes measured level to slower). Next
+(NOTES, session 54): the H200 full run (rebuild build-ci from main first).
 99. run(command="bash tools/calls.sh run 99", carry=[".dev/main128.so.xz", ".dev/fe128.so.xz", ".dev/main64.so.xz", ".dev/fe64.so.xz", ".whl"], timeout_s=560)   [tree at fence1]
    branch fence1 against main, d 128 then d 64: tests, sanitizers, W6 A B A B. Libraries: tools/dev_libs.sh
    fe64:fence1:64 fe128:fence1:128 main64:main:64 (main128 as built).
