@@ -57,7 +57,10 @@ Next (NOTES, session 53), in order: 98, 99, then 87 (written and their libraries
 Session 54: the checkout came back without .dev/, .peerkit/ and branches gcdbox, fence1, clpad; all three
 rewritten from their notes (clpad by a helper). 87, 99, 98 ran on one H100 (after ~12 refused asks): clpad
 and fence1 landed, gcdbox landed for d 256's tile only (its d 128 boxes measured level to slower). Next
-(NOTES, session 54): the H200 full run (rebuild build-ci from main first).
+(NOTES, session 54): 100 (main's full build: the fp8 prefill and fp16 decode cluster kernels of the landed
+branches, not yet run on a GPU), then the H200 full run (rebuild build-ci from main first).
+100. run(command="bash tools/calls.sh run 100", carry=["build-ci/libkvattn.so.xz", ".whl"], timeout_s=330)   [tree at main]
+   main's full build (xz of a CI build-cuda/libkvattn.so of main): fp8 prefill file and decode cluster tests.
 99. run(command="bash tools/calls.sh run 99", carry=[".dev/main128.so.xz", ".dev/fe128.so.xz", ".dev/main64.so.xz", ".dev/fe64.so.xz", ".whl"], timeout_s=560)   [tree at fence1]
    branch fence1 against main, d 128 then d 64: tests, sanitizers, W6 A B A B. Libraries: tools/dev_libs.sh
    fe64:fence1:64 fe128:fence1:128 main64:main:64 (main128 as built).
@@ -341,6 +344,21 @@ case "${1:-show}" in
             echo "$tool rc=$? $(grep -E 'SUMMARY' /tmp/ab51/$tool.log | tail -1) $(tail -1 /tmp/ab51/$tool.log)"
           done
         fi
+        ;;
+      100)  # session 54 (not run: no device time left): main's full build after fence1, gcdbox and clpad landed
+        # (build-ci/libkvattn.so.xz from CI's build-cuda). The A/B libraries were bf16 and their calls ran the
+        # 16-bit prefill file: the fp8-cache prefill kernels (fence1's ring_slot in their producers) and the
+        # decode cluster form's fp16 kernels (clpad) never ran. Both files, every head dim and dtype.
+        source tools/device_env.sh
+        unset KVATTN_TEST_DTYPES  # (a full build has both dtypes)
+        L=$(device_lib build-ci/libkvattn.so.xz full)
+        P="python3 -m pytest -q -p no:cacheprovider"
+        env "${TEST_WORKER_ENV[@]}" KVATTN_LIBRARY=$L timeout -k 5 ${KVATTN_T100:-150} $P $(test_workers) \
+          tests/python/test_cuda_prefill_sm90_fp8.py > /tmp/t100a.log 2>&1
+        echo "fp8 prefill rc=$? $(tail -1 /tmp/t100a.log)"; grep -E "^(FAILED|ERROR)" /tmp/t100a.log | cut -c1-300 | head -8
+        env "${TEST_WORKER_ENV[@]}" KVATTN_LIBRARY=$L timeout -k 5 ${KVATTN_T100:-150} $P $(test_workers) \
+          tests/python/test_cuda_decode_sm90.py -k "cluster" > /tmp/t100b.log 2>&1
+        echo "decode cluster rc=$? $(tail -1 /tmp/t100b.log)"; grep -E "^(FAILED|ERROR)" /tmp/t100b.log | cut -c1-300 | head -8
         ;;
       99)  # session 54: branch fence1 (the consumers' reader-fence rule as one threshold a unit; the ring position
         # in 32 bits) against main at d 128 (W6 16x128), then d 64 (W6 32x64).
