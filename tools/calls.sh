@@ -99,10 +99,6 @@ when carried).
    where W6 32x64's tiles go (1.32x FA4's time per clock; session 50: not the turns): bench.prefill_timeline
    at d 64 (stage wait, issue, S wait, softmax, P V wait, tail; the warpgroups' offset and their softmaxes'
    overlap) on a timeline build: tools/dev_libs.sh tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1.
-87 (session 48's form, superseded by the line above). run(command="bash tools/calls.sh run 87", carry=[".dev/cbatch128.so.xz", ".dev/clpad128.so.xz", ".whl"], timeout_s=400)   [tree at clpad]
-   branch clpad (paged leftpads and window starts aligned to the 16-slot runs on the cluster form's TMA
-   kernel): the cluster tests with test_cluster_paged_leftpad_tma, racecheck / memcheck, A (main) B (clpad)
-   over W1's lpad cases. Predicted (H100): b1 32k p16+scat+lpad 61 -> ~54 us, b1 128k ~193 -> ~185.
 85. run(command="bash tools/calls.sh run 85", carry=[".dev/main128_47.so.xz", ".dev/cbatch128.so.xz", ".whl", ".peerkit/MANIFEST.json", ".peerkit/fi.tar.xz"], timeout_s=600)   [tree at cbatch]
    branch cbatch (the cluster form for a batch past the capacity bound where one sequence alone would
    stream no slower on its clusters: 4/1 b2-b4 x 32k, 8/2 b2, 1 kv head b2 x 128k): the decode tests' cluster
@@ -273,6 +269,18 @@ w6_ab() {
     KVATTN_AB_SMOKE_TIMEOUT="$6" KVATTN_AB_TEST_TIMEOUT="$7" KVATTN_AB_SAN_TIMEOUT="$8" bash tools/prefill_ab.sh
 }
 
+# A pytest step against library LIB in worker processes, time-boxed (tools/device_env.sh sourced first; more
+# variables, e.g. KVATTN_TEST_HEAD_DIMS, from the caller's environment): its log /tmp/NAME.log, its last line
+# and the failed tests on stdout. test_step NAME LIB SECONDS PYTEST_ARGS...
+test_step() {
+  local name=$1 lib=$2 secs=$3
+  shift 3
+  env "${TEST_WORKER_ENV[@]}" KVATTN_LIBRARY="$lib" timeout -k 5 "$secs" python3 -m pytest -q -p no:cacheprovider \
+    $(test_workers) "$@" > "/tmp/$name.log" 2>&1
+  echo "$name rc=$? $(tail -1 "/tmp/$name.log")"
+  grep -E "^(FAILED|ERROR)" "/tmp/$name.log" | cut -c1-300 | head -8
+}
+
 # A prefill_ab.sh run's summary (its rounds, the cases' table, the tests' failures) on stdout and the failed
 # tests' error lines into $OUT/test_errors.txt: ab_report DIR FILE (DIR its OUT, FILE its output in $OUT).
 ab_report() {
@@ -352,13 +360,8 @@ case "${1:-show}" in
         source tools/device_env.sh
         unset KVATTN_TEST_DTYPES  # (a full build has both dtypes)
         L=$(device_lib build-ci/libkvattn.so.xz full)
-        P="python3 -m pytest -q -p no:cacheprovider"
-        env "${TEST_WORKER_ENV[@]}" KVATTN_LIBRARY=$L timeout -k 5 ${KVATTN_T100:-150} $P $(test_workers) \
-          tests/python/test_cuda_prefill_sm90_fp8.py > /tmp/t100a.log 2>&1
-        echo "fp8 prefill rc=$? $(tail -1 /tmp/t100a.log)"; grep -E "^(FAILED|ERROR)" /tmp/t100a.log | cut -c1-300 | head -8
-        env "${TEST_WORKER_ENV[@]}" KVATTN_LIBRARY=$L timeout -k 5 ${KVATTN_T100:-150} $P $(test_workers) \
-          tests/python/test_cuda_decode_sm90.py -k "cluster" > /tmp/t100b.log 2>&1
-        echo "decode cluster rc=$? $(tail -1 /tmp/t100b.log)"; grep -E "^(FAILED|ERROR)" /tmp/t100b.log | cut -c1-300 | head -8
+        test_step t100_fp8_prefill "$L" "${KVATTN_T100:-150}" tests/python/test_cuda_prefill_sm90_fp8.py
+        test_step t100_decode_cluster "$L" "${KVATTN_T100:-150}" tests/python/test_cuda_decode_sm90.py -k cluster
         ;;
       99)  # session 54: branch fence1 (the consumers' reader-fence rule as one threshold a unit; the ring position
         # in 32 bits) against main at d 128 (W6 16x128), then d 64 (W6 32x64).
@@ -371,11 +374,8 @@ case "${1:-show}" in
         source tools/device_env.sh
         P="python3 -m pytest -q -p no:cacheprovider"
         for d in 256 128; do
-          L=$(device_lib .dev/gb$d.so.xz gb$d)
-          env "${TEST_WORKER_ENV[@]}" KVATTN_TEST_HEAD_DIMS=$d KVATTN_LIBRARY=$L timeout -k 5 "${KVATTN_T98:-100}" \
-            $P $(test_workers) tests/python/test_cuda_prefill_sm90.py tests/python/test_cuda_prefill_sm90_fp8.py \
-            > /tmp/t98_$d.log 2>&1
-          echo "d $d tests rc=$? $(tail -1 /tmp/t98_$d.log)"; grep -E "^(FAILED|ERROR)" /tmp/t98_$d.log | cut -c1-300 | head -8
+          KVATTN_TEST_HEAD_DIMS=$d test_step t98_d$d "$(device_lib .dev/gb$d.so.xz gb$d)" "${KVATTN_T98:-100}" \
+            tests/python/test_cuda_prefill_sm90.py tests/python/test_cuda_prefill_sm90_fp8.py
         done
         L=$(device_lib .dev/gb256.so.xz gb256)
         for tool in memcheck racecheck; do
@@ -397,14 +397,10 @@ case "${1:-show}" in
         unset KVATTN_TEST_DTYPES  # (a full build has both dtypes; set, the fp16 cases skip: session 53's first run)
         L=$(device_lib build-ci/libkvattn.so.xz full)
         P="python3 -m pytest -q -p no:cacheprovider"
-        F="tests/python/test_cuda_prefill_sm90.py tests/python/test_cuda_prefill_sm90_fp8.py"
-        env "${TEST_WORKER_ENV[@]}" KVATTN_LIBRARY=$L timeout -k 5 ${KVATTN_T97:-120} $P $(test_workers) $F \
-          -k fp16 > /tmp/t97a.log 2>&1
-        echo "fp16 rc=$? $(tail -1 /tmp/t97a.log)"; grep -E "^(FAILED|ERROR)" /tmp/t97a.log | cut -c1-300 | head -8
-        env "${TEST_WORKER_ENV[@]}" KVATTN_LIBRARY=$L KVATTN_TEST_HEAD_DIMS="192 256" timeout -k 5 90 $P \
-          $(test_workers) tests/python/test_cuda_prefill_sm90.py -k "persistent and not fp16" > /tmp/t97b.log 2>&1
-        echo "bf16 persistent d 192 / 256 rc=$? $(tail -1 /tmp/t97b.log)"
-        grep -E "^(FAILED|ERROR)" /tmp/t97b.log | cut -c1-300 | head -8
+        test_step t97_fp16 "$L" "${KVATTN_T97:-120}" tests/python/test_cuda_prefill_sm90.py \
+          tests/python/test_cuda_prefill_sm90_fp8.py -k fp16
+        KVATTN_TEST_HEAD_DIMS="192 256" test_step t97_bf16_persistent_d192_256 "$L" 90 \
+          tests/python/test_cuda_prefill_sm90.py -k "persistent and not fp16"
         KVATTN_LIBRARY=$L KVATTN_TEST_HEAD_DIMS=256 timeout -k 5 60 compute-sanitizer --tool memcheck \
           --report-api-errors no $P tests/python/test_cuda_prefill_sm90.py -k "MHA and fp16 and persistent" \
           > /tmp/t97c.log 2>&1
