@@ -59,8 +59,9 @@ rewritten from their notes (clpad by a helper). 87, 99, 98 ran on one H100 (afte
 and fence1 landed, gcdbox landed for d 256's tile only (its d 128 boxes measured level to slower). Next
 (NOTES, session 54): 100 (main's full build: the fp8 prefill and fp16 decode cluster kernels of the landed
 branches, not yet run on a GPU), then the H200 full run (rebuild build-ci from main first).
-100. run(command="bash tools/calls.sh run 100", carry=["build-ci/libkvattn.so.xz", ".whl"], timeout_s=330)   [tree at main]
-   main's full build (xz of a CI build-cuda/libkvattn.so of main): fp8 prefill file and decode cluster tests.
+100. run(command="bash tools/calls.sh run 100", carry=["build-ci/libkvattn.so.xz", ".whl"], timeout_s=450)   [tree at main]
+   main's full build (xz of a CI build-cuda/libkvattn.so of main): fp8 prefill file and decode cluster tests,
+   then W3 d 128 p16 with TMA against KVATTN_SM90_TMA=0 (A B A B; KVATTN_AB100=0 leaves it out).
 99. run(command="bash tools/calls.sh run 99", carry=[".dev/main128.so.xz", ".dev/fe128.so.xz", ".dev/main64.so.xz", ".dev/fe64.so.xz", ".whl"], timeout_s=560)   [tree at fence1]
    branch fence1 against main, d 128 then d 64: tests, sanitizers, W6 A B A B. Libraries: tools/dev_libs.sh
    fe64:fence1:64 fe128:fence1:128 main64:main:64 (main128 as built).
@@ -362,6 +363,12 @@ case "${1:-show}" in
         L=$(device_lib build-ci/libkvattn.so.xz full)
         test_step t100_fp8_prefill "$L" "${KVATTN_T100:-150}" tests/python/test_cuda_prefill_sm90_fp8.py
         test_step t100_decode_cluster "$L" "${KVATTN_T100:-150}" tests/python/test_cuda_decode_sm90.py -k cluster
+        # Session 55: d 128's paged prefill, TMA (a) against the cp.async producer forced (b), A B A B at the
+        # clocks each record logs (session 54's page probe had TMA at higher clocks: NOTES item 3).
+        [ "${KVATTN_AB100:-1}" = 0 ] || OUT=/tmp/ab100 KVATTN_AB_CHECK=0 KVATTN_AB_A=$L KVATTN_AB_B=$L \
+          KVATTN_AB_ENV_B="KVATTN_SM90_TMA=0" KVATTN_AB_SUITES=W3 KVATTN_AB_ROUNDS=2 \
+          KVATTN_AB_FILTER="=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +2048 over 4k p16|=W3 32/8 b8 +512 over 32k p16|=W3 32/8 b1 +2048 over 32k p16" \
+          bash tools/prefill_ab.sh | grep -E "^\[|^W3|^worst|^SM clock" | cut -c1-220
         ;;
       99)  # session 54: branch fence1 (the consumers' reader-fence rule as one threshold a unit; the ring position
         # in 32 bits) against main at d 128 (W6 16x128), then d 64 (W6 32x64).
