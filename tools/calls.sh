@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="ms64:mmasum:64 tm128:tma1w:128 tm64:tma1w:64 rv64:review50:64 rv128:review50:128 rv256:review50:256 dd64:dedup51:64 dd128:dedup51:128 dd256:dedup51:256 pt64:ptrim:64 kv256:kv256:256 tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1 main128:main:128 clpad128:clpad:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
+LIBS="ms64:mmasum:64 ms128:mmasum128:128 tm128:tma1w:128 tm64:tma1w:64 rv64:review50:64 rv128:review50:128 rv256:review50:256 dd64:dedup51:64 dd128:dedup51:128 dd256:dedup51:256 pt64:ptrim:64 kv256:kv256:256 tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1 main128:main:128 clpad128:clpad:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
 
 show() {
   cat << 'END'
@@ -59,6 +59,10 @@ rewritten from their notes (clpad by a helper). 87, 99, 98 ran on one H100 (afte
 and fence1 landed, gcdbox landed for d 256's tile only (its d 128 boxes measured level to slower). Next
 (NOTES, session 54): 100 (main's full build: the fp8 prefill and fp16 decode cluster kernels of the landed
 branches, not yet run on a GPU), then the H200 full run (rebuild build-ci from main first).
+102. run(command="bash tools/calls.sh run 102", carry=[".dev/main128.so.xz", ".dev/ms128.so.xz", ".whl"], timeout_s=480)   [tree at main]
+   branch mmasum128 (mmasum with the rows' sums on d 128's tile too: the loop's FADD 126 -> 64, HGMMA 16 ->
+   24): prefill tests at d 128, racecheck / memcheck, W6 16x128 A B A B. Libraries: tools/dev_libs.sh
+   main128:main:128 ms128:mmasum128:128.
 101. run(command="bash tools/calls.sh run 101", carry=[".dev/main64.so.xz", ".dev/ms64.so.xz", ".whl"], timeout_s=480)   [tree at main or mmasum]
    branch mmasum: d 64's rows' sums on the tensor cores (SASS: a plain tile 453 -> 400 instructions a consumer
    warp, local loads / stores 5 + 5 -> 3 + 3): prefill tests at d 64 (both files), racecheck / memcheck, W6
@@ -357,6 +361,10 @@ case "${1:-show}" in
             echo "$tool rc=$? $(grep -E 'SUMMARY' /tmp/ab51/$tool.log | tail -1) $(tail -1 /tmp/ab51/$tool.log)"
           done
         fi
+        ;;
+      102)  # session 55: branch mmasum128 (mmasum with d 128's tile too) against main at d 128: tests, sanitizers,
+        # W6 16x128 A B A B.
+        w6_ab /tmp/ab102 .dev/main128.so.xz .dev/ms128.so.xz 128 16x128 60 "${KVATTN_T102:-150}" 40
         ;;
       101)  # session 55: branch mmasum (d 64's rows' sums on the tensor cores: P times a block of ones beside P V's
         # k-steps), its prefill tests at d 64 (16-bit and fp8 caches: both kernels changed), sanitizers, W6 32x64
