@@ -497,16 +497,20 @@ __device__ __forceinline__ void softmax_max(const float (&s)[kBlockN / 2], float
 }
 
 // Pairs [kJ0, kJ1) of both rows (kJ0 = 0: onto the running sums times their correction); kJ1 = kPairs ends
-// the rows' sums (row_sum).
-template <int kBlockN, int kJ0, int kJ1>
+// the rows' sums (row_sum). kSums false: the exponentials alone (kMmaSums).
+template <int kBlockN, int kJ0, int kJ1, bool kSums = true>
 __device__ __forceinline__ void softmax_exp2(float (&s)[kBlockN / 2], float factor, float (&row_sum)[2],
                                              const float (&correction)[2], SoftmaxState<kBlockN>& st) {
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
-    const float sum = kJ0 == 0 ? row_sum[k] * correction[k] : st.sum[k];
-    st.sum[k] = row_exp2<kBlockN, kJ0, kJ1>(k, s, factor, st.base[k], sum);
+    if constexpr (kSums) {
+      const float sum = kJ0 == 0 ? row_sum[k] * correction[k] : st.sum[k];
+      st.sum[k] = row_exp2<kBlockN, kJ0, kJ1>(k, s, factor, st.base[k], sum);
+    } else {
+      row_exp2<kBlockN, kJ0, kJ1, false>(k, s, factor, st.base[k], 0.f);
+    }
   }
-  if constexpr (kJ1 == SoftmaxState<kBlockN>::kPairs) {
+  if constexpr (kSums && kJ1 == SoftmaxState<kBlockN>::kPairs) {
     row_sum[0] = st.sum[0];
     row_sum[1] = st.sum[1];
   }
@@ -523,8 +527,6 @@ constexpr int kPairsBeforePv =
                                                  : SoftmaxState<Cfg::kBlockN>::kPairs;
 template <class Cfg>
 constexpr bool kPvWaitMid = kPairsBeforePv<Cfg> < SoftmaxState<Cfg::kBlockN>::kPairs;
-template <class Cfg>
-constexpr bool kMmaSumsOk = !(kMmaSums<Cfg> && kPvWaitMid<Cfg>);  // (softmax_exp2 sums: one-step tiles only)
 
 // Three consumers with P in registers (d 64) hold S 64, O 32 and P of the previous tile 32 through the
 // softmax at 160 registers: what the tile loop does not need every tile leaves the registers. The thread's
@@ -773,7 +775,6 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
                                         uint32_t fence_from, bool diag_no_softmax, Unit unit = 0) {
   using T = typename Cfg::T;
   constexpr int kBlockN = Cfg::kBlockN, kD = Cfg::kHeadDimV;  // (O's channels)
-  static_assert(kMmaSumsOk<Cfg>, "the tensor cores' row sums with the softmax in one step");
   const int consumer = threadIdx.x / 128 - 1;
   const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32, quad = lane % 4;
   const int64_t m0 = cta.m0 + 64 * consumer;  // this warpgroup's first packed row
@@ -879,7 +880,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     constexpr int kPairs = SoftmaxState<kBlockN>::kPairs;
     if (rest) {
       if constexpr (kPvWaitMid<Cfg>)
-        softmax_exp2<kBlockN, kPairsBeforePv<Cfg>, kPairs>(s, factor, row_sum, correction, sums);
+        softmax_exp2<kBlockN, kPairsBeforePv<Cfg>, kPairs, !kMmaSums<Cfg>>(s, factor, row_sum, correction,
+                                                                           sums);
       return true;
     }
     if (diag_no_softmax) {
@@ -899,7 +901,7 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     }
     if constexpr (kPvWaitMid<Cfg>) {
       softmax_max<kBlockN, kPLog2Of<Cfg>>(s, factor, row_max, correction, sums);
-      softmax_exp2<kBlockN, 0, kPairsBeforePv<Cfg>>(s, factor, row_sum, correction, sums);
+      softmax_exp2<kBlockN, 0, kPairsBeforePv<Cfg>, !kMmaSums<Cfg>>(s, factor, row_sum, correction, sums);
     } else {
       online_softmax<kBlockN, kPLog2Of<Cfg>, !kMmaSums<Cfg>>(s, factor, row_max, row_sum, correction);
     }
