@@ -286,8 +286,8 @@ constexpr int kVtOffsetOf = [] {
 // The rows' sums on the tensor cores (config.hpp PrefillTile::mma_sums; 16-bit P): each P V k-step also
 // multiplies P by a block of ones (m64n8k16) into 4 accumulators past O's, which O's rescale scales with it,
 // so l is the sum of the P that V is weighted by (the 16-bit P: within the tolerances of the fp32 sum, and
-// the weights of O / l then sum to 1 exactly) and whole in every thread of the quad (no reduction at the
-// end).
+// O / l's weights then sum to 1 up to fp32 rounding) and whole in every thread of the quad (no reduction at
+// the end).
 template <class Cfg>
 constexpr bool kMmaSums = Cfg::kTile.mma_sums && !Cfg::kFp8Mma;
 // O's accumulators a thread: dv / 2, and the rows' sums' 4 (element kHeadDimV / 2 + e: row 8 (e / 2), as
@@ -786,8 +786,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     }
   }
 
-  if constexpr (kMmaSums<Cfg>) {  // the ones block (4 bytes a thread), seen by wgmma after Q's fence and
-                                  // barrier
+  // The ones block (4 bytes a thread), which wgmma reads after Q's proxy fence and barrier below.
+  if constexpr (kMmaSums<Cfg>) {
     constexpr uint32_t kOnePair = std::is_same_v<typename Cfg::TM, half> ? 0x3C003C00u : 0x3F803F80u;
     static_assert(kOnesBlockBytes == 4 * 128, "a 32-bit store a thread fills the block");
     st_shared_b32(ones_block_of<Cfg>(empty_bar, consumer) + 4 * ctid, kOnePair);
