@@ -24,8 +24,9 @@ struct PrefillTile {
   bool gcd_boxes = false;
   // The rows' sums of P on the tensor cores (consumer.cuh kMmaSums): P V's k-steps also multiply P by a
   // block of ones (m64n8k16), so the softmax adds no sum (64 FADD a thread a 128-key tile) and l is the
-  // sum of the P that V is weighted by. d 64 only, where a tile's issue slots tie with its MUFU and tensor
-  // time (bench/NOTES.md, session 52); a 512-byte ones block a consumer past everything else.
+  // sum of the P that V is weighted by; a 512-byte ones block a consumer past everything else. d 64 only,
+  // where a tile's issue slots tie with its MUFU and tensor time: W6 32x64 full -9%, causal -6% (H100,
+  // session 55); on d 128's tile, nearer the tensor cores' bound, +2.5 to +3% full (branch mmasum128).
   bool mma_sums = false;
 };
 
