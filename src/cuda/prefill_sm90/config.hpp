@@ -22,6 +22,12 @@ struct PrefillTile {
   // had no TMA, and boxes of 16 run 3-8% faster than its cp.async producer (H100, session 54); at 128-key
   // tiles pages 48 / 96 by boxes of 16 / 32 measured level to 5% slower than d 128's cp.async producer.
   bool gcd_boxes = false;
+  // The rows' sums of P on the tensor cores (consumer.cuh kMmaSums): P V's k-steps also multiply P by a
+  // block of ones (m64n8k16), so the softmax adds no sum (64 FADD a thread a 128-key tile) and l is the
+  // sum of the P that V is weighted by; a 512-byte ones block a consumer past everything else. d 64 only,
+  // where a tile's issue slots tie with its MUFU and tensor time: W6 32x64 full -9%, causal -6% (H100,
+  // session 55); on d 128's tile, nearer the tensor cores' bound, +2.5 to +3% full (branch mmasum128).
+  bool mma_sums = false;
 };
 
 // Per head dim (d = dv):
@@ -62,7 +68,7 @@ struct PrefillTile {
 //   and O 64 accumulators a thread: d 128's register budgets. fp8 caches (kv_fp8) keep 64 keys in four joint
 //   stages: produce_fp8 copies whole warp steps of an fp8 row's 12 chunks.
 constexpr PrefillTile prefill_tile(int head_dim, bool kv_fp8 = false) {
-  return head_dim <= 64    ? PrefillTile{3, 128, 4, 32, 160}
+  return head_dim <= 64    ? PrefillTile{3, 128, 4, 32, 160, false, false, true}
          : head_dim <= 128 ? PrefillTile{2, 128, 3, 56, 224}
          : head_dim == 192
              ? (kv_fp8 ? PrefillTile{2, 64, 4, 56, 224} : PrefillTile{2, 128, 2, 56, 224, true})
@@ -96,8 +102,13 @@ constexpr size_t kPrefillUnitBytes = 192;
 // unit (16 bytes).
 constexpr size_t kPrefillPersistentBytes = 32 + 2 * kPrefillUnitBytes + 16;
 
+// A consumer's ones block (mma_sums): B of the sums' m64n8k16, K-major without swizzle (two 8 x 8 core
+// matrices 128 bytes apart; 512 bytes cover either reading of the offsets).
+constexpr size_t kOnesBlockBytes = 512;
+
 // Dynamic shared memory: 1024 bytes of alignment slack, Q, the K and V stages, two mbarriers a stage (four
-// with split_kv: V's two, after everything else), and the persistent kernel's ring. (No second Q buffer: at
+// with split_kv: V's two, after everything else), the persistent kernel's ring, and with mma_sums the
+// consumers' ones blocks from the next 16-byte boundary (ones_block_of). (No second Q buffer: at
 // d 128 and 256 it does not fit in 227 KiB beside the stages; the persistent kernel rewrites Q under the last
 // tile's P V instead.)
 // (fp8 caches: their tile (prefill_tile), and a third mbarrier a stage, the producer's "landed", for K / V
@@ -107,7 +118,8 @@ constexpr size_t prefill_smem_bytes(int head_dim, bool persistent = false, bool 
   return 1024 + size_t(64) * t.consumers * head_dim * 2 +
          size_t(t.stages) * t.block_n * (head_dim + prefill_head_dim_v(head_dim)) * 2 +
          16 * size_t(t.stages) + (persistent ? kPrefillPersistentBytes : 0) +
-         (kv_fp8 ? 8 * size_t(t.stages) : 0) + (t.split_kv ? 16 * size_t(t.stages) : 0);
+         (kv_fp8 ? 8 * size_t(t.stages) : 0) + (t.split_kv ? 16 * size_t(t.stages) : 0) +
+         (t.mma_sums ? 16 + kOnesBlockBytes * t.consumers : 0);
 }
 static_assert(prefill_smem_bytes(64, true, true) <= 227 * 1024 &&
                   prefill_smem_bytes(128, true, true) <= 227 * 1024 &&

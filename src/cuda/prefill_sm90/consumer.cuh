@@ -283,6 +283,17 @@ constexpr int kVtOffsetOf = [] {
   if constexpr (Cfg::kFp8Mma) return Cfg::kVtOffset;
   return 0;
 }();
+// The rows' sums on the tensor cores (config.hpp PrefillTile::mma_sums; 16-bit P): each P V k-step also
+// multiplies P by a block of ones (m64n8k16) into 4 accumulators past O's, which O's rescale scales with it,
+// so l is the sum of the P that V is weighted by (the 16-bit P: within the tolerances of the fp32 sum, and
+// O / l's weights then sum to 1 up to fp32 rounding) and whole in every thread of the quad (no reduction at
+// the end).
+template <class Cfg>
+constexpr bool kMmaSums = Cfg::kTile.mma_sums && !Cfg::kFp8Mma;
+// O's accumulators a thread: dv / 2, and the rows' sums' 4 (element kHeadDimV / 2 + e: row 8 (e / 2), as
+// O's).
+template <class Cfg>
+constexpr int kOAcc = Cfg::kHeadDimV / 2 + (kMmaSums<Cfg> ? 4 : 0);
 
 // S = Q K^T of a tile into s (issued, not waited for): kD / kKStep k-steps, 32 bytes apart within a 128-byte
 // panel row. q, k: the descriptors of Q and of stage 0's K; k_stage: the tile's stage offset (bytes).
@@ -302,16 +313,22 @@ __device__ __forceinline__ void issue_qk_tile(float (&s)[Cfg::kBlockN / 2], cons
 }
 
 // O += P V of a tile (issued, not waited for): V's 16-key k-steps are 16 rows = 2048 bytes apart. v: the
-// descriptor of stage 0's V; v_stage: the tile's stage offset (bytes).
+// descriptor of stage 0's V; v_stage: the tile's stage offset (bytes); ones: the rows' sums' block
+// (kMmaSums: P times ones beside each k-step, into O's last 4 accumulators).
 template <class Cfg>
-__device__ __forceinline__ void issue_pv_tile(float (&o)[Cfg::kHeadDimV / 2],
+__device__ __forceinline__ void issue_pv_tile(float (&o)[kOAcc<Cfg>],
                                               const uint32_t (&pa)[Cfg::kBlockN / 16][4], const SmemDesc& v,
-                                              uint32_t v_stage) {
+                                              uint32_t v_stage, uint64_t ones) {
+  constexpr int kD = Cfg::kHeadDimV;
   const SmemDesc vs(v.at(v_stage));  // (as issue_qk_tile's)
 #pragma unroll
   for (int kk = 0; kk < Cfg::kBlockN / kKStep<Cfg>; ++kk) {
     // (16-bit: V MN-major, a k-step 16 rows = 2048 bytes on; e4m3: V^T K-major, 32 key bytes on)
-    wgmma_rs<typename Cfg::TM, Cfg::kHeadDimV>(o, pa[kk], vs.at(kk * (Cfg::kFp8Mma ? 32 : 2048)), 1);
+    wgmma_rs<typename Cfg::TM, kD>(reinterpret_cast<float(&)[kD / 2]>(o), pa[kk],
+                                   vs.at(kk * (Cfg::kFp8Mma ? 32 : 2048)), 1);
+    if constexpr (kMmaSums<Cfg>) {
+      wgmma_rs_k<typename Cfg::TM, 8>(reinterpret_cast<float(&)[4]>(o[kD / 2]), pa[kk], ones, 1);
+    }
   }
   wgmma_commit();
 }
@@ -416,33 +433,35 @@ __device__ __forceinline__ float row_base(int k, const float (&mx)[2], float fac
 // starts at sum, chains 1-3 at their first pair, not at 0 (0 + x is an FADD under IEEE's -0: 6 a range; a
 // pair of exp2 is >= 0); a range of fewer than 4 pairs leaves its unused chains at -0 (x + -0 is x,
 // exactly: folded away).
-template <int kBlockN, int kJ0, int kJ1>
+// (kSum false: the exponentials alone, sum returned as it came: kMmaSums.)
+template <int kBlockN, int kJ0, int kJ1, bool kSum = true>
 __device__ __forceinline__ float row_exp2(int k, float (&s)[kBlockN / 2], float factor, float base,
                                           float sum) {
   static_assert(0 <= kJ0 && kJ0 < kJ1 && kJ1 <= kBlockN / 8, "a range of pairs");
-  float chain[4];
-#pragma unroll
-  for (int c = kJ1 - kJ0; c < 4; ++c) chain[c] = -0.f;
+  float chain[4] = {-0.f, -0.f, -0.f, -0.f};
 #pragma unroll
   for (int j = kJ0; j < kJ1; ++j) {
     s[4 * j + 2 * k] = fast_exp2(fmaf(s[4 * j + 2 * k], factor, -base));
     s[4 * j + 2 * k + 1] = fast_exp2(fmaf(s[4 * j + 2 * k + 1], factor, -base));
-    const float pair = s[4 * j + 2 * k] + s[4 * j + 2 * k + 1];
-    const int c = j - kJ0;
-    if (c == 0) {
-      chain[0] = sum + pair;
-    } else if (c < 4) {
-      chain[c] = pair;
-    } else {
-      chain[c % 4] += pair;
+    if constexpr (kSum) {
+      const float pair = s[4 * j + 2 * k] + s[4 * j + 2 * k + 1];
+      const int c = j - kJ0;
+      if (c == 0) {
+        chain[0] = sum + pair;
+      } else if (c < 4) {
+        chain[c] = pair;
+      } else {
+        chain[c % 4] += pair;
+      }
     }
   }
+  if constexpr (!kSum) return sum;
   return (chain[0] + chain[1]) + (chain[2] + chain[3]);
 }
 
 // In one step, each row's base then its exponentials (the MLA kernel's softmax, and the prefill kernels'
-// where the P V wait follows the softmax).
-template <int kBlockN, int kLog2Scale = 0>
+// where the P V wait follows the softmax). kSums false: row_sum untouched (kMmaSums: the tensor cores sum).
+template <int kBlockN, int kLog2Scale = 0, bool kSums = true>
 __device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float factor, float (&row_max)[2],
                                                float (&row_sum)[2], float (&correction)[2]) {
   float mx[2];
@@ -450,7 +469,11 @@ __device__ __forceinline__ void online_softmax(float (&s)[kBlockN / 2], float fa
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     const float base = row_base<kLog2Scale>(k, mx, factor, row_max, correction);
-    row_sum[k] = row_exp2<kBlockN, 0, kBlockN / 8>(k, s, factor, base, row_sum[k] * correction[k]);
+    if constexpr (kSums) {
+      row_sum[k] = row_exp2<kBlockN, 0, kBlockN / 8>(k, s, factor, base, row_sum[k] * correction[k]);
+    } else {
+      row_exp2<kBlockN, 0, kBlockN / 8, false>(k, s, factor, base, 0.f);
+    }
   }
 }
 
@@ -474,16 +497,20 @@ __device__ __forceinline__ void softmax_max(const float (&s)[kBlockN / 2], float
 }
 
 // Pairs [kJ0, kJ1) of both rows (kJ0 = 0: onto the running sums times their correction); kJ1 = kPairs ends
-// the rows' sums (row_sum).
-template <int kBlockN, int kJ0, int kJ1>
+// the rows' sums (row_sum). kSums false: the exponentials alone (kMmaSums).
+template <int kBlockN, int kJ0, int kJ1, bool kSums = true>
 __device__ __forceinline__ void softmax_exp2(float (&s)[kBlockN / 2], float factor, float (&row_sum)[2],
                                              const float (&correction)[2], SoftmaxState<kBlockN>& st) {
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
-    const float sum = kJ0 == 0 ? row_sum[k] * correction[k] : st.sum[k];
-    st.sum[k] = row_exp2<kBlockN, kJ0, kJ1>(k, s, factor, st.base[k], sum);
+    if constexpr (kSums) {
+      const float sum = kJ0 == 0 ? row_sum[k] * correction[k] : st.sum[k];
+      st.sum[k] = row_exp2<kBlockN, kJ0, kJ1>(k, s, factor, st.base[k], sum);
+    } else {
+      row_exp2<kBlockN, kJ0, kJ1, false>(k, s, factor, st.base[k], 0.f);
+    }
   }
-  if constexpr (kJ1 == SoftmaxState<kBlockN>::kPairs) {
+  if constexpr (kSums && kJ1 == SoftmaxState<kBlockN>::kPairs) {
     row_sum[0] = st.sum[0];
     row_sum[1] = st.sum[1];
   }
@@ -514,17 +541,19 @@ constexpr bool kLeanTileLoop = Cfg::kConsumers == 3;
 // (Cfg::kSplit, p.num_splits > 1) writes its normalized partial instead (the combine counts the sink).
 template <class Cfg>
 __device__ __forceinline__ void write_rows(const AttnParams& p, const Sequence& seq, const CtaRows& cta,
-                                           int64_t m0, const QueryRow (&row)[2],
-                                           const float (&o)[Cfg::kHeadDimV / 2], const float (&row_max)[2],
-                                           float (&row_sum)[2], float factor, float o_descale = 1.f) {
+                                           int64_t m0, const QueryRow (&row)[2], const float (&o)[kOAcc<Cfg>],
+                                           const float (&row_max)[2], float (&row_sum)[2], float factor,
+                                           float o_descale = 1.f) {
   using T = typename Cfg::T;
   constexpr int kD = Cfg::kHeadDimV;
   const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32, quad = lane % 4;
   const int64_t rows = static_cast<int64_t>(seq.q_len) * p.group;
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
-    row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], 1);
-    row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], 2);
+    if constexpr (!kMmaSums<Cfg>) {  // (the tensor cores' sums are whole in each thread)
+      row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], 1);
+      row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], 2);
+    }
   }
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
@@ -612,8 +641,8 @@ struct PingPong {
 template <class Cfg, class WaitFull, class Softmax>
 __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint32_t s_k, uint32_t s_v,
                                           uint32_t empty_bar, PingPong<Cfg>& turns, const WaitFull& wait_full,
-                                          const Softmax& softmax, float (&o)[Cfg::kHeadDimV / 2]) {
-  constexpr int kBlockN = Cfg::kBlockN, kD = Cfg::kHeadDimV;
+                                          const Softmax& softmax, float (&o)[kOAcc<Cfg>]) {
+  constexpr int kBlockN = Cfg::kBlockN;
   // (Q's address from lane 0: one value a warp, which the compiler can then keep in the uniform registers
   // that wgmma takes its descriptors from, instead of moving it there for every wgmma.)
   const SmemDesc q_desc(desc_k_major(__shfl_sync(0xffffffffu, q_addr, 0))), k_desc(desc_k_major(s_k));
@@ -622,7 +651,12 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
                                      : desc_mn_major(s_v, Cfg::kKvPanelBytes));
   uint32_t pa[kBlockN / 16][4];
   auto keep_p = [&](const float(&s)[kBlockN / 2]) { pack_p<Cfg>(s, pa); };
-  auto issue_pv = [&](int stage) { issue_pv_tile<Cfg>(o, pa, v_desc, stage * Cfg::kVStageBytes); };
+  // (kMmaSums: this consumer's ones block, as Q's address: from lane 0)
+  uint64_t ones = 0;
+  if constexpr (kMmaSums<Cfg>) {
+    ones = desc_ones(ones_block_of<Cfg>(empty_bar, __shfl_sync(0xffffffffu, threadIdx.x / 128 - 1, 0)));
+  }
+  auto issue_pv = [&](int stage) { issue_pv_tile<Cfg>(o, pa, v_desc, stage * Cfg::kVStageBytes, ones); };
   auto fence_p = [&] { fence_fragments(reinterpret_cast<uint32_t(&)[kBlockN / kKStep<Cfg>][4]>(pa)); };
   const uint32_t v_empty = v_bars_of<Cfg>(0, empty_bar).empty;  // (joint stages: empty_bar)
   int prev_stage = 0;
@@ -676,7 +710,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     warp_arrive(v_empty + 8 * prev_stage);  // (the warp is past its wait)
     if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {  // once maxima settle: rare
 #pragma unroll
-      for (int e = 0; e < kD / 2; ++e) o[e] *= correction[(e % 4) / 2];
+      for (int e = 0; e < kOAcc<Cfg>; ++e) o[e] *= correction[(e % 4) / 2];
     }
     if (kPvWaitMid<Cfg> && on) {
       softmax(s, tile, correction, sums, true);  // the other exponentials
@@ -752,6 +786,12 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     }
   }
 
+  // The ones block (4 bytes a thread), which wgmma reads after Q's proxy fence and barrier below.
+  if constexpr (kMmaSums<Cfg>) {
+    constexpr uint32_t kOnePair = std::is_same_v<typename Cfg::TM, half> ? 0x3C003C00u : 0x3F803F80u;
+    static_assert(kOnesBlockBytes == 4 * 128, "a 32-bit store a thread fills the block");
+    st_shared_b32(ones_block_of<Cfg>(empty_bar, consumer) + 4 * ctid, kOnePair);
+  }
   constexpr bool kUnit = !std::is_integral_v<Unit>;  // a persistent kernel's unit
   if constexpr (kUnit) {                             // (apart: the other kernels' code as it was)
     if (unit.q_loaded) {
@@ -814,14 +854,14 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     }
   };
 
-  float o[kD / 2];
+  float o[kOAcc<Cfg>];  // (kMmaSums: and the rows' sums)
 #pragma unroll
-  for (int e = 0; e < kD / 2; ++e) o[e] = 0.f;
+  for (int e = 0; e < kOAcc<Cfg>; ++e) o[e] = 0.f;
   // (fp8: the descales in the factor, or, where the score mods scale (softcap, ALiBi), in the scores first)
   const bool descale_scores = Cfg::kKvFp8 && score_mods_scale(p);
   const float factor = descale_scores ? score_factor(p) : score_factor(p) * qk_descale;
   float row_max[2] = {-INFINITY, -INFINITY};  // in the units of score_mods' output (x factor: log2)
-  float row_sum[2] = {0.f, 0.f};              // this thread's share; quad-reduced at the end
+  float row_sum[2] = {0.f, 0.f};              // this thread's share; quad-reduced at the end (or kMmaSums')
   const uint32_t q_addr = smem_addr(s_q);
 
   // Without softcap and ALiBi (and so without descaled scores) an inside tile takes no score mod: the tiles
@@ -840,7 +880,8 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     constexpr int kPairs = SoftmaxState<kBlockN>::kPairs;
     if (rest) {
       if constexpr (kPvWaitMid<Cfg>)
-        softmax_exp2<kBlockN, kPairsBeforePv<Cfg>, kPairs>(s, factor, row_sum, correction, sums);
+        softmax_exp2<kBlockN, kPairsBeforePv<Cfg>, kPairs, !kMmaSums<Cfg>>(s, factor, row_sum, correction,
+                                                                           sums);
       return true;
     }
     if (diag_no_softmax) {
@@ -860,9 +901,9 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     }
     if constexpr (kPvWaitMid<Cfg>) {
       softmax_max<kBlockN, kPLog2Of<Cfg>>(s, factor, row_max, correction, sums);
-      softmax_exp2<kBlockN, 0, kPairsBeforePv<Cfg>>(s, factor, row_sum, correction, sums);
+      softmax_exp2<kBlockN, 0, kPairsBeforePv<Cfg>, !kMmaSums<Cfg>>(s, factor, row_sum, correction, sums);
     } else {
-      online_softmax<kBlockN, kPLog2Of<Cfg>>(s, factor, row_max, row_sum, correction);
+      online_softmax<kBlockN, kPLog2Of<Cfg>, !kMmaSums<Cfg>>(s, factor, row_max, row_sum, correction);
     }
     return true;
   };
@@ -884,6 +925,10 @@ __device__ __forceinline__ void consume(const AttnParams& p, const Sequence& seq
     run_tiles<Cfg>(n_tiles, q_addr, s_k, s_v, empty_bar, turns, waits, softmax, o);
   } else {
     run_tiles<Cfg>(n_tiles, q_addr, s_k, s_v, empty_bar, turns, wait_full, softmax, o);
+  }
+  if constexpr (kMmaSums<Cfg>) {  // the rows' sums, whole in each thread
+    row_sum[0] = o[kD / 2];
+    row_sum[1] = o[kD / 2 + 2];
   }
   // (v's descale loaded again here: one register less through the tiles)
   float o_descale = 1.f;

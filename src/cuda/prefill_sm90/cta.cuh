@@ -150,7 +150,8 @@ struct PrefillConfig {
                 "whole warp copy steps");
   static_assert(prefill_smem_bytes(kHeadDim, kPersistent) ==
                     1024 + kQBytes + kStages * (kKStageBytes + kVStageBytes) + 16 * kStages +
-                        (kPersistent ? kPrefillPersistentBytes : 0) + (kSplitKv ? 16 * kStages : 0),
+                        (kPersistent ? kPrefillPersistentBytes : 0) + (kSplitKv ? 16 * kStages : 0) +
+                        (kTile.mma_sums ? 16 + kOnesBlockBytes * kConsumers : 0),
                 "the launcher's shared memory is the kernel's");
 };
 
@@ -180,7 +181,8 @@ struct KvFp8 : Base {
   static_assert(kBlockN % 16 == 0 && kBlockN <= 128, "a key row per producer thread");
   static_assert(prefill_smem_bytes(Base::kHeadDim, Base::kPersistent, true) ==
                     1024 + Base::kQBytes + kStages * (kKStageBytes + kVStageBytes) + 24 * kStages +
-                        (Base::kPersistent ? kPrefillPersistentBytes : 0),
+                        (Base::kPersistent ? kPrefillPersistentBytes : 0) +
+                        (kTile.mma_sums ? 16 + kOnesBlockBytes * Base::kConsumers : 0),
                 "the launcher's shared memory is the kernel's (with the fp8 stages' third mbarrier)");
 };
 // fp8 q over fp8 caches on e4m3 wgmma (k32): Q (fp8 q as it is: no rotary) and K as e4m3 in shared
@@ -227,6 +229,14 @@ __host__ __device__ constexpr VBars v_bars_of(uint32_t full_bar, uint32_t empty_
     return {full, full + 8 * Cfg::kStages};
   }
   return {full_bar, empty_bar};
+}
+// Consumer c's ones block (PrefillTile::mma_sums), past fp8's landed and split stages' V barriers, from the
+// next 16-byte boundary (config.hpp prefill_smem_bytes).
+template <class Cfg>
+__host__ __device__ constexpr uint32_t ones_block_of(uint32_t empty_bar, int consumer) {
+  const uint32_t end = past_ring_of<Cfg>(empty_bar) + (Cfg::kKvFp8 ? 8 * Cfg::kStages : 0u) +
+                       (Cfg::kSplitKv ? 16 * Cfg::kStages : 0u);
+  return (end + 15u) / 16u * 16u + static_cast<uint32_t>(kOnesBlockBytes) * consumer;
 }
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)

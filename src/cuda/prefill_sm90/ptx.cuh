@@ -127,6 +127,14 @@ __device__ __forceinline__ uint64_t desc_mn_major(uint32_t addr, uint32_t panel_
   return smem_desc(addr, panel_bytes, 1024);
 }
 
+// A block of ones as B of the rows' sums (m64n8k16, K-major, no swizzle: 8 x 8 core matrices, the two of a
+// k-step 128 bytes apart (leading), 8-row groups 256 apart (stride; one group at N = 8)): what it reads
+// lies in its first 512 bytes, all ones, whichever offset the hardware takes for which.
+__device__ __forceinline__ uint64_t desc_ones(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (uint64_t{128 >> 4} << 16) |
+         (uint64_t{256 >> 4} << 32);
+}
+
 // A descriptor made once, moved by byte offsets: the start address field is the low word's bits [0, 14)
 // and every operand lies below 256 KB of shared memory, so a 16-byte multiple added to the low word never
 // carries out of it. One add a wgmma instead of smem_desc's mask, shift and or (the consumers issue their
