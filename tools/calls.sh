@@ -59,14 +59,17 @@ rewritten from their notes (clpad by a helper). 87, 99, 98 ran on one H100 (afte
 and fence1 landed, gcdbox landed for d 256's tile only (its d 128 boxes measured level to slower). Next
 (NOTES, session 54): 100 (main's full build: the fp8 prefill and fp16 decode cluster kernels of the landed
 branches, not yet run on a GPU), then the H200 full run (rebuild build-ci from main first).
+Session 55: 101, 102, 100 (and 100's W3 A/B) ran on one H100 after ten refused asks: mmasum landed (d 64
+-9% / -6%), mmasum128 slower (not merged), 100 passed, W3 keeps TMA. Next (NOTES, session 55): the H200
+full run (rebuild build-ci from main first: mmasum is not in it).
 102. run(command="bash tools/calls.sh run 102", carry=[".dev/main128.so.xz", ".dev/ms128.so.xz", ".whl"], timeout_s=480)   [tree at main]
    branch mmasum128 (mmasum with the rows' sums on d 128's tile too: the loop's FADD 126 -> 64, HGMMA 16 ->
    24): prefill tests at d 128, racecheck / memcheck, W6 16x128 A B A B. Libraries: tools/dev_libs.sh
    main128:main:128 ms128:mmasum128:128.
 101. run(command="bash tools/calls.sh run 101", carry=[".dev/main64.so.xz", ".dev/ms64.so.xz", ".whl"], timeout_s=480)   [tree at main or mmasum]
-   branch mmasum: d 64's rows' sums on the tensor cores (SASS: a plain tile 453 -> 400 instructions a consumer
+   branch mmasum: d 64's rows' sums on the tensor cores (SASS: a plain tile 455 -> 402 instructions a consumer
    warp, local loads / stores 5 + 5 -> 3 + 3): prefill tests at d 64 (both files), racecheck / memcheck, W6
-   32x64 A B A B. Libraries: tools/dev_libs.sh main64:main:64 ms64:mmasum:64.
+   32x64 A B A B. Libraries: tools/dev_libs.sh main64:main:64 ms64:mmasum:64. (Ran, session 55: landed.)
 100. run(command="bash tools/calls.sh run 100", carry=["build-ci/libkvattn.so.xz", ".whl"], timeout_s=450)   [tree at main]
    main's full build (xz of a CI build-cuda/libkvattn.so of main): fp8 prefill file and decode cluster tests,
    then W3 d 128 p16 with TMA against KVATTN_SM90_TMA=0 (A B A B; KVATTN_AB100=0 leaves it out).
