@@ -61,7 +61,7 @@ and fence1 landed, gcdbox landed for d 256's tile only (its d 128 boxes measured
 branches, not yet run on a GPU), then the H200 full run (rebuild build-ci from main first).
 Session 55: 101, 102, 100 (and 100's W3 A/B) ran on one H100 after ten refused asks: mmasum landed (d 64
 -9% / -6%), mmasum128 slower (not merged), 100 passed, W3 keeps TMA. Next (NOTES, session 55): the H200
-full run (rebuild build-ci from main first: mmasum is not in it).
+full run (build-ci/libkvattn.so.xz rebuilt from d279159, mmasum in it).
 102. run(command="bash tools/calls.sh run 102", carry=[".dev/main128.so.xz", ".dev/ms128.so.xz", ".whl"], timeout_s=480)   [tree at main]
    branch mmasum128 (mmasum with the rows' sums on d 128's tile too: the loop's FADD 126 -> 64, HGMMA 16 ->
    24): prefill tests at d 128, racecheck / memcheck, W6 16x128 A B A B. Libraries: tools/dev_libs.sh
