@@ -548,9 +548,9 @@ __device__ __forceinline__ void write_rows(const AttnParams& p, const Sequence& 
   constexpr int kD = Cfg::kHeadDimV;
   const int ctid = threadIdx.x % 128, warp = ctid / 32, lane = ctid % 32, quad = lane % 4;
   const int64_t rows = static_cast<int64_t>(seq.q_len) * p.group;
+  if constexpr (!kMmaSums<Cfg>) {  // (the tensor cores' sums are whole in each thread)
 #pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    if constexpr (!kMmaSums<Cfg>) {  // (the tensor cores' sums are whole in each thread)
+    for (int k = 0; k < 2; ++k) {
       row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], 1);
       row_sum[k] += __shfl_xor_sync(0xffffffffu, row_sum[k], 2);
     }
