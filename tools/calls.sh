@@ -365,6 +365,16 @@ case "${1:-show}" in
           done
         fi
         ;;
+      103)  # session 56: branch split128 (d 128 on split K / V stages, three of each: a consumer frees K_t after its
+        # Q K^T and waits for V_t only a tile later, where joint stages wait for K_t and V_t together) against
+        # main at d 128: tests, sanitizers, W6 16x128 and four W3 cases (TMA at p16, the cp.async producer at p1)
+        # A B A B.
+        OUT=/tmp/ab103 KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/sp128.so.xz KVATTN_AB_DIMS=128 \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W6,W3 KVATTN_AB_SMOKE_TIMEOUT=60 \
+          KVATTN_AB_TEST_TIMEOUT="${KVATTN_T103:-150}" KVATTN_AB_SAN_TIMEOUT=40 \
+          KVATTN_AB_FILTER="=W6 prefill 16k 16x128 full|=W6 prefill 16k 16x128 causal|=W3 32/8 b8 +512 over 4k p16|=W3 32/8 b8 +512 over 32k p16|=W3 32/8 b1 +2048 over 32k p16|=W3 32/8 b8 +512 over 32k p1" \
+          bash tools/prefill_ab.sh | grep -E "^\[|^W[0-9]|^worst|^SM clock" | cut -c1-220
+        ;;
       102)  # session 55: branch mmasum128 (mmasum with d 128's tile too) against main at d 128: tests, sanitizers,
         # W6 16x128 A B A B.
         w6_ab /tmp/ab102 .dev/main128.so.xz .dev/ms128.so.xz 128 16x128 60 "${KVATTN_T102:-150}" 40
