@@ -365,6 +365,16 @@ case "${1:-show}" in
           done
         fi
         ;;
+      104)  # session 56: W6 timed at a settled power state. The suites heat each library 0.3 s before its samples;
+        # NVML's power reading and the power cap's clock follow a ~1-s average, so a library timed after an
+        # idle pause (FA4 after its kernel's compile) may run its samples at a higher clock than one timed
+        # right after load (kvattn after the previous case's peers). Here every library replays 3 s first.
+        # Needs the kit unpacked (calls A1, A2 first, on the same machine); the main build (build-ci).
+        OUT=${OUT:-/tmp/b104} KVATTN_BENCH_HEAT_S=3 KVATTN_LIBRARY=build-ci/libkvattn.so.xz KVATTN_TORCH_OP=0 \
+          KVATTN_BENCH_FILTER="W6 prefill 16k 16x128|W6 prefill 16k 32x64|W6 prefill 16k 16x192|W6 prefill 16k 8x256" \
+          KVATTN_BENCH_ARGS="--peers flashinfer,fa4,cudnn --flex none" KVATTN_BENCH_MINUTES=4 \
+          KVATTN_BENCH_TIMEOUT=300 bash tools/gpu_bench.sh W6
+        ;;
       103)  # session 56: branch split128 (d 128 on split K / V stages, three of each: a consumer frees K_t after its
         # Q K^T and waits for V_t only a tile later, where joint stages wait for K_t and V_t together) against
         # main at d 128: tests, sanitizers, W6 16x128 and four W3 cases (TMA at p16, the cp.async producer at p1)
