@@ -150,9 +150,11 @@ def _shapes(case, plan):
                 scaled_for_cpu=case.scaled)
 
 
-def _time(fns, ctx, est_hint=None):
+def _time(fns, ctx, est_hint=None, metric=None):
+    """(timing, est_us). Compute-bound cases (metric "flops") replay until their clock settles first
+    (timing.settle_replays): every library of a case is then timed in the power state its own load holds."""
     if ctx.device == "cuda":
-        return T.time_cuda(fns, ctx.torch)
+        return T.time_cuda(fns, ctx.torch, settle=metric == "flops")
     r = T.time_cpu(fns, target_s=ctx.args.cpu_target_s)
     return r, r["median_us"]
 
@@ -180,7 +182,7 @@ def measure_kvattn(plan, ctx, seed):
     be.sync()
     if ctx.device == "cuda":
         ctx.kvattn.device_errors()  # a device-side index error raises here (and synchronizes)
-    timing, est = _time(fns, ctx)
+    timing, est = _time(fns, ctx, metric=plan.case.metric)
     timing["n_sets"] = n_sets
     timing["set_mb"] = round(sb / 2**20, 1)
     return be, sets, fns, timing, est
@@ -269,7 +271,7 @@ def _time_peer(name, rec, fns, note, inputs, ref_out, ctx, be):
     out0 = fns[0]()
     be.sync()
     err = P.relerr(out0, ref_out, ctx.torch)
-    timing, _ = _time(fns, ctx)
+    timing, _ = _time(fns, ctx, metric=rec["metric"])
     timing.update(note=note, inputs=inputs, relerr=err, ratio=rec["kvattn"]["median_us"] / timing["median_us"])
     rec["peers"][name] = timing
 

@@ -79,3 +79,52 @@ def test_sampler_reads_the_clock_while_it_runs(monkeypatch):
     assert s["sm_clock_mhz"]["max"] == 1980 and s["sm_clock_mhz"]["min"] == 1755
     assert 0 < s["power_capped"] < 1
     assert s["power_w"] in (450.0, 700.0)
+
+
+def _replays(times_s):
+    """A fake replay and clock: each replay takes the next of `times_s` (then the last, forever)."""
+    from bench import timing
+    state = {"t": 0.0, "i": 0}
+
+    def run():
+        state["t"] += times_s[min(state["i"], len(times_s) - 1)]
+        state["i"] += 1
+
+    return timing, run, (lambda: state["t"])
+
+
+def test_settle_waits_for_a_clock_ramp_to_end():
+    # 4 ms replays falling 0.2% a replay (the clock rising after a heavier load) for 1.5 s, then flat.
+    ramp = [0.004 * 0.998 ** i for i in range(700)]  # (1.5 s of replays: 0.004 (1 - 0.998^700) / 0.002)
+    timing, run, now = _replays(ramp)
+    spent, n = timing.settle_replays(run, lambda: None, now=now, min_s=1.0, max_s=5.0)
+    ramp_s = sum(ramp)
+    assert ramp_s < spent < 5.0  # past the ramp, before the cap
+    # the last two windows (>= 3 replays each) agree within the tolerance; a window earlier did not
+    assert n > len(ramp)
+
+
+def test_settle_stops_after_the_minimum_when_flat_and_at_the_cap_when_drifting():
+    timing, run, now = _replays([0.002])
+    spent, n = timing.settle_replays(run, lambda: None, now=now, min_s=1.0, max_s=5.0)
+    assert 1.0 <= spent < 1.01 and n == 500
+    drifting = [0.004 * (1 - 5e-5 * i) for i in range(2000)]  # never settles: 0.6% a 0.5-s window
+    timing, run, now = _replays(drifting)
+    spent, n = timing.settle_replays(run, lambda: None, now=now, min_s=1.0, max_s=5.0)
+    assert 5.0 <= spent < 5.01
+
+
+def test_is_settled_compares_the_last_two_windows():
+    from bench import timing
+    assert not timing.is_settled([])
+    assert not timing.is_settled([0.1] * 5, window_s=0.5)  # 2 windows of 5 replays need 10
+    assert timing.is_settled([0.1] * 10, window_s=0.5)
+    assert not timing.is_settled([0.1] * 5 + [0.1006] * 5, window_s=0.5)  # 0.6% apart
+    assert timing.is_settled([0.1] * 5 + [0.1004] * 5, window_s=0.5)
+
+
+def test_settle_off_is_the_fixed_heat(monkeypatch):
+    timing, run, now = _replays([0.01])
+    monkeypatch.setattr(timing, "HEAT_S", 0.3)
+    spent, n = timing.settle_replays(run, lambda: None, now=now, min_s=1.0, max_s=0)
+    assert 0.3 <= spent < 0.311 and n == 30
