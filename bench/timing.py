@@ -51,8 +51,8 @@ def time_cuda(fns, torch, min_replays=30, target_s=0.12, min_calls=10, max_repla
     """Median over >= 30 replays of a CUDA graph of several calls that rotate among the input sets.
 
     Falls back to events around eager calls (said in `timed_via`) if the capture fails. `settle`: a
-    compute-bound case (its metric FLOP/s): calls of >= HEAT_MIN_US replay until their time settles (settle())
-    instead of the fixed heat, and the record says how long (`settled_s`, `settle_replays`)."""
+    compute-bound case (its metric FLOP/s): calls of >= HEAT_MIN_US replay until their time settles
+    (settle_replays) instead of the fixed heat, and the record says how long (`settled_s`, `settle_replays`)."""
     cuda = torch.cuda
     # Warm up on a side stream (module load, handles, lazy allocations), as torch's graph docs ask.
     side = cuda.Stream()
