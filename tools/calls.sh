@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="ms64:mmasum:64 ms128:mmasum128:128 tm128:tma1w:128 tm64:tma1w:64 rv64:review50:64 rv128:review50:128 rv256:review50:256 dd64:dedup51:64 dd128:dedup51:128 dd256:dedup51:256 pt64:ptrim:64 kv256:kv256:256 tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1 main128:main:128 clpad128:clpad:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
+LIBS="ew128:ewait:128 ew64:ewait:64 do64:d64order:64 sp128:split128:128 ms64:mmasum:64 ms128:mmasum128:128 tm128:tma1w:128 tm64:tma1w:64 rv64:review50:64 rv128:review50:128 rv256:review50:256 dd64:dedup51:64 dd128:dedup51:128 dd256:dedup51:256 pt64:ptrim:64 kv256:kv256:256 tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1 main128:main:128 clpad128:clpad:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
 
 show() {
   cat << 'END'
@@ -364,6 +364,24 @@ case "${1:-show}" in
             echo "$tool rc=$? $(grep -E 'SUMMARY' /tmp/ab51/$tool.log | tail -1) $(tail -1 /tmp/ab51/$tool.log)"
           done
         fi
+        ;;
+      105)  # session 56 (written, not run): branch ewait (the next tile's stage tested with mbarrier.test_wait during
+        # this tile's softmax; the wait at the next tile's head skipped when the whole warp saw it full: session 9
+        # measured ~300 clocks of stage wait with the stage long loaded, and split128 / k128s +4% for one more
+        # wait a tile) against main, d 128 (W6 16x128, two W3 cases), then d 64 (W6 32x64): tests, sanitizers.
+        OUT=/tmp/ab105a KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/ew128.so.xz KVATTN_AB_DIMS=128 \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W6,W3 KVATTN_AB_SMOKE_TIMEOUT=60 \
+          KVATTN_AB_TEST_TIMEOUT="${KVATTN_T105:-130}" KVATTN_AB_SAN_TIMEOUT=40 \
+          KVATTN_AB_FILTER="=W6 prefill 16k 16x128 full|=W6 prefill 16k 16x128 causal|=W3 32/8 b8 +512 over 32k p16|=W3 32/8 b8 +512 over 32k p1" \
+          bash tools/prefill_ab.sh | grep -E "^\[|^W[0-9]|^worst|^SM clock" | cut -c1-220
+        w6_ab /tmp/ab105b .dev/main64.so.xz .dev/ew64.so.xz 64 32x64 60 "${KVATTN_T105:-130}" 40
+        ;;
+      106)  # session 56 (written, not run): branch d64order (helper's SASS reading, /work/notes/s56/d64_sass.md on the
+        # machine of session 56: d 64's P V wait after 2 of 16 exponential pairs, FA4's place, and O's rescale after
+        # P's packing, so the packs run between the MUFU instead of after them) against main at d 64: the d 64
+        # prefill tests of both files, sanitizers, W6 32x64 A B A B. Predicted -2 to -5% full, -1.5 to -4% causal.
+        KVATTN_AB_TESTS="tests/python/test_cuda_prefill_sm90.py tests/python/test_cuda_prefill_sm90_fp8.py" \
+          w6_ab /tmp/ab106 .dev/main64.so.xz .dev/do64.so.xz 64 32x64 60 "${KVATTN_T106:-150}" 40
         ;;
       104)  # session 56: W6 timed at a settled power state. The suites heat each library 0.3 s before its samples;
         # NVML's power reading and the power cap's clock follow a ~1-s average, so a library timed after an
