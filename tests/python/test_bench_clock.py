@@ -128,3 +128,22 @@ def test_settle_off_is_the_fixed_heat(monkeypatch):
     monkeypatch.setattr(timing, "HEAT_S", 0.3)
     spent, n = timing.settle_replays(run, lambda: None, now=now, min_s=1.0, max_s=0)
     assert 0.3 <= spent < 0.311 and n == 30
+
+
+def test_compute_bound_cases_are_timed_settled(monkeypatch):
+    """bench.run times a FLOP/s case settled, a TB/s case with the fixed heat (kvattn and the peers alike)."""
+    from types import SimpleNamespace
+
+    from bench import run
+    seen = []
+
+    def fake_time_cuda(fns, torch, **kw):
+        seen.append(kw.get("settle"))
+        return {"median_us": 1.0}, 1.0
+
+    monkeypatch.setattr(run.T, "time_cuda", fake_time_cuda)
+    ctx = SimpleNamespace(device="cuda", torch=None)
+    run._time([], ctx, metric="flops")
+    run._time([], ctx, metric="bw")
+    run._time([], ctx)
+    assert seen == [True, False, False]
