@@ -49,16 +49,7 @@ __device__ __forceinline__ void wgmma_ss_mn<{ctype}, {n}>(float (&d)[{acc}], uin
       : {outs(acc)}
       : "l"(a), "l"(b), "r"(accumulate));
 }}
-
-// D (64 x {n}) {{+}}= A (64 x 16, registers) B (16 x {n}, smem, MN-major).
-template <>
-__device__ __forceinline__ void wgmma_rs<{ctype}, {n}>(float (&d)[{acc}], const uint32_t (&a)[4], uint64_t b, int accumulate) {{
-  asm volatile(
-      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc + 5}, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{regs(0, acc)}}}, {{{regs(acc, 4)}}}, %{acc + 4}, p, 1, 1, 1;\\n}}\\n"
-      : {outs(acc)}
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
-}}""")
+""" + rs(ctype, ptx, n, "wgmma_rs", f"B (16 x {n}, smem, MN-major)", 1))
     return "\n".join(lines)
 
 
@@ -87,22 +78,24 @@ __device__ __forceinline__ void wgmma_rs<__nv_fp8_e4m3, {n}>(float (&d)[{acc}], 
 }}"""
 
 
-def emit_rs_k(n):
-    """A from registers, B K-major (the rows' sums: P times a block of ones, consumer.cuh kMmaSums)."""
+def rs(ctype, ptx, n, name, b_text, trans_b):
+    """A from registers (four packed 16-bit pairs a thread), B from shared memory; trans_b 1: B MN-major."""
     acc = n // 2
-    lines = []
-    for ctype, ptx in DTYPES:
-        lines.append(f"""
-// D (64 x {n}) {{+}}= A (64 x 16, registers) B^T (B: {n} x 16, smem, K-major).
+    return f"""
+// D (64 x {n}) {{+}}= A (64 x 16, registers) {b_text}.
 template <>
-__device__ __forceinline__ void wgmma_rs_k<{ctype}, {n}>(float (&d)[{acc}], const uint32_t (&a)[4], uint64_t b, int accumulate) {{
+__device__ __forceinline__ void {name}<{ctype}, {n}>(float (&d)[{acc}], const uint32_t (&a)[4], uint64_t b, int accumulate) {{
   asm volatile(
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc + 5}, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{regs(0, acc)}}}, {{{regs(acc, 4)}}}, %{acc + 4}, p, 1, 1, 0;\\n}}\\n"
+      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} {{{regs(0, acc)}}}, {{{regs(acc, 4)}}}, %{acc + 4}, p, 1, 1, {trans_b};\\n}}\\n"
       : {outs(acc)}
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
-}}""")
-    return "\n".join(lines)
+}}"""
+
+
+def emit_rs_k(n):
+    """A from registers, B K-major (the rows' sums: P times a block of ones, consumer.cuh kMmaSums)."""
+    return "\n".join(rs(ctype, ptx, n, "wgmma_rs_k", f"B^T (B: {n} x 16, smem, K-major)", 0) for ctype, ptx in DTYPES)
 
 
 def emit_amn(n):
