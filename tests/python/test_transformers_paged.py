@@ -50,7 +50,7 @@ PATHS = []  # "ragged" or "gathered", one per kvattn call of paged_attention
 
 
 @pytest.fixture(autouse=True)
-def registered(monkeypatch):
+def registered(monkeypatch, request):
     kt.register()
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     assert ALL_ATTENTION_FUNCTIONS["paged|kvattn"] is kt.paged_attention
@@ -61,9 +61,12 @@ def registered(monkeypatch):
         return inner(*args, **kwargs)
 
     monkeypatch.setattr(kt, "flash_attn_with_kvcache", recorded)
-    # transformers sizes the cache from the accelerator's free memory; on the CPU it has none to read
+    # transformers sizes the cache from the accelerator's free memory; on the CPU it has none to read, and a
+    # CPU case on a GPU machine must not size (or place) its cache by the GPU's
     import transformers.generation.continuous_batching.cache as cb_cache
-    if not torch.cuda.is_available():
+    callspec = getattr(request.node, "callspec", None)
+    device = callspec.params.get("device", "cpu") if callspec else "cpu"
+    if device == "cpu" or not torch.cuda.is_available():
         monkeypatch.setattr(cb_cache, "get_device_and_memory_breakdown",
                             lambda: (torch.device("cpu"), 1 << 30, 0, 0))
     yield
