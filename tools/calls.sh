@@ -365,6 +365,37 @@ case "${1:-show}" in
           done
         fi
         ;;
+      108)  # session 57 (written, not run): the whole Python suite on the GPU machine with the full build. Session
+        # 57 ran `pytest -n 8 tests/python` there once (the usual check is -k cuda): one F at ~94%, unnamed, the
+        # run cut at 250 s. Its likely cause, test_distributed's cp_scaling smoke expecting the CPU's token
+        # counts, is mended; this names whatever else fails (-v lines carry the ids; SIGINT keeps the summary).
+        # Carry build-ci/libkvattn.so.xz and .whl. ~300-400 s.
+        source tools/device_env.sh; lib=$(device_lib build-ci/libkvattn.so.xz full108)
+        env "${TEST_WORKER_ENV[@]}" KVATTN_LIBRARY=$lib timeout -s INT -k 15 "${KVATTN_T108:-480}" python3 -m pytest \
+          tests/python -v -rfE --durations=15 -p no:cacheprovider $(test_workers) > "$OUT/pytest108.log" 2>&1
+        echo "== whole suite rc=$?"
+        grep -E " FAILED| ERROR|^FAILED|^ERROR|slowest|[0-9.]+s (call|setup)|[0-9]+ (passed|failed)" "$OUT/pytest108.log" | cut -c1-250 | tail -45
+        ;;
+      107)  # session 57 (written, not run): does the H200 want the cluster form for batch 1 past the capacity bound?
+        # The session-57 run (H200): W1 b1 32k 0.98-1.06x FlashInfer (the cluster form), b1 128k 1.08-1.12x and
+        # W4 b1 32k q1 1.06x (the persistent kernel: the bandwidth rule of cluster_shape.hpp keeps it there on
+        # the H200). Main's full build (build-ci), default against KVATTN_DECODE_CLUSTER_LONG=1, FlashInfer in
+        # the same call; bench.cluster_rate's per-CTA rate first (raise kClusterCtaBytesPerUs if 64 CTAs stream
+        # >= 85% of the card's bandwidth). ~150 s. Carry build-ci/libkvattn.so.xz, .peerkit/MANIFEST.json,
+        # .peerkit/fi.tar.xz, .whl (the kit unpacks FlashInfer alone in seconds).
+        source tools/device_env.sh; lib=$(device_lib build-ci/libkvattn.so.xz cr107)
+        KVATTN_LIBRARY=$lib timeout 100 python3 -m bench.cluster_rate > "$OUT/cluster_rate.txt" 2>&1
+        echo "== cluster_rate rc=$?"; cut -c1-200 "$OUT/cluster_rate.txt"
+        F="=W1 32/8 b1 128k contig|=W1 32/8 b1 128k p16|=W1 32/8 b1 128k p64|=W1 64/8 b1 128k p16|=W1 32/8 b1 32k p16|=W4 32/8 b1 32k q1 p16|=W4 32/8 b1 32k q4 p16"
+        for m in default long; do
+          env_m=(); [ $m = long ] && env_m=(KVATTN_DECODE_CLUSTER_LONG=1)
+          env "${env_m[@]}" OUT=/tmp/peers107_$m KVATTN_LIBRARY=build-ci/libkvattn.so.xz KVATTN_TORCH_OP=0 \
+            KVATTN_BENCH_FILTER="$F" KVATTN_BENCH_ARGS="--peers flashinfer --flex none" KVATTN_BENCH_MINUTES=2 \
+            KVATTN_BENCH_TIMEOUT=150 bash tools/gpu_bench.sh W1,W4 > "$OUT/peers_$m.txt" 2>&1
+          echo "== peers $m rc=$?"; cp /tmp/peers107_$m/bench_W1_W4.tgz "$OUT/peers_$m.tgz"
+          grep -E "^W[14]:" "$OUT/peers_$m.txt"
+        done
+        ;;
       105)  # session 56 (written, not run): branch ewait (the next tile's stage tested with mbarrier.test_wait during
         # this tile's softmax; the wait at the next tile's head skipped when the whole warp saw it full: session 9
         # measured ~300 clocks of stage wait with the stage long loaded, and split128 / k128s +4% for one more
