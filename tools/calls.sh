@@ -365,6 +365,45 @@ case "${1:-show}" in
           done
         fi
         ;;
+      109)  # session 57 (written, not run): branch det57 (a helper's; /work/notes/s57/deterministic.md): deterministic
+        # decode's chunks on two lines (sequences of >= 28 tiles, then the rest, whose cuts absorb the first line's
+        # snap error), bits unchanged (a chunk's bits do not depend on which CTA computes it). Predicted W2 b128 Zipf
+        # p16 deterministic 320.5 -> ~298 us (1.10x -> ~1.02-1.03x the default), W1 deterministic level. Its walk
+        # spills in the default kernels (bf16 8 producers 0 -> 120 B): B's default cases say whether that costs.
+        # A = main128, B = det128; then det128 against itself with KVATTN_DECODE_SM90_DET_SMALL=0 (one line).
+        # Carry .dev/main128.so.xz, .dev/det128.so.xz, .whl. ~300 s.
+        F="=W2 32/8 b128 zipf p16 deterministic|=W1 32/8 b4 32k p16 deterministic|=W1 32/8 b4 32k p16|=W2 32/8 b128 zipf p16|=W2 32/8 b128 uniform p16|=W1 32/8 b16 128k p16"
+        OUT=/tmp/ab109 KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/det128.so.xz KVATTN_AB_DIMS=128 \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py \
+          KVATTN_AB_K="deterministic or dispatch or few_units" KVATTN_AB_SMOKE_K="deterministic_chunks_batch_invariant" \
+          KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=200 KVATTN_AB_SAN_TIMEOUT=90 \
+          KVATTN_AB_RACE_K="deterministic_chunks_batch_invariant" KVATTN_AB_MEM_K="deterministic_chunks_batch_invariant" \
+          KVATTN_AB_SUITES=W1,W2 KVATTN_AB_FILTER="$F" bash tools/prefill_ab.sh > "$OUT/ab.txt" 2>&1
+        ab_report /tmp/ab109 ab.txt
+        source tools/device_env.sh; L=$(device_lib .dev/det128.so.xz det109)
+        for n in 0 1 100000; do  # one line; every sequence on the first; every one on the second
+          KVATTN_DECODE_SM90_DET_SMALL=$n KVATTN_TEST_HEAD_DIMS=128 KVATTN_LIBRARY=$L timeout 90 python3 -m pytest -q \
+            -p no:cacheprovider tests/python/test_cuda_decode_sm90.py -k deterministic 2>&1 | tail -1 | sed "s/^/DET_SMALL=$n: /"
+        done
+        OUT=/tmp/ab109b KVATTN_AB_A=.dev/det128.so.xz KVATTN_AB_B=.dev/det128.so.xz KVATTN_AB_ENV_A="KVATTN_DECODE_SM90_DET_SMALL=0" \
+          KVATTN_AB_CHECK=0 KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W1,W2 \
+          KVATTN_AB_FILTER="=W2 32/8 b128 zipf p16 deterministic|=W1 32/8 b4 32k p16 deterministic|=W1 32/8 b16 128k p16 deterministic" \
+          bash tools/prefill_ab.sh 2>&1 | grep -E "^W[0-9]|^worst" | cut -c1-220
+        ;;
+      110)  # session 57 (written, not run): branch start57 (a helper's; /work/notes/s57/decode_start.md): the
+        # persistent decode kernel's consumers prefetch the CTA's first K / V rows into the L2 right after the PDL
+        # wait (DRAM traffic from ~5.5 us instead of ~7.75). Predicted W1 b4 32k p16 / b1 128k p16 -1.0 to -1.8%,
+        # W2 b128 uniform -0.3 to -0.7%, b16 128k level. A = main128, B = st128. Carry .dev/main128.so.xz,
+        # .dev/st128.so.xz, .whl. ~250 s.
+        F="=W1 32/8 b4 32k p16|=W1 32/8 b1 128k p16|=W1 32/8 b16 128k p16|=W1 32/8 b1 32k p16|=W2 32/8 b128 uniform p16|=W2 32/8 b128 zipf p16|=W4 32/8 b8 4k q4 p16|=W1 32/8 b4 32k p16 fp8kv"
+        OUT=/tmp/ab110 KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/st128.so.xz KVATTN_AB_DIMS=128 \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_decode_sm90.py \
+          KVATTN_AB_K="features or few_units or dispatch or deterministic" KVATTN_AB_SMOKE_K="test_features and features0 and False" \
+          KVATTN_AB_RACE_K="test_features and features0 and False" KVATTN_AB_MEM_K="few_units_many_pieces" \
+          KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=200 KVATTN_AB_SAN_TIMEOUT=90 \
+          KVATTN_AB_SUITES=W1,W2,W4 KVATTN_AB_FILTER="$F" bash tools/prefill_ab.sh > "$OUT/ab.txt" 2>&1
+        ab_report /tmp/ab110 ab.txt
+        ;;
       108)  # session 57 (written, not run): the whole Python suite on the GPU machine with the full build. Session
         # 57 ran `pytest -n 8 tests/python` there once (the usual check is -k cuda): one F at ~94%, unnamed, the
         # run cut at 250 s. Its likely cause, test_distributed's cp_scaling smoke expecting the CPU's token
