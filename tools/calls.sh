@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="ew128:ewait:128 ew64:ewait:64 do64:d64order:64 sp128:split128:128 ms64:mmasum:64 ms128:mmasum128:128 tm128:tma1w:128 tm64:tma1w:64 rv64:review50:64 rv128:review50:128 rv256:review50:256 dd64:dedup51:64 dd128:dedup51:128 dd256:dedup51:256 pt64:ptrim:64 kv256:kv256:256 tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1 main128:main:128 clpad128:clpad:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
+LIBS="det128:det57:128 st128:start57:128 sy128:sync57:128 ew2x128:ewait2:128 ew128:ewait:128 ew64:ewait:64 do64:d64order:64 sp128:split128:128 ms64:mmasum:64 ms128:mmasum128:128 tm128:tma1w:128 tm64:tma1w:64 rv64:review50:64 rv128:review50:128 rv256:review50:256 dd64:dedup51:64 dd128:dedup51:128 dd256:dedup51:256 pt64:ptrim:64 kv256:kv256:256 tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1 main128:main:128 clpad128:clpad:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
 
 show() {
   cat << 'END'
@@ -389,6 +389,30 @@ case "${1:-show}" in
           KVATTN_AB_CHECK=0 KVATTN_AB_DIMS=128 KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W1,W2 \
           KVATTN_AB_FILTER="=W2 32/8 b128 zipf p16 deterministic|=W1 32/8 b4 32k p16 deterministic|=W1 32/8 b16 128k p16 deterministic" \
           bash tools/prefill_ab.sh 2>&1 | grep -E "^W[0-9]|^worst" | cut -c1-220
+        ;;
+      111)  # session 57 (written, not run): branch sync57 (a helper's, /work/notes/s57/d128_sync.md: kvattn's d 128
+        # consumer runs fewer synchronization instructions a tile than FA4's, so no barrier goes; the per-tile
+        # stage release by elect.sync instead of lane 0 by threadIdx.x takes an S2R, a LOP3 and a VOTEU off the
+        # tile, the S2R two instructions before P V's wait) against main at d 128: smoke, tests, sanitizers,
+        # W6 16x128 and two W3 cases A B A B. Predicted level to -1%. Carry .dev/main128.so.xz, .dev/sy128.so.xz,
+        # .whl (with 112: .dev/ew2x128.so.xz too). ~250 s.
+        OUT=/tmp/ab111 KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/sy128.so.xz KVATTN_AB_DIMS=128 \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W6,W3 KVATTN_AB_SMOKE_TIMEOUT=60 \
+          KVATTN_AB_TEST_TIMEOUT="${KVATTN_T111:-130}" KVATTN_AB_SAN_TIMEOUT=40 \
+          KVATTN_AB_FILTER="=W6 prefill 16k 16x128 full|=W6 prefill 16k 16x128 causal|=W3 32/8 b8 +512 over 32k p16|=W3 32/8 b8 +512 over 32k p1" \
+          bash tools/prefill_ab.sh | grep -E "^\[|^W[0-9]|^worst|^SM clock" | cut -c1-220
+        ;;
+      112)  # session 57 (written, not run): branch ewait2 (the helper's patch on ewait's protocol: the stage probe's
+        # warp vote moved from right after the test, mid-softmax, where ewait put the test's latency on the path,
+        # to the next tile's head; ptxas keeps the probe as a predicate over the softmax). Library ew2x128 was
+        # built by the helper from main + the same patch (d 128 bf16 only). Predicted -2 to -6% if the head wait
+        # is the mbarrier round trip, +1 to +3% if the probe itself costs the tile (as ewait's +2-4% says).
+        # Carry .dev/main128.so.xz, .dev/ew2x128.so.xz, .whl. ~250 s.
+        OUT=/tmp/ab112 KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/ew2x128.so.xz KVATTN_AB_DIMS=128 \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W6,W3 KVATTN_AB_SMOKE_TIMEOUT=60 \
+          KVATTN_AB_TEST_TIMEOUT="${KVATTN_T112:-130}" KVATTN_AB_SAN_TIMEOUT=40 \
+          KVATTN_AB_FILTER="=W6 prefill 16k 16x128 full|=W6 prefill 16k 16x128 causal|=W3 32/8 b8 +512 over 32k p16|=W3 32/8 b8 +512 over 32k p1" \
+          bash tools/prefill_ab.sh | grep -E "^\[|^W[0-9]|^worst|^SM clock" | cut -c1-220
         ;;
       110)  # session 57 (written, not run): branch start57 (a helper's; /work/notes/s57/decode_start.md): the
         # persistent decode kernel's consumers prefetch the CTA's first K / V rows into the L2 right after the PDL
