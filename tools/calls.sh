@@ -432,9 +432,10 @@ case "${1:-show}" in
         # 57 ran `pytest -n 8 tests/python` there once (the usual check is -k cuda): one F at ~94%, unnamed, the
         # run cut at 250 s. Its likely cause, test_distributed's cp_scaling smoke expecting the CPU's token
         # counts, is mended; this names whatever else fails (-v lines carry the ids; SIGINT keeps the summary).
-        # Carry build-ci/libkvattn.so.xz and .whl. ~300-400 s.
+        # Carry build-ci/libkvattn.so.xz and .whl. ~300-500 s: a run() of its own (107 beside it would pass 600 s).
         source tools/device_env.sh; lib=$(device_lib build-ci/libkvattn.so.xz full108)
-        env "${TEST_WORKER_ENV[@]}" KVATTN_LIBRARY=$lib timeout -s INT -k 15 "${KVATTN_T108:-480}" python3 -m pytest \
+        # (every dtype: `run` exports KVATTN_TEST_DTYPES=bf16 for the A/B calls; session 57's run took ~260 s to 97%)
+        env -u KVATTN_TEST_DTYPES "${TEST_WORKER_ENV[@]}" KVATTN_LIBRARY=$lib timeout -s INT -k 15 "${KVATTN_T108:-480}" python3 -m pytest \
           tests/python -v -rfE --durations=15 -p no:cacheprovider $(test_workers) > "$OUT/pytest108.log" 2>&1
         echo "== whole suite rc=$?"
         grep -E " FAILED| ERROR|^FAILED|^ERROR|slowest|[0-9.]+s (call|setup)|[0-9]+ (passed|failed)" "$OUT/pytest108.log" | cut -c1-250 | tail -45
