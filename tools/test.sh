@@ -69,7 +69,8 @@ if [ "${KVATTN_TORCH_TESTS:-1}" != 0 ]; then
     tests/python/test_distributed.py tests/python/test_engine_replays.py \
     tests/python/test_transformers_integration.py tests/python/test_torch_stable_op.py \
     tests/python/test_transformers_paged.py tests/python/test_ragged.py tests/python/test_engine_replays_ragged.py \
-    tests/python/test_negative_strides.py tests/python/test_torch_inputs.py
+    tests/python/test_negative_strides.py tests/python/test_torch_inputs.py \
+    tests/python/test_fa3_shim.py tests/python/test_bench_driver.py
 fi
 
 nvcc_path=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)
