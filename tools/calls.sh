@@ -273,6 +273,15 @@ w1_short_abc() {
 
 # W6 full and causal at one head dim, A B A B after B's checks (tools/prefill_ab.sh): w6_ab OUT A B DIM SHAPE
 # SMOKE_S TEST_S SAN_S [RACE_K] (SHAPE as the cases name it, e.g. 16x128).
+# d128_ab OUT A B TEST_SECONDS: a d 128 prefill A/B (smoke, tests, sanitizers; W6 16x128 and W3 b8 +512 over
+# 32k at pages 16 and 1, A B A B), its table lines.
+d128_ab() {
+  OUT="$1" KVATTN_AB_A="$2" KVATTN_AB_B="$3" KVATTN_AB_DIMS=128 \
+    KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W6,W3 KVATTN_AB_SMOKE_TIMEOUT=60 \
+    KVATTN_AB_TEST_TIMEOUT="$4" KVATTN_AB_SAN_TIMEOUT=40 \
+    KVATTN_AB_FILTER="=W6 prefill 16k 16x128 full|=W6 prefill 16k 16x128 causal|=W3 32/8 b8 +512 over 32k p16|=W3 32/8 b8 +512 over 32k p1" \
+    bash tools/prefill_ab.sh | grep -E "^\[|^W[0-9]|^worst|^SM clock" | cut -c1-220
+}
 w6_ab() {
   local race=()
   [ -n "${9:-}" ] && race=(KVATTN_AB_RACE_K="$9")
@@ -396,11 +405,7 @@ case "${1:-show}" in
         # tile, the S2R two instructions before P V's wait) against main at d 128: smoke, tests, sanitizers,
         # W6 16x128 and two W3 cases A B A B. Predicted level to -1%. Carry .dev/main128.so.xz, .dev/sy128.so.xz,
         # .whl (with 112: .dev/ew2x128.so.xz too). ~250 s.
-        OUT=/tmp/ab111 KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/sy128.so.xz KVATTN_AB_DIMS=128 \
-          KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W6,W3 KVATTN_AB_SMOKE_TIMEOUT=60 \
-          KVATTN_AB_TEST_TIMEOUT="${KVATTN_T111:-130}" KVATTN_AB_SAN_TIMEOUT=40 \
-          KVATTN_AB_FILTER="=W6 prefill 16k 16x128 full|=W6 prefill 16k 16x128 causal|=W3 32/8 b8 +512 over 32k p16|=W3 32/8 b8 +512 over 32k p1" \
-          bash tools/prefill_ab.sh | grep -E "^\[|^W[0-9]|^worst|^SM clock" | cut -c1-220
+        d128_ab /tmp/ab111 .dev/main128.so.xz .dev/sy128.so.xz "${KVATTN_T111:-130}"
         ;;
       112)  # session 57 (written, not run): branch ewait2 (the helper's patch on ewait's protocol: the stage probe's
         # warp vote moved from right after the test, mid-softmax, where ewait put the test's latency on the path,
@@ -408,11 +413,7 @@ case "${1:-show}" in
         # built by the helper from main + the same patch (d 128 bf16 only). Predicted -2 to -6% if the head wait
         # is the mbarrier round trip, +1 to +3% if the probe itself costs the tile (as ewait's +2-4% says).
         # Carry .dev/main128.so.xz, .dev/ew2x128.so.xz, .whl. ~250 s.
-        OUT=/tmp/ab112 KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/ew2x128.so.xz KVATTN_AB_DIMS=128 \
-          KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W6,W3 KVATTN_AB_SMOKE_TIMEOUT=60 \
-          KVATTN_AB_TEST_TIMEOUT="${KVATTN_T112:-130}" KVATTN_AB_SAN_TIMEOUT=40 \
-          KVATTN_AB_FILTER="=W6 prefill 16k 16x128 full|=W6 prefill 16k 16x128 causal|=W3 32/8 b8 +512 over 32k p16|=W3 32/8 b8 +512 over 32k p1" \
-          bash tools/prefill_ab.sh | grep -E "^\[|^W[0-9]|^worst|^SM clock" | cut -c1-220
+        d128_ab /tmp/ab112 .dev/main128.so.xz .dev/ew2x128.so.xz "${KVATTN_T112:-130}"
         ;;
       110)  # session 57 (written, not run): branch start57 (a helper's; /work/notes/s57/decode_start.md): the
         # persistent decode kernel's consumers prefetch the CTA's first K / V rows into the L2 right after the PDL
@@ -464,11 +465,7 @@ case "${1:-show}" in
         # this tile's softmax; the wait at the next tile's head skipped when the whole warp saw it full: session 9
         # measured ~300 clocks of stage wait with the stage long loaded, and split128 / k128s +4% for one more
         # wait a tile) against main, d 128 (W6 16x128, two W3 cases), then d 64 (W6 32x64): tests, sanitizers.
-        OUT=/tmp/ab105a KVATTN_AB_A=.dev/main128.so.xz KVATTN_AB_B=.dev/ew128.so.xz KVATTN_AB_DIMS=128 \
-          KVATTN_AB_ROUNDS=2 KVATTN_AB_SUITES=W6,W3 KVATTN_AB_SMOKE_TIMEOUT=60 \
-          KVATTN_AB_TEST_TIMEOUT="${KVATTN_T105:-130}" KVATTN_AB_SAN_TIMEOUT=40 \
-          KVATTN_AB_FILTER="=W6 prefill 16k 16x128 full|=W6 prefill 16k 16x128 causal|=W3 32/8 b8 +512 over 32k p16|=W3 32/8 b8 +512 over 32k p1" \
-          bash tools/prefill_ab.sh | grep -E "^\[|^W[0-9]|^worst|^SM clock" | cut -c1-220
+        d128_ab /tmp/ab105a .dev/main128.so.xz .dev/ew128.so.xz "${KVATTN_T105:-130}"
         w6_ab /tmp/ab105b .dev/main64.so.xz .dev/ew64.so.xz 64 32x64 60 "${KVATTN_T105:-130}" 40
         ;;
       106)  # session 56 (written, not run): branch d64order (helper's SASS reading, /work/notes/s56/d64_sass.md on the
