@@ -461,14 +461,14 @@ case "${1:-show}" in
           grep -E "^W[14]:" "$OUT/peers_$m.txt"
         done
         ;;
-      105)  # session 56 (written, not run): branch ewait (the next tile's stage tested with mbarrier.test_wait during
+      105)  # session 56 (run in session 57, H200: d 128 +2-4.5%, d 64 +1-1.7%, not merged): branch ewait (the next tile's stage tested with mbarrier.test_wait during
         # this tile's softmax; the wait at the next tile's head skipped when the whole warp saw it full: session 9
         # measured ~300 clocks of stage wait with the stage long loaded, and split128 / k128s +4% for one more
         # wait a tile) against main, d 128 (W6 16x128, two W3 cases), then d 64 (W6 32x64): tests, sanitizers.
         d128_ab /tmp/ab105a .dev/main128.so.xz .dev/ew128.so.xz "${KVATTN_T105:-130}"
         w6_ab /tmp/ab105b .dev/main64.so.xz .dev/ew64.so.xz 64 32x64 60 "${KVATTN_T105:-130}" 40
         ;;
-      106)  # session 56 (written, not run): branch d64order (helper's SASS reading, /work/notes/s56/d64_sass.md on the
+      106)  # session 56 (run in session 57, H200: +1-4%, not merged): branch d64order (helper's SASS reading, /work/notes/s56/d64_sass.md on the
         # machine of session 56: d 64's P V wait after 2 of 16 exponential pairs, FA4's place, and O's rescale after
         # P's packing, so the packs run between the MUFU instead of after them) against main at d 64: the d 64
         # prefill tests of both files, sanitizers, W6 32x64 A B A B. Predicted -2 to -5% full, -1.5 to -4% causal.
