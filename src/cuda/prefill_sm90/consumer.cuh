@@ -669,7 +669,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     issue_qk_tile<Cfg>(s, q_desc, k_desc, prev_stage * Cfg::kKStageBytes);
     turns.your_turn();
     wgmma_wait<0>();
-    if constexpr (Cfg::kSplitKv) warp_arrive(empty_bar + 8 * prev_stage);  // K_0 is read
+    if constexpr (Cfg::kSplitKv) warp_arrive_elected(empty_bar + 8 * prev_stage);  // K_0 is read
     fence_registers(s);
     float correction[2];
     SoftmaxState<kBlockN> sums;
@@ -696,7 +696,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     KVATTN_PTL(ptl_stamp(tile, kPtlIssued));
     wgmma_wait<1>();  // S_t is done (P V may still run)
     // (split stages: K_t is read)
-    if constexpr (Cfg::kSplitKv) warp_arrive(empty_bar + 8 * stage);
+    if constexpr (Cfg::kSplitKv) warp_arrive_elected(empty_bar + 8 * stage);
     fence_registers(s);
     KVATTN_PTL(ptl_stamp(tile, kPtlS));
     float correction[2];
@@ -707,7 +707,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     fence_registers(o);
     fence_p();
     KVATTN_PTL(ptl_stamp(tile, kPtlPv));
-    warp_arrive(v_empty + 8 * prev_stage);  // (the warp is past its wait)
+    warp_arrive_elected(v_empty + 8 * prev_stage);  // (the warp is past its wait)
     if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {  // once maxima settle: rare
 #pragma unroll
       for (int e = 0; e < kOAcc<Cfg>; ++e) o[e] *= correction[(e % 4) / 2];
@@ -735,7 +735,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     wgmma_wait<0>();
     KVATTN_PTL(pu_stamp(kPuTiles + kPuPvDone));
     fence_registers(o);
-    warp_arrive(v_empty + 8 * prev_stage);  // (the warp is past its wait)
+    warp_arrive_elected(v_empty + 8 * prev_stage);  // (the warp is past its wait)
   }
 }
 

@@ -42,6 +42,16 @@ __device__ __forceinline__ void cp_async_hold(uint32_t bar) {
 __device__ __forceinline__ void warp_arrive(uint32_t bar) {
   if (threadIdx.x % 32 == 0) mbar_arrive(bar);
 }
+// warp_arrive for a whole warp (every lane calls it): one lane chosen by elect.sync, with no lane number
+// (threadIdx.x) to read again each tile (the consumers' tile loop: S2R, LOP3, VOTEU and a uniform address
+// a tile, session 57).
+__device__ __forceinline__ void warp_arrive_elected(uint32_t bar) {
+  asm volatile(
+      "{\n.reg .pred leader;\n"
+      "elect.sync _|leader, 0xffffffff;\n"
+      "@leader mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(bar)
+      : "memory");
+}
 // The warp's share of a "full" barrier that counts warps: complete once every lane's cp.async copies so far
 // have landed.
 __device__ __forceinline__ void warp_arrive_after_copies(uint32_t bar) {
