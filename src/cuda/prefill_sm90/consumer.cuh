@@ -659,6 +659,16 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
   auto issue_pv = [&](int stage) { issue_pv_tile<Cfg>(o, pa, v_desc, stage * Cfg::kVStageBytes, ones); };
   auto fence_p = [&] { fence_fragments(reinterpret_cast<uint32_t(&)[kBlockN / kKStep<Cfg>][4]>(pa)); };
   const uint32_t v_empty = v_bars_of<Cfg>(0, empty_bar).empty;  // (joint stages: empty_bar)
+  // A warp's stage release: by elect.sync over 16-bit caches (no lane number to read a tile); the fp8
+  // caches' kernels keep lane 0's (elect.sync moved ptxas's spills there: the fp8-by-TMA split kernel at
+  // d 128, 16 / 64 -> 300 / 380 bytes).
+  auto release = [](uint32_t bar) {
+    if constexpr (Cfg::kKvFp8) {
+      warp_arrive(bar);
+    } else {
+      warp_arrive_elected(bar);
+    }
+  };
   int prev_stage = 0;
   if (n_tiles > 0) {
     float s[kBlockN / 2];
@@ -669,7 +679,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     issue_qk_tile<Cfg>(s, q_desc, k_desc, prev_stage * Cfg::kKStageBytes);
     turns.your_turn();
     wgmma_wait<0>();
-    if constexpr (Cfg::kSplitKv) warp_arrive_elected(empty_bar + 8 * prev_stage);  // K_0 is read
+    if constexpr (Cfg::kSplitKv) release(empty_bar + 8 * prev_stage);  // K_0 is read
     fence_registers(s);
     float correction[2];
     SoftmaxState<kBlockN> sums;
@@ -696,7 +706,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     KVATTN_PTL(ptl_stamp(tile, kPtlIssued));
     wgmma_wait<1>();  // S_t is done (P V may still run)
     // (split stages: K_t is read)
-    if constexpr (Cfg::kSplitKv) warp_arrive_elected(empty_bar + 8 * stage);
+    if constexpr (Cfg::kSplitKv) release(empty_bar + 8 * stage);
     fence_registers(s);
     KVATTN_PTL(ptl_stamp(tile, kPtlS));
     float correction[2];
@@ -707,7 +717,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     fence_registers(o);
     fence_p();
     KVATTN_PTL(ptl_stamp(tile, kPtlPv));
-    warp_arrive_elected(v_empty + 8 * prev_stage);  // (the warp is past its wait)
+    release(v_empty + 8 * prev_stage);  // (the warp is past its wait)
     if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {  // once maxima settle: rare
 #pragma unroll
       for (int e = 0; e < kOAcc<Cfg>; ++e) o[e] *= correction[(e % 4) / 2];
@@ -735,7 +745,7 @@ __device__ __forceinline__ void run_tiles(int64_t n_tiles, uint32_t q_addr, uint
     wgmma_wait<0>();
     KVATTN_PTL(pu_stamp(kPuTiles + kPuPvDone));
     fence_registers(o);
-    warp_arrive_elected(v_empty + 8 * prev_stage);  // (the warp is past its wait)
+    release(v_empty + 8 * prev_stage);  // (the warp is past its wait)
   }
 }
 
