@@ -378,6 +378,15 @@ case "${1:-show}" in
           done
         fi
         ;;
+      114)  # session 58 (written, not run): bench/gpc_probe.cu (build here: nvcc -O3 -std=c++17
+        # -gencode=arch=compute_90a,code=sm_90a bench/gpc_probe.cu -o .probe/gpc_probe; carry .probe/gpc_probe,
+        # ~1 MB): the GPCs from cluster placements, then one CTA an SM streaming equal slices, per GPC: end
+        # times and GB/s an SM. The question: is the persistent decode kernel's end spread (H200 b1 128k: last
+        # stages 121-135 us, median 128) the GPCs' unequal sizes? Yes if a larger GPC's SMs stream slower and
+        # end later in step with their count; then the balanced line would weigh a CTA by its GPC. ~15 s; run
+        # it in any call (both cards answer for themselves).
+        timeout 60 .probe/gpc_probe "${KVATTN_GPC_MIB:-32}" 5
+        ;;
       113)  # session 58 (written, not run: the device time ended): sync57 (landed at d 128 on call 111's median
         # -0.7%) at d 64 and d 256, which share the changed tile loop: prefill tests, racecheck / memcheck, W6 A B A
         # B at each. A = main64 (61f0ead) / main256 (9c0f715): main's sources before sync57; B = sy64 / sy256
