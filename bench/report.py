@@ -8,6 +8,7 @@ and with --results-md replaces the summary block of RESULTS.md (between its SUMM
 """
 import argparse
 import json
+import lzma
 import math
 import os
 import sys
@@ -345,7 +346,9 @@ def replace_summary(md_path, block):
 
 
 def load_jsonl(path):
-    with open(path) as f:
+    """A run's records; `.xz` files too (older runs' records in bench/results are kept compressed, so that
+    the checkout a device call carries stays small)."""
+    with (lzma.open(path, "rt") if path.endswith(".xz") else open(path)) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 

@@ -81,3 +81,16 @@ def test_speedup_target_row_states_tokens_per_second_over_the_baseline():
     assert "1.60x the tokens/s of W1 32/8 b16 32k p16 (target >= 1.8x: NOT met)" in R.row(missed)
     assert "n/a: fp8 cache, bf16 q: FA4 takes q, k, v of one dtype" in R.row(met)
     assert "1.05x W2 32/8 b64 uniform p16" in R.row(plain) and "tokens/s" not in R.row(plain)
+
+
+def test_records_load_from_plain_and_xz_files(tmp_path):
+    """Older runs' records are kept as results.jsonl.xz: load_jsonl reads both forms alike."""
+    import json
+    import lzma
+    records = [rec("W1", "a", "bw", 2.0, {"flashinfer": 1.0}), rec("W6", "b", "flops", 3.0, {})]
+    text = "".join(json.dumps(r) + "\n" for r in records) + "\n"
+    (tmp_path / "r.jsonl").write_text(text)
+    with lzma.open(tmp_path / "r.jsonl.xz", "wt") as f:
+        f.write(text)
+    assert R.load_jsonl(str(tmp_path / "r.jsonl")) == records
+    assert R.load_jsonl(str(tmp_path / "r.jsonl.xz")) == records
