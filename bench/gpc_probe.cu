@@ -47,6 +47,8 @@ __device__ __forceinline__ unsigned long long globaltimer() {
 
 // Each CTA of a cluster launch writes its SM; a short spin keeps clusters resident long enough that the
 // next ones land elsewhere.
+// (Launched with more than half an SM's shared memory, as `stream`: one CTA an SM, so that a cluster of c
+// CTAs covers c SMs and the pigeonhole of the header holds; 32-thread CTAs without it may share an SM.)
 __global__ void where(unsigned* sm_of_cta, int spin_ns) {
   const unsigned cta = blockIdx.x;
   if (threadIdx.x == 0) {
@@ -63,7 +65,9 @@ struct StreamRecord {
   unsigned long long sink;  // (keeps the loads)
 };
 
-__global__ void stream(const uint4* buf, size_t vecs_a_cta, StreamRecord* rec) {
+// (__launch_bounds__: without it ptxas keeps 32 registers and consumes each load after 2-4 are issued,
+// not 8.)
+__global__ void __launch_bounds__(1024, 1) stream(const uint4* buf, size_t vecs_a_cta, StreamRecord* rec) {
   extern __shared__ uint4 hold[];  // (sized to leave one CTA an SM)
   const uint4* p = buf + blockIdx.x * vecs_a_cta;
   __syncthreads();
@@ -104,6 +108,10 @@ int main(int argc, char** argv) {
 
   // 1. The GPCs.
   CHECK(cudaFuncSetAttribute(where, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  // One CTA an SM (here and in the stream): more than half the SM's shared memory, within a block's opt-in.
+  const int smem = static_cast<int>(
+      std::min<size_t>(prop.sharedMemPerMultiprocessor / 2 + 1024, prop.sharedMemPerBlockOptin));
+  CHECK(cudaFuncSetAttribute(where, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   std::vector<int> parent(sms);
   std::iota(parent.begin(), parent.end(), 0);
   std::vector<char> hosted(sms, 0);
@@ -115,12 +123,18 @@ int main(int argc, char** argv) {
       cudaLaunchConfig_t config = {};
       config.gridDim = dim3(c * kClusters);
       config.blockDim = dim3(32);
+      config.dynamicSmemBytes = smem;
       cudaLaunchAttribute attr = {};
       attr.id = cudaLaunchAttributeClusterDimension;
       attr.val.clusterDim.x = c;
       attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
       config.attrs = &attr;
       config.numAttrs = 1;
+      int fit = 0;
+      if (cudaOccupancyMaxActiveClusters(&fit, where, &config) != cudaSuccess || fit == 0) {
+        cudaGetLastError();  // (no GPC holds c SMs free)
+        continue;
+      }
       if (cudaLaunchKernelEx(&config, where, d_sm, 2000 + 700 * rep) != cudaSuccess) {
         cudaGetLastError();  // (a size this card does not take)
         continue;
@@ -129,6 +143,7 @@ int main(int argc, char** argv) {
       std::vector<unsigned> sm(c * kClusters);
       CHECK(cudaMemcpy(sm.data(), d_sm, sizeof(unsigned) * sm.size(), cudaMemcpyDeviceToHost));
       for (int k = 0; k < kClusters; ++k) {
+        if (sm[k * c] >= static_cast<unsigned>(sms)) continue;
         for (int r = 0; r < c; ++r) {
           const unsigned s = sm[k * c + r];
           if (s >= static_cast<unsigned>(sms)) continue;
@@ -164,7 +179,6 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&buf, vecs * sizeof(uint4) * sms));
   CHECK(cudaMemset(buf, 1, vecs * sizeof(uint4) * sms));
   CHECK(cudaMalloc(&d_rec, sizeof(StreamRecord) * sms));
-  const int smem = static_cast<int>(prop.sharedMemPerMultiprocessor / 2 + 1024);  // one CTA an SM
   CHECK(cudaFuncSetAttribute(stream, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   for (int round = 0; round < rounds + 1; ++round) {
     stream<<<sms, 1024, smem>>>(buf, vecs, d_rec);

@@ -369,7 +369,8 @@ def main(argv=None):
         raise SystemExit(f"{' '.join(args.jsonl)}: no records")
     out = args.out or os.path.dirname(os.path.abspath(args.jsonl[0]))
     os.makedirs(out, exist_ok=True)
-    if len(args.jsonl) > 1 or os.path.abspath(args.jsonl[0]) != os.path.join(os.path.abspath(out), "results.jsonl"):
+    here = os.path.join(os.path.abspath(out), "results.jsonl")  # (a kept .xz is not written out again)
+    if len(args.jsonl) > 1 or os.path.abspath(args.jsonl[0]) not in (here, here + ".xz"):
         write_jsonl(os.path.join(out, "results.jsonl"), records)
     env = env_of(records)
     summary = summary_markdown(records, env)

@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="sy64:8b4c92f:64 sy256:8b4c92f:256 main256:9c0f715:256 det128:det57:128 st128:start57:128 sy128:sync57:128 ew2x128:ewait2:128 ew128:ewait:128 ew64:ewait:64 do64:d64order:64 sp128:split128:128 ms64:mmasum:64 ms128:mmasum128:128 tm128:tma1w:128 tm64:tma1w:64 rv64:review50:64 rv128:review50:128 rv256:review50:256 dd64:dedup51:64 dd128:dedup51:128 dd256:dedup51:256 pt64:ptrim:64 kv256:kv256:256 tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1 main128:main:128 clpad128:clpad:128 main192:main:192 main64:main:64 main256:main:256 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
+LIBS="sy64:8b4c92f:64 sy256:8b4c92f:256 main256:9c0f715:256 main64:61f0ead:64 det128:det57:128 st128:start57:128 sy128:sync57:128 ew2x128:ewait2:128 ew128:ewait:128 ew64:ewait:64 do64:d64order:64 sp128:split128:128 ms64:mmasum:64 ms128:mmasum128:128 tm128:tma1w:128 tm64:tma1w:64 rv64:review50:64 rv128:review50:128 rv256:review50:256 dd64:dedup51:64 dd128:dedup51:128 dd256:dedup51:256 pt64:ptrim:64 kv256:kv256:256 tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1 main128:main:128 clpad128:clpad:128 main192:main:192 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
 
 show() {
   cat << 'END'
@@ -388,7 +388,7 @@ case "${1:-show}" in
         timeout 60 .probe/gpc_probe "${KVATTN_GPC_MIB:-32}" 5
         ;;
       113)  # session 58 (written, not run: the device time ended): sync57 (landed at d 128 on call 111's median
-        # -0.7%) at d 64 and d 256, which share the changed tile loop: prefill tests, racecheck / memcheck, W6 A B A
+        # -0.8%) at d 64 and d 256, which share the changed tile loop: prefill tests, racecheck / memcheck, W6 A B A
         # B at each. A = main64 (61f0ead) / main256 (9c0f715): main's sources before sync57; B = sy64 / sy256
         # (main with it). Carry .dev/main64.so.xz, .dev/sy64.so.xz, .dev/main256.so.xz, .dev/sy256.so.xz, .whl
         # (~63 MB with the checkout). ~350-450 s. If one loses, keep lane 0 at that head dim.
@@ -420,7 +420,7 @@ case "${1:-show}" in
           KVATTN_AB_FILTER="=W2 32/8 b128 zipf p16 deterministic|=W1 32/8 b4 32k p16 deterministic|=W1 32/8 b16 128k p16 deterministic" \
           bash tools/prefill_ab.sh 2>&1 | grep -E "^W[0-9]|^worst" | cut -c1-220
         ;;
-      111)  # session 57 (ran in session 58, H100, with 3 more rounds: median -0.7%; landed): branch sync57 (a helper's, /work/notes/s57/d128_sync.md: kvattn's d 128
+      111)  # session 57 (ran in session 58, H100, with 3 more rounds: median -0.8%; landed): branch sync57 (a helper's, /work/notes/s57/d128_sync.md: kvattn's d 128
         # consumer runs fewer synchronization instructions a tile than FA4's, so no barrier goes; the per-tile
         # stage release by elect.sync instead of lane 0 by threadIdx.x takes an S2R, a LOP3 and a VOTEU off the
         # tile, the S2R two instructions before P V's wait) against main at d 128: smoke, tests, sanitizers,
