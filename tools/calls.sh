@@ -378,6 +378,24 @@ case "${1:-show}" in
           done
         fi
         ;;
+      115)  # session 58 (written, not run): where MLA's 16-head decode loses its time. The H200 run (session 57):
+        # W5 16/1 b64 4k p64 132.8 us (2.29 TB/s: 128 CTAs, 2 static splits of 2,048 keys), b128 4k 195.2 (3.12:
+        # 128 CTAs of 4,096 keys), b64 32k 650.7 (3.72), b128 32k 1,231 (3.93). A line through the two 4k cases
+        # (time = fixed + a CTA's bytes / its rate) gives ~38 GB/s a CTA and ~70 us of fixed cost, far over the
+        # ~10-20 us of start and combine other kernels pay: kernel_gaps says whether it is the MLA kernel, the
+        # split combine or a gap; then the three kernels on the same cases (the rows kernel, the 64-row one by
+        # KVATTN_SM90_MLA_ROWS=0, the portable one by KVATTN_SM90_MLA=0). Main's full build (build-ci). Carry
+        # build-ci/libkvattn.so.xz, .whl. ~150 s.
+        source tools/device_env.sh; lib=$(device_lib build-ci/libkvattn.so.xz full115)
+        KVATTN_LIBRARY=$lib timeout -k 5 120 python3 -m bench.kernel_gaps "W5 MLA 16/1 b64 4k p64" \
+          "W5 MLA 16/1 b128 4k p64" "W5 MLA 16/1 b64 32k p64" "W5 MLA 128/1 b64 4k p64" 2>&1 | tail -40
+        for v in rows kernel64 portable; do
+          env_v=(); [ $v = kernel64 ] && env_v=(KVATTN_SM90_MLA_ROWS=0); [ $v = portable ] && env_v=(KVATTN_SM90_MLA=0)
+          env "${env_v[@]}" KVATTN_LIBRARY=$lib timeout -k 5 120 python3 -m bench.run --suite W5 --filter "W5 MLA 16/1" \
+            --no-peers --flex none --max-minutes 1.5 --out "$OUT/w5_$v" > "$OUT/w5_$v.log" 2>&1
+          echo "== $v rc=$?"; grep -E "^\| W5" "$OUT/w5_$v/results.md" | cut -d'|' -f2,4,5 | head -8
+        done
+        ;;
       114)  # session 58 (written, not run): bench/gpc_probe.cu (build here: nvcc -O3 -std=c++17
         # -gencode=arch=compute_90a,code=sm_90a bench/gpc_probe.cu -o .probe/gpc_probe; carry .probe/gpc_probe,
         # ~1 MB): the GPCs from cluster placements, then one CTA an SM streaming equal slices, per GPC: end
