@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="sy64:8b4c92f:64 sy256:8b4c92f:256 main256:9c0f715:256 main64:61f0ead:64 det128:det57:128 st128:start57:128 sy128:sync57:128 ew2x128:ewait2:128 ew128:ewait:128 ew64:ewait:64 do64:d64order:64 sp128:split128:128 ms64:mmasum:64 ms128:mmasum128:128 tm128:tma1w:128 tm64:tma1w:64 rv64:review50:64 rv128:review50:128 rv256:review50:256 dd64:dedup51:64 dd128:dedup51:128 dd256:dedup51:256 pt64:ptrim:64 kv256:kv256:256 tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1 main128:main:128 clpad128:clpad:128 main192:main:192 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
+LIBS="mlr64:mlarel:64 sy64:8b4c92f:64 sy256:8b4c92f:256 main256:9c0f715:256 main64:61f0ead:64 det128:det57:128 st128:start57:128 sy128:sync57:128 ew2x128:ewait2:128 ew128:ewait:128 ew64:ewait:64 do64:d64order:64 sp128:split128:128 ms64:mmasum:64 ms128:mmasum128:128 tm128:tma1w:128 tm64:tma1w:64 rv64:review50:64 rv128:review50:128 rv256:review50:256 dd64:dedup51:64 dd128:dedup51:128 dd256:dedup51:256 pt64:ptrim:64 kv256:kv256:256 tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1 main128:main:128 clpad128:clpad:128 main192:main:192 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
 
 show() {
   cat << 'END'
@@ -377,6 +377,22 @@ case "${1:-show}" in
             echo "$tool rc=$? $(grep -E 'SUMMARY' /tmp/ab51/$tool.log | tail -1) $(tail -1 /tmp/ab51/$tool.log)"
           done
         fi
+        ;;
+      116)  # session 58 (written, not run): branch mlarel (the MLA rows kernel frees tile t's stage before waiting
+        # for tile t + 1's: two 72-KiB copies in flight a CTA instead of one; the d 512 kernel's ring unchanged) against
+        # main at d 64: the MLA tests (both kernels), racecheck / memcheck on rows cases, W5 A B A B. A = sy64
+        # (main's sources at 8b4c92f), B = mlr64 (tools/dev_libs.sh mlr64:mlarel:64). Predicted: the 16-head cases
+        # streaming at 4k -5 to -13% (b128 4k 195 -> ~170-185 us), 32k level to -8% (HBM-bound near 4.1 TB/s),
+        # the 128-head cases level (64-row kernel, untouched). Carry .dev/sy64.so.xz, .dev/mlr64.so.xz, .whl.
+        # ~250 s. Best after 115 in the same session (115 says where the 4k cases' intercept is).
+        OUT=/tmp/ab116 KVATTN_AB_A=.dev/sy64.so.xz KVATTN_AB_B=.dev/mlr64.so.xz KVATTN_AB_DIMS=64 \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_mla_sm90.py KVATTN_AB_K="" \
+          KVATTN_AB_SMOKE_K="test_mla_sm90_rows" KVATTN_AB_RACE_K="test_mla_sm90_rows and lengths" \
+          KVATTN_AB_MEM_K="splits_nan_page" KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=150 \
+          KVATTN_AB_SAN_TIMEOUT=90 KVATTN_AB_SUITES=W5 \
+          KVATTN_AB_FILTER="=W5 MLA 16/1 b64 4k p64|=W5 MLA 16/1 b128 4k p64|=W5 MLA 16/1 b64 32k p64|=W5 MLA 16/1 b128 32k p64|=W5 MLA 128/1 b64 4k p64" \
+          bash tools/prefill_ab.sh > "$OUT/ab116.txt" 2>&1
+        ab_report /tmp/ab116 ab116.txt
         ;;
       115)  # session 58 (written, not run): where MLA's 16-head decode loses its time. The H200 run (session 57):
         # W5 16/1 b64 4k p64 132.8 us (2.29 TB/s: 128 CTAs, 2 static splits of 2,048 keys), b128 4k 195.2 (3.12:
