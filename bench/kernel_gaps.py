@@ -3,9 +3,14 @@ torch profiler; for each kernel of a call its median duration and the median gap
 kernel's end to its start. A diagnostic for bench/NOTES.md (short decodes: kernel time or gaps?).
 
     PYTHONPATH=python:. python3 -m bench.kernel_gaps "W1 32/8 b1 1k p16 short" ...
+
+A name outside the suites of the form "W5 MLA <hq>/1 b<batch> <n>k p64" is W5's MLA case at that length (a
+sweep over lengths: where a call's fixed cost is, session 58).
 """
+import dataclasses
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -14,13 +19,26 @@ from bench import layouts as L
 from bench import suites as S
 
 
+def case_by_name(name, cases=None):
+    """The suites' case of that name, else W5's MLA case at another head count, batch or length."""
+    cases = cases if cases is not None else {c.name: c for suite in S.SUITES.values() for c in suite()}
+    if name in cases:
+        return cases[name]
+    m = re.fullmatch(r"W5 MLA (\d+)/1 b(\d+) (\d+)k p64", name)
+    if m is None:
+        raise SystemExit(f"{name}: not a case of the suites (nor W5 MLA <hq>/1 b<batch> <n>k p64)")
+    base = next(c for c in cases.values() if c.suite == "W5")
+    return dataclasses.replace(base, name=name, hq=int(m[1]), batch=int(m[2]), cached=int(m[3]) * S.K)
+
+
 def main(names):
     import torch
     import kvattn
     cases = {c.name: c for suite in S.SUITES.values() for c in suite()}
     for name in names:
-        plan = L.make_plan(cases[name])
-        kw = L.materialize(plan, L.TorchBackend("cuda", "bf16", 0, kv=cases[name].kv), 0)
+        case = case_by_name(name, cases)
+        plan = L.make_plan(case)
+        kw = L.materialize(plan, L.TorchBackend("cuda", "bf16", 0, kv=case.kv), 0)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):

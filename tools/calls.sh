@@ -401,10 +401,14 @@ case "${1:-show}" in
         # ~10-20 us of start and combine other kernels pay: kernel_gaps says whether it is the MLA kernel, the
         # split combine or a gap; then the three kernels on the same cases (the rows kernel, the 64-row one by
         # KVATTN_SM90_MLA_ROWS=0, the portable one by KVATTN_SM90_MLA=0). Main's full build (build-ci). Carry
-        # build-ci/libkvattn.so.xz, .whl. ~150 s.
+        # build-ci/libkvattn.so.xz, .whl. ~200 s.
         source tools/device_env.sh; lib=$(device_lib build-ci/libkvattn.so.xz full115)
         KVATTN_LIBRARY=$lib timeout -k 5 120 python3 -m bench.kernel_gaps "W5 MLA 16/1 b64 4k p64" \
           "W5 MLA 16/1 b128 4k p64" "W5 MLA 16/1 b64 32k p64" "W5 MLA 128/1 b64 4k p64" 2>&1 | tail -40
+        # the sweep (kernel_gaps takes W5 MLA names at any length): a line through the kernel's durations
+        # says whether the 4k cases' intercept is a constant of the call or a ramp
+        KVATTN_LIBRARY=$lib timeout -k 5 150 python3 -m bench.kernel_gaps "W5 MLA 16/1 b128 1k p64" \
+          "W5 MLA 16/1 b128 2k p64" "W5 MLA 16/1 b128 8k p64" "W5 MLA 16/1 b128 16k p64" 2>&1 | tail -30
         for v in rows kernel64 portable; do
           env_v=(); [ $v = kernel64 ] && env_v=(KVATTN_SM90_MLA_ROWS=0); [ $v = portable ] && env_v=(KVATTN_SM90_MLA=0)
           env "${env_v[@]}" KVATTN_LIBRARY=$lib timeout -k 5 120 python3 -m bench.run --suite W5 --filter "W5 MLA 16/1" \
