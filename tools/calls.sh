@@ -16,7 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 # NAME:BRANCH:HEAD_DIM (bf16 developer builds; tools/dev_libs.sh)
-LIBS="mlr64:mlarel:64 sy64:8b4c92f:64 sy256:8b4c92f:256 main256:9c0f715:256 main64:61f0ead:64 det128:det57:128 st128:start57:128 sy128:sync57:128 ew2x128:ewait2:128 ew128:ewait:128 ew64:ewait:64 do64:d64order:64 sp128:split128:128 ms64:mmasum:64 ms128:mmasum128:128 tm128:tma1w:128 tm64:tma1w:64 rv64:review50:64 rv128:review50:128 rv256:review50:256 dd64:dedup51:64 dd128:dedup51:128 dd256:dedup51:256 pt64:ptrim:64 kv256:kv256:256 tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1 main128:main:128 clpad128:clpad:128 main192:main:192 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
+LIBS="ss64:seesaw:64 mlr64:mlarel:64 sy64:8b4c92f:64 sy256:8b4c92f:256 main256:9c0f715:256 main64:61f0ead:64 det128:det57:128 st128:start57:128 sy128:sync57:128 ew2x128:ewait2:128 ew128:ewait:128 ew64:ewait:64 do64:d64order:64 sp128:split128:128 ms64:mmasum:64 ms128:mmasum128:128 tm128:tma1w:128 tm64:tma1w:64 rv64:review50:64 rv128:review50:128 rv256:review50:256 dd64:dedup51:64 dd128:dedup51:128 dd256:dedup51:256 pt64:ptrim:64 kv256:kv256:256 tl64:main:64:-DKVATTN_PREFILL_TIMELINE=1 main128:main:128 clpad128:clpad:128 main192:main:192 wide512:wide:512 wide64:wide:64 mla4:mla4r:64 mla:main:64 e4m3dead128:e4m3dead:128 w3tl128:w3short:128:-DKVATTN_PREFILL_TIMELINE=1 sdec128:sdec:128 clu128:cluster:128 clutl128:cluster:128:-DKVATTN_DECODE_TIMELINE=1"
 
 show() {
   cat << 'END'
@@ -377,6 +377,20 @@ case "${1:-show}" in
             echo "$tool rc=$? $(grep -E 'SUMMARY' /tmp/ab51/$tool.log | tail -1) $(tail -1 /tmp/ab51/$tool.log)"
           done
         fi
+        ;;
+      117)  # session 58 (written, not run; the branch by a helper, see its commits): branch seesaw, the 64-row MLA
+        # kernel's seesaw schedule (bench/plans/mla_seesaw.md: both consumers compute S for alternate tiles, the
+        # running max through shared vectors and thread-counted mbarriers, the stages in halves). Predicted W5
+        # 128 heads 325-386 -> 555-630 TFLOP/s (1.45-1.63x; 485-525 if the stage copy stays exposed); the 16-head
+        # cases (rows kernel) level. A = sy64 (main at 8b4c92f), B = ss64 (tools/dev_libs.sh ss64:seesaw:64).
+        # Carry .dev/sy64.so.xz, .dev/ss64.so.xz, .whl. ~300 s. Pass: tests, racecheck 0 hazards, memcheck 0.
+        OUT=/tmp/ab117 KVATTN_AB_A=.dev/sy64.so.xz KVATTN_AB_B=.dev/ss64.so.xz KVATTN_AB_DIMS=64 \
+          KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_mla_sm90.py KVATTN_AB_K="" \
+          KVATTN_AB_SMOKE_K="runs_on_hopper or (test_mla_sm90 and paged)" KVATTN_AB_RACE_K="test_mla_sm90 and hnd" \
+          KVATTN_AB_MEM_K="test_mla_sm90 and (empty or 40 or splits)" KVATTN_AB_SMOKE_TIMEOUT=90 \
+          KVATTN_AB_TEST_TIMEOUT=150 KVATTN_AB_SAN_TIMEOUT=120 KVATTN_AB_SUITES=W5 \
+          KVATTN_AB_FILTER="W5 MLA 128|=W5 MLA 16/1 b64 4k p64" bash tools/prefill_ab.sh > "$OUT/ab117.txt" 2>&1
+        ab_report /tmp/ab117 ab117.txt
         ;;
       116)  # session 58 (written, not run): branch mlarel (the MLA rows kernel frees tile t's stage before waiting
         # for tile t + 1's: two 72-KiB copies in flight a CTA instead of one; the d 512 kernel's ring unchanged) against
