@@ -386,8 +386,8 @@ case "${1:-show}" in
         # Carry .dev/sy64.so.xz, .dev/ss64.so.xz, .whl. ~300 s. Pass: tests, racecheck 0 hazards, memcheck 0.
         OUT=/tmp/ab117 KVATTN_AB_A=.dev/sy64.so.xz KVATTN_AB_B=.dev/ss64.so.xz KVATTN_AB_DIMS=64 \
           KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_mla_sm90.py KVATTN_AB_K="" \
-          KVATTN_AB_SMOKE_K="runs_on_hopper or (test_mla_sm90 and paged)" KVATTN_AB_RACE_K="test_mla_sm90 and hnd" \
-          KVATTN_AB_MEM_K="test_mla_sm90 and (empty or 40 or splits)" KVATTN_AB_SMOKE_TIMEOUT=90 \
+          KVATTN_AB_SMOKE_K="runs_on_hopper or (test_mla_sm90 and not rows and (paged or contiguous))" KVATTN_AB_RACE_K="test_mla_sm90 and hnd and not rows" \
+          KVATTN_AB_MEM_K="test_mla_sm90 and not rows and (empty or 40)" KVATTN_AB_SMOKE_TIMEOUT=90 \
           KVATTN_AB_TEST_TIMEOUT=150 KVATTN_AB_SAN_TIMEOUT=120 KVATTN_AB_SUITES=W5 \
           KVATTN_AB_FILTER="W5 MLA 128|=W5 MLA 16/1 b64 4k p64" bash tools/prefill_ab.sh > "$OUT/ab117.txt" 2>&1
         ab_report /tmp/ab117 ab117.txt
@@ -401,7 +401,7 @@ case "${1:-show}" in
         # ~250 s. Best after 115 in the same session (115 says where the 4k cases' intercept is).
         OUT=/tmp/ab116 KVATTN_AB_A=.dev/sy64.so.xz KVATTN_AB_B=.dev/mlr64.so.xz KVATTN_AB_DIMS=64 \
           KVATTN_AB_ROUNDS=2 KVATTN_AB_TESTS=tests/python/test_cuda_mla_sm90.py KVATTN_AB_K="" \
-          KVATTN_AB_SMOKE_K="test_mla_sm90_rows" KVATTN_AB_RACE_K="test_mla_sm90_rows and lengths" \
+          KVATTN_AB_SMOKE_K="test_mla_sm90_rows and (paged or contiguous)" KVATTN_AB_RACE_K="test_mla_sm90_rows and lengths" \
           KVATTN_AB_MEM_K="splits_nan_page" KVATTN_AB_SMOKE_TIMEOUT=90 KVATTN_AB_TEST_TIMEOUT=150 \
           KVATTN_AB_SAN_TIMEOUT=90 KVATTN_AB_SUITES=W5 \
           KVATTN_AB_FILTER="=W5 MLA 16/1 b64 4k p64|=W5 MLA 16/1 b128 4k p64|=W5 MLA 16/1 b64 32k p64|=W5 MLA 16/1 b128 32k p64|=W5 MLA 128/1 b64 4k p64" \
