@@ -378,7 +378,7 @@ case "${1:-show}" in
           done
         fi
         ;;
-      117)  # session 58 (written, not run; the branch by a helper, see its commits): branch seesaw, the 64-row MLA
+      117)  # session 58 (written, not run; a helper's branch at 1dd3002, built: no C75xx, spills 456 / 672 -> 176 / 292 B): branch seesaw, the 64-row MLA
         # kernel's seesaw schedule (bench/plans/mla_seesaw.md: both consumers compute S for alternate tiles, the
         # running max through shared vectors and thread-counted mbarriers, the stages in halves). Predicted W5
         # 128 heads 325-386 -> 555-630 TFLOP/s (1.45-1.63x; 485-525 if the stage copy stays exposed); the 16-head
