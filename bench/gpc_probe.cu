@@ -23,16 +23,9 @@
 #include <numeric>
 #include <vector>
 
-namespace {
+#include "cuda_check.cuh"
 
-#define CHECK(x)                                                   \
-  do {                                                             \
-    cudaError_t e = (x);                                           \
-    if (e != cudaSuccess) {                                        \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                \
-    }                                                              \
-  } while (0)
+namespace {
 
 __device__ __forceinline__ unsigned smid() {
   unsigned s;

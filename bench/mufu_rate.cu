@@ -20,16 +20,9 @@
 #include <cstdlib>
 #include <vector>
 
-namespace {
+#include "cuda_check.cuh"
 
-#define CHECK(x)                                                   \
-  do {                                                             \
-    cudaError_t e = (x);                                           \
-    if (e != cudaSuccess) {                                        \
-      std::fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                \
-    }                                                              \
-  } while (0)
+namespace {
 
 constexpr int kThreads = 1024, kChains = 8, kIters = 4096;
 
